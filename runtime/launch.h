@@ -1,0 +1,30 @@
+// Launch geometry shared by the kernels: grids sized from the device (SM count x resident blocks), not constants.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace mt {
+
+// Blocks of `threads` threads that `kernel` keeps resident per SM with `smem` bytes of dynamic shared memory,
+// on the current device (cached per kernel, block size and device).
+int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem = 0);
+
+// SM count of the current device (cached).
+int current_sm_count();
+
+// Grid for a grid-stride kernel over `n_items` items, `items_per_block` per block per pass: enough blocks to
+// cover the items, at most the full waves the device keeps resident. At least 1.
+template <class Kernel>
+int grid_stride_blocks(Kernel* kernel, int threads, std::int64_t n_items, std::int64_t items_per_block,
+                       std::size_t smem = 0) {
+  const std::int64_t needed = std::max<std::int64_t>(1, (n_items + items_per_block - 1) / items_per_block);
+  const std::int64_t resident =
+      static_cast<std::int64_t>(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem)) *
+      current_sm_count();
+  return static_cast<int>(std::max<std::int64_t>(1, std::min(needed, resident)));
+}
+
+}  // namespace mt
