@@ -8,9 +8,12 @@
 
 #if defined(__CUDACC__)
 #define MT_HOST_DEVICE __host__ __device__ __forceinline__
-#define MT_UNROLL _Pragma("unroll")
 #else
 #define MT_HOST_DEVICE inline
+#endif
+#if defined(__CUDA_ARCH__)
+#define MT_UNROLL _Pragma("unroll")
+#else
 #define MT_UNROLL
 #endif
 
@@ -24,7 +27,7 @@ struct StridedLayout {
   // Element offset of the element with row-major linear index `i`.
   MT_HOST_DEVICE std::int64_t offset(std::int64_t i) const {
     std::int64_t off = 0;
-MT_UNROLL
+    MT_UNROLL
     for (int d = kMaxDims - 1; d >= 0; --d) {
       if (d < rank) {
         const std::int64_t n = shape[d];
