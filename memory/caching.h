@@ -1,0 +1,234 @@
+// Caching allocators: a stream-aware caching device allocator and a caching pinned-host allocator.
+//
+// Device allocator, in short (details next to the code in caching.cpp):
+// - Requests round up to 512 B granules. Small requests (<= 1 MiB) are carved from 2 MiB segments, large ones
+//   (<= 10 MiB) from 20 MiB segments, bigger ones get a segment of their own rounded to 2 MiB. Best fit; a block is
+//   split when the remainder is worth keeping, and free neighbours in a segment merge on release.
+// - Memory is kept per stream: each stream that allocates gets a pool with its own lock, so threads working on
+//   different streams do not contend. A block released on its own stream is reused at once by that stream (the
+//   stream orders the reuse). Another stream takes it only once an event recorded on the first stream, after the
+//   release, has completed (polled, never waited for, on the allocation path). A block used on other streams
+//   (record_stream) is reused by nobody until an event recorded on each of them at release has completed.
+// - Out of memory: free cached oversize segments, search again, retry; wait for pending events, free every fully
+//   free segment, search again, retry; then OutOfMemoryError with the figures.
+// - MT_DISABLE_CACHING=1 (or set_caching_enabled(false)) makes every allocation one cudaMalloc and every release
+//   one cudaFree, for compute-sanitizer.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "memory/allocator.h"
+#include "memory/backend.h"
+
+namespace mt {
+
+// One statistic: its current value, its peak since the last reset_peak_stats(), and the totals added and removed.
+struct StatValue {
+  std::int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+
+  void increase(std::int64_t n) {
+    current += n;
+    allocated += n;
+    if (current > peak) peak = current;
+  }
+  void decrease(std::int64_t n) {
+    current -= n;
+    freed += n;
+  }
+};
+
+// Like torch.cuda.memory_stats. Byte counts of blocks are the rounded sizes, requested_bytes what callers asked.
+// With several streams, current/allocated/freed are exact sums over the per-stream pools and a peak is the sum
+// of the pools' peaks: exact with one stream, an upper bound with several.
+struct MemoryStats {
+  StatValue allocations;           // blocks handed out
+  StatValue allocated_bytes;       // bytes handed out
+  StatValue requested_bytes;       // bytes asked for
+  StatValue active_bytes;          // handed out, or released but still awaiting streams
+  StatValue reserved_bytes;        // held from the backend
+  StatValue segments;              // backend allocations held
+  StatValue inactive_split_bytes;  // free bytes in segments that also hold used blocks
+  std::int64_t cache_hits = 0;     // served from the cache
+  std::int64_t cache_misses = 0;   // needed a backend allocation
+  std::int64_t cross_stream_hits = 0;  // served by a block another stream released
+  std::int64_t splits = 0, merges = 0;
+  std::int64_t alloc_retries = 0;  // backend refusals that started the reclaim ladder
+  std::int64_t ooms = 0;           // OutOfMemoryError thrown
+  std::int64_t device_mallocs = 0, device_frees = 0;
+  std::int64_t events_recorded = 0;  // release and fence events
+  std::int64_t host_waits = 0;       // events the host blocked on (empty_cache, OOM ladder)
+};
+
+enum class BlockState { Free, Allocated, AwaitingStreams };
+
+struct BlockInfo {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;  // of the current (or last) allocation
+  BlockState state = BlockState::Free;
+  cudaStream_t stream = nullptr;  // of the current (or last) allocation
+};
+
+struct SegmentInfo {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  cudaStream_t stream = nullptr;  // the stream whose pool owns it
+  bool small_pool = false;
+  std::vector<BlockInfo> blocks;  // in address order
+};
+
+// What the two caching allocators share.
+class CachingAllocatorBase : public Allocator {
+ public:
+  virtual MemoryStats stats() const = 0;
+  virtual void reset_peak_stats() = 0;
+  virtual void empty_cache() = 0;  // waits for pending events and returns every fully free segment / block
+  virtual std::string memory_summary() const = 0;
+  // false: one backend allocation per request, nothing cached (for compute-sanitizer). Blocks already cached
+  // stay until empty_cache().
+  void set_caching_enabled(bool enabled) { m_caching.store(enabled, std::memory_order_relaxed); }
+  bool caching_enabled() const { return m_caching.load(std::memory_order_relaxed); }
+
+ protected:
+  std::atomic<bool> m_caching{true};
+};
+
+class CachingDeviceAllocator final : public CachingAllocatorBase {
+ public:
+  explicit CachingDeviceAllocator(std::unique_ptr<MemoryBackend> backend, bool caching = true);
+  ~CachingDeviceAllocator() override;
+  CachingDeviceAllocator(const CachingDeviceAllocator&) = delete;
+  CachingDeviceAllocator& operator=(const CachingDeviceAllocator&) = delete;
+
+  Allocation allocate(std::size_t bytes, cudaStream_t stream = nullptr) override;
+  void record_stream(const Allocation& allocation, cudaStream_t stream) override;
+  Device device() const override { return m_device; }
+  std::string name() const override { return "cuda-caching"; }
+
+  MemoryStats stats() const override;
+  void reset_peak_stats() override;
+  void empty_cache() override;
+  std::string memory_summary() const override;
+  std::vector<SegmentInfo> snapshot() const;
+
+  // A hard cap on reserved bytes (0: none). Checked before every backend allocation; reaching it takes the same
+  // reclaim-then-OutOfMemoryError path as a refusal by the driver.
+  void set_memory_cap(std::size_t bytes) { m_cap.store(bytes, std::memory_order_relaxed); }
+  void set_memory_fraction(double fraction);  // of the device's total memory, in (0, 1]
+  std::size_t memory_cap() const { return m_cap.load(std::memory_order_relaxed); }
+
+  MemoryBackend& backend() { return *m_backend; }
+
+  static constexpr std::size_t kGranule = 512;
+  static constexpr std::size_t kSmallRequest = std::size_t(1) << 20;   // <= this: small pool
+  static constexpr std::size_t kSmallSegment = std::size_t(2) << 20;
+  static constexpr std::size_t kLargeRequest = std::size_t(10) << 20;  // <= this: shares a 20 MiB segment
+  static constexpr std::size_t kLargeSegment = std::size_t(20) << 20;
+  static constexpr std::size_t kSegmentRounding = std::size_t(2) << 20;  // for requests of their own segment
+
+  static std::size_t round_size(std::size_t bytes);
+  static std::size_t segment_size(std::size_t rounded);
+
+  struct Block;
+  struct Segment;
+  struct Pool;
+
+ protected:
+  void deallocate(const Allocation& allocation) noexcept override;
+
+ private:
+  Pool& pool_for(cudaStream_t stream);
+  std::vector<Pool*> all_pools() const;
+  Block* take_cached(Pool& pool, std::size_t rounded, bool foreign);
+  Block* new_segment(Pool& own, std::size_t rounded, void* ptr, std::size_t seg_bytes);
+  void* backend_allocate(std::size_t seg_bytes);
+  void release_free_segments(bool oversize_only);
+  void wait_all_events();
+  Allocation hand_out(Pool& pool, Block* block, std::size_t bytes, cudaStream_t stream, bool hit, bool foreign);
+  Allocation allocate_uncached(std::size_t bytes, cudaStream_t stream);
+  [[noreturn]] void throw_oom(std::size_t bytes, std::size_t rounded, std::size_t seg_bytes);
+
+  std::unique_ptr<MemoryBackend> m_backend;
+  Device m_device;
+  std::atomic<std::size_t> m_cap{0};
+  std::atomic<std::size_t> m_reserved{0};  // all pools, for the cap
+
+  // Stream -> pool: an open-addressing table read without a lock; pools are only added, under m_pools_mutex.
+  static constexpr std::size_t kMaxPools = 1024;
+  static constexpr std::size_t kTableSize = 2 * kMaxPools;
+  mutable std::mutex m_pools_mutex;
+  std::unique_ptr<std::atomic<Pool*>[]> m_table;
+  std::vector<std::unique_ptr<Pool>> m_pools;
+
+  // Uncached (bypass) allocations.
+  mutable std::mutex m_uncached_mutex;
+  MemoryStats m_uncached_stats;
+};
+
+// Page-locked host memory, cached in power-of-two bins (512 B and up). A block released while an asynchronous copy
+// may still use it (record_stream with the copy's stream) is reused only once an event recorded on that stream at
+// release has completed.
+class CachingHostAllocator final : public CachingAllocatorBase {
+ public:
+  explicit CachingHostAllocator(std::unique_ptr<MemoryBackend> backend, bool caching = true);
+  ~CachingHostAllocator() override;
+  CachingHostAllocator(const CachingHostAllocator&) = delete;
+  CachingHostAllocator& operator=(const CachingHostAllocator&) = delete;
+
+  Allocation allocate(std::size_t bytes, cudaStream_t stream = nullptr) override;
+  void record_stream(const Allocation& allocation, cudaStream_t stream) override;
+  Device device() const override { return Device::cpu(); }
+  std::string name() const override { return "pinned-caching"; }
+
+  MemoryStats stats() const override;
+  void reset_peak_stats() override;
+  void empty_cache() override;
+  std::string memory_summary() const override;
+
+  MemoryBackend& backend() { return *m_backend; }
+
+  static std::size_t bin_size(std::size_t bytes);  // the power of two (>= 512) a request is served from
+
+  struct HostBlock;
+
+ protected:
+  void deallocate(const Allocation& allocation) noexcept override;
+
+ private:
+  void process_events_locked();
+  void free_cached_locked();
+
+  static constexpr int kBins = 64;
+  std::unique_ptr<MemoryBackend> m_backend;
+  mutable std::mutex m_mutex;
+  std::vector<HostBlock*> m_free[kBins];
+  std::vector<std::pair<MemoryBackend::EventHandle, HostBlock*>> m_pending;
+  std::vector<HostBlock*> m_all;
+  MemoryStats m_stats;
+};
+
+// The process-wide caching allocators (the same objects cuda_allocator() and pinned_allocator() return).
+CachingDeviceAllocator& caching_cuda_allocator(int device);
+CachingHostAllocator& caching_pinned_allocator();
+
+// Conveniences over the process-wide allocators.
+void empty_cache();  // every device allocator created so far, and the pinned one
+MemoryStats memory_stats(int device);
+void reset_peak_memory_stats(int device);
+std::string memory_summary(int device);
+void set_caching_enabled(bool enabled);  // all process-wide allocators, present and future
+
+// "1.50 MiB", "512 B".
+std::string format_bytes(std::int64_t bytes);
+
+namespace detail {
+std::string memory_summary_table(const std::string& title, const MemoryStats& stats);
+}  // namespace detail
+
+}  // namespace mt
