@@ -263,6 +263,18 @@ bool FakeBackend::pending(cudaStream_t stream) const {
   return it != m_queues.end() && it->second.completed < it->second.submitted;
 }
 
+std::uint64_t FakeBackend::submitted(cudaStream_t stream) const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto it = m_queues.find(stream);
+  return it == m_queues.end() ? 0 : it->second.submitted;
+}
+
+std::uint64_t FakeBackend::completed(cudaStream_t stream) const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto it = m_queues.find(stream);
+  return it == m_queues.end() ? 0 : it->second.completed;
+}
+
 void FakeBackend::set_capacity(std::size_t bytes) {
   std::lock_guard<std::mutex> lock(m_mutex);
   m_capacity = bytes < m_used ? m_used : bytes;

@@ -73,6 +73,8 @@ class FakeBackend final : public MemoryBackend {
   void complete(cudaStream_t stream);
   void complete_all();
   bool pending(cudaStream_t stream) const;
+  std::uint64_t submitted(cudaStream_t stream) const;  // units of work queued on the stream so far
+  std::uint64_t completed(cudaStream_t stream) const;  // of which done
 
   // A stream handle for tests: fake_stream(1), fake_stream(2), ... (never dereferenced).
   static cudaStream_t fake_stream(int i) { return reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(i)); }

@@ -174,8 +174,9 @@ CachingDeviceAllocator::~CachingDeviceAllocator() {
     for (auto& p : pool->pending) m_backend->release_event(p.event);
     for (auto& f : pool->fences) m_backend->release_event(f.event);
     for (Segment* seg : pool->segments) {
-      if (seg->n_used)
-        detail::log_error(detail::str(name(), ": destroyed while ", seg->n_used, " blocks are still in use"));
+      for (Block* b = seg->head; b; b = b->next)
+        if (b->state == BlockState::Allocated)
+          detail::log_error(detail::str(name(), ": destroyed while a block of ", b->size, " bytes is in use"));
       for (Block* b = seg->head; b;) {
         Block* next = b->next;
         delete b;
