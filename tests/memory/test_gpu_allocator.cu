@@ -1,0 +1,189 @@
+// The caching allocators on a real GPU (skipped without one).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "memory/caching.h"
+#include "runtime/error.h"
+#include "runtime/event.h"
+#include "runtime/stream.h"
+#include "tests/common/gpu.h"
+
+namespace mt {
+namespace {
+
+constexpr std::size_t MiB = 1024 * 1024;
+
+// Fill and check are bandwidth-bound: 4 bytes written (or read) per thread-iteration, no reuse.
+__global__ void fill_words(std::uint32_t* p, std::size_t n, std::uint32_t pattern) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    p[i] = pattern ^ static_cast<std::uint32_t>(i);
+}
+
+__global__ void check_words(const std::uint32_t* p, std::size_t n, std::uint32_t pattern, int* errors) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    if (p[i] != (pattern ^ static_cast<std::uint32_t>(i))) atomicAdd(errors, 1);
+}
+
+// Keeps a stream busy for about `cycles` SM clocks.
+__global__ void spin(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 1024)); }
+
+void launch_fill(void* p, std::size_t bytes, std::uint32_t pattern, cudaStream_t s) {
+  const std::size_t n = bytes / 4;
+  if (!n) return;
+  fill_words<<<grid_for(n), 256, 0, s>>>(static_cast<std::uint32_t*>(p), n, pattern);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_check(const void* p, std::size_t bytes, std::uint32_t pattern, int* errors, cudaStream_t s) {
+  const std::size_t n = bytes / 4;
+  if (!n) return;
+  check_words<<<grid_for(n), 256, 0, s>>>(static_cast<const std::uint32_t*>(p), n, pattern, errors);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+bool caching_from_env() {
+  const char* e = std::getenv("MT_DISABLE_CACHING");
+  return !(e && *e && std::string(e) != "0");
+}
+
+TEST(GpuAllocator, RegistryHandsOutTheCachingAllocators) {
+  MT_REQUIRE_GPU();
+  EXPECT_NE(dynamic_cast<CachingDeviceAllocator*>(&cuda_allocator(0)), nullptr);
+  EXPECT_NE(dynamic_cast<CachingHostAllocator*>(&pinned_allocator()), nullptr);
+  EXPECT_EQ(&cuda_allocator(0), &caching_cuda_allocator(0));
+}
+
+TEST(GpuAllocator, FuzzWithKernelsOnSeveralStreams) {
+  MT_REQUIRE_GPU();
+  CachingDeviceAllocator alloc(make_cuda_backend(0), caching_from_env());
+  DeviceGuard guard(0);
+  std::vector<Stream> streams;
+  for (int i = 0; i < 4; ++i) streams.emplace_back(0);
+  int* errors = nullptr;
+  MT_CUDA_CHECK(cudaMalloc(&errors, sizeof(int)));
+  MT_CUDA_CHECK(cudaMemset(errors, 0, sizeof(int)));
+  struct Live {
+    Allocation a;
+    std::uint32_t pattern;
+  };
+  std::vector<Live> live;
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int step = 0; step < 4000; ++step) {
+    const double r = unit(rng);
+    if ((r < 0.45 && live.size() < 64) || live.empty()) {
+      const auto bytes = static_cast<std::size_t>(std::exp(unit(rng) * std::log(16.0 * MiB))) & ~std::size_t(3);
+      cudaStream_t s = streams[rng() % streams.size()];
+      Allocation a = alloc.allocate(bytes, s);
+      const auto pattern = static_cast<std::uint32_t>(rng());
+      launch_fill(a.data(), bytes, pattern, s);
+      live.push_back({std::move(a), pattern});
+    } else if (r < 0.85) {
+      const std::size_t i = rng() % live.size();
+      launch_check(live[i].a.data(), live[i].a.size(), live[i].pattern, errors, live[i].a.stream());
+      live[i] = std::move(live.back());
+      live.pop_back();
+    } else if (r < 0.99) {
+      // Read it on another stream too, ordered after the writes; the allocator must keep it until then.
+      Live& l = live[rng() % live.size()];
+      cudaStream_t other = streams[rng() % streams.size()];
+      Event written;
+      written.record(l.a.stream());
+      written.wait(other);
+      launch_check(l.a.data(), l.a.size(), l.pattern, errors, other);
+      alloc.record_stream(l.a, other);
+    } else {
+      alloc.empty_cache();
+    }
+  }
+  for (Live& l : live) launch_check(l.a.data(), l.a.size(), l.pattern, errors, l.a.stream());
+  live.clear();
+  MT_CUDA_CHECK(cudaDeviceSynchronize());
+  int host_errors = -1;
+  MT_CUDA_CHECK(cudaMemcpy(&host_errors, errors, sizeof(int), cudaMemcpyDeviceToHost));
+  MT_CUDA_CHECK(cudaFree(errors));
+  EXPECT_EQ(host_errors, 0);
+  const MemoryStats st = alloc.stats();
+  EXPECT_EQ(st.allocated_bytes.current, 0);
+  if (alloc.caching_enabled()) EXPECT_GT(st.cache_hits, 500);
+  alloc.empty_cache();
+  EXPECT_EQ(alloc.stats().reserved_bytes.current, 0);
+}
+
+TEST(GpuAllocator, OomLargerThanDeviceThenStillWorks) {
+  MT_REQUIRE_GPU();
+  CachingDeviceAllocator& alloc = caching_cuda_allocator(0);
+  const std::size_t total = static_cast<std::size_t>(device_properties(0).total_memory);
+  const cudaStream_t s = current_stream(0);
+  try {
+    Allocation a = alloc.allocate(total + 1024 * MiB, s);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("device free"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tried to allocate"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the refusal leaves no sticky error
+  Allocation b = alloc.allocate(MiB, s);
+  ASSERT_NE(b.data(), nullptr);
+  launch_fill(b.data(), MiB, 7, s);
+  MT_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+TEST(GpuAllocator, EmptyCacheReturnsMemoryToTheDriver) {
+  MT_REQUIRE_GPU();
+  CachingDeviceAllocator alloc(make_cuda_backend(0));
+  DeviceGuard guard(0);
+  Stream s(0);
+  {
+    Allocation a = alloc.allocate(512 * MiB, s);
+    launch_fill(a.data(), 512 * MiB, 1, s);
+  }
+  s.synchronize();
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  MT_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  EXPECT_EQ(alloc.stats().reserved_bytes.current, static_cast<std::int64_t>(512 * MiB));
+  alloc.empty_cache();
+  MT_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  EXPECT_GE(free_after, free_before + 500 * MiB);
+  EXPECT_EQ(alloc.stats().reserved_bytes.current, 0);
+}
+
+TEST(GpuPinned, ReuseWaitsForTheCopy) {
+  MT_REQUIRE_GPU();
+  CachingHostAllocator pinned(make_pinned_backend());
+  DeviceGuard guard(0);
+  Stream s(0);
+  void* dev = nullptr;
+  MT_CUDA_CHECK(cudaMalloc(&dev, 4 * MiB));
+  Allocation a = pinned.allocate(4 * MiB);
+  void* p = a.data();
+  const int clock_khz = [] {
+    int v = 0;
+    MT_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrClockRate, 0));
+    return v;
+  }();
+  spin<<<1, 1, 0, s>>>(static_cast<long long>(clock_khz) * 200);  // ~200 ms ahead of the copy
+  MT_CUDA_CHECK_LAUNCH();
+  MT_CUDA_CHECK(cudaMemcpyAsync(dev, a.data(), 4 * MiB, cudaMemcpyHostToDevice, s));
+  pinned.record_stream(a, s);
+  a.reset();
+  Allocation b = pinned.allocate(4 * MiB);
+  EXPECT_NE(b.data(), p) << "handed out while the copy may still read it";
+  s.synchronize();
+  Allocation c = pinned.allocate(4 * MiB);
+  EXPECT_EQ(c.data(), p);
+  MT_CUDA_CHECK(cudaFree(dev));
+}
+
+}  // namespace
+}  // namespace mt
