@@ -12,9 +12,9 @@ namespace mt {
 
 namespace {
 
-// cudaEvent_t objects are cheap to record and query but not to create (and concurrent creation is slow), so each
-// device keeps the ones it has made. Events never move between devices: an event must be recorded on a stream of
-// the device it was created on.
+// cudaEvent_t objects are cheap to record and query but not to create (and concurrent creation is slow), so
+// each device keeps the ones it has made. Events never move between devices: an event must be recorded on a
+// stream of the device it was created on.
 struct CudaEvent {
   cudaEvent_t event;
   int device;
@@ -163,11 +163,14 @@ std::unique_ptr<MemoryBackend> make_cuda_backend(int device) {
   return std::make_unique<CudaBackend>(device);
 }
 
-std::unique_ptr<MemoryBackend> make_pinned_backend() { return std::make_unique<PinnedBackend>(); }
+std::unique_ptr<MemoryBackend> make_pinned_backend() {
+  return std::make_unique<PinnedBackend>();
+}
 
 // ---------------------------------------------------------------- fake
 
-FakeBackend::FakeBackend(std::size_t capacity_bytes, Device device) : m_device(device), m_capacity(capacity_bytes) {}
+FakeBackend::FakeBackend(std::size_t capacity_bytes, Device device)
+    : m_device(device), m_capacity(capacity_bytes) {}
 
 FakeBackend::~FakeBackend() {
   for (auto& [ptr, bytes] : m_live) std::free(ptr);
@@ -189,7 +192,8 @@ void FakeBackend::deallocate(void* ptr, std::size_t bytes) noexcept {
   std::lock_guard<std::mutex> lock(m_mutex);
   auto it = m_live.find(ptr);
   if (it == m_live.end() || it->second != bytes) {
-    detail::log_error(detail::str("fake backend: deallocate of ", ptr, " (", bytes, " bytes) that it did not hand out"));
+    detail::log_error(
+        detail::str("fake backend: deallocate of ", ptr, " (", bytes, " bytes) that it did not hand out"));
     std::abort();
   }
   m_used -= bytes;

@@ -1,9 +1,9 @@
 // The raw-memory backends under the caching allocators.
 //
-// The pool policy (size classes, splitting, stream rules, OOM ladder, stats) lives in caching.h and pinned.h and
-// talks to memory only through MemoryBackend. The CUDA backends call cudaMalloc / cudaHostAlloc and CUDA events;
-// FakeBackend serves host memory with a configurable capacity and streams whose "work" the caller queues and
-// completes by hand, so the whole policy runs in tests on a machine without a GPU.
+// The pool policy (size classes, splitting, stream rules, OOM ladder, stats) lives in caching.h and pinned.h
+// and talks to memory only through MemoryBackend. The CUDA backends call cudaMalloc / cudaHostAlloc and CUDA
+// events; FakeBackend serves host memory with a configurable capacity and streams whose "work" the caller
+// queues and completes by hand, so the whole policy runs in tests on a machine without a GPU.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,8 +50,8 @@ std::unique_ptr<MemoryBackend> make_cuda_backend(int device);
 std::unique_ptr<MemoryBackend> make_pinned_backend();
 
 // Host memory posing as a device. Streams are opaque handles: submit(s) queues one unit of work on s,
-// complete(s) finishes everything queued on s so far. An event recorded on s is done once the work queued on s
-// before it has completed. deallocate() completes every stream, as cudaFree synchronises the device.
+// complete(s) finishes everything queued on s so far. An event recorded on s is done once the work queued on
+// s before it has completed. deallocate() completes every stream, as cudaFree synchronises the device.
 // Thread-safe.
 class FakeBackend final : public MemoryBackend {
  public:
@@ -77,7 +77,9 @@ class FakeBackend final : public MemoryBackend {
   std::uint64_t completed(cudaStream_t stream) const;  // of which done
 
   // A stream handle for tests: fake_stream(1), fake_stream(2), ... (never dereferenced).
-  static cudaStream_t fake_stream(int i) { return reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(i)); }
+  static cudaStream_t fake_stream(int i) {
+    return reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(i));
+  }
 
   std::size_t capacity() const { return m_capacity; }
   void set_capacity(std::size_t bytes);

@@ -1,18 +1,18 @@
 // The stream-aware caching device allocator. Overview and rules in caching.h.
 //
-// Structures. A Segment is one backend allocation, owned for life by the pool of the stream that asked for it;
-// its Blocks tile it in address order (prev/next) and are only touched under that pool's lock. Free blocks sit in
-// the pool's small or large set, ordered by (size, address), so lower_bound is the best fit.
+// Structures. A Segment is one backend allocation, owned for life by the pool of the stream that asked for
+// it; its Blocks tile it in address order (prev/next) and are only touched under that pool's lock. Free
+// blocks sit in the pool's small or large set, ordered by (size, address), so lower_bound is the best fit.
 //
-// Why per-stream pools: a block released on its pool's stream can be reused by that stream at once with no event
-// (stream order does it), which is the hit path: one uncontended lock, one set lookup. Threads on different
-// streams never share a lock on that path.
+// Why per-stream pools: a block released on its pool's stream can be reused by that stream at once with no
+// event (stream order does it), which is the hit path: one uncontended lock, one set lookup. Threads on
+// different streams never share a lock on that path.
 //
-// Cross-stream reuse without per-release events: each pool numbers its releases (seq). When another stream misses
-// in its own pool it looks at the others; a pool records a "fence" event on its stream covering the releases so
-// far (at most one per miss), and once a fence completes every block released before it is safe for any stream.
-// Blocks fresh from the backend are safe at once (seq 0). So the cost of cross-stream safety is paid on misses,
-// which are followed by a driver call anyway, never on hits.
+// Cross-stream reuse without per-release events: each pool numbers its releases (seq). When another stream
+// misses in its own pool it looks at the others; a pool records a "fence" event on its stream covering the
+// releases so far (at most one per miss), and once a fence completes every block released before it is safe
+// for any stream. Blocks fresh from the backend are safe at once (seq 0). So the cost of cross-stream safety
+// is paid on misses, which are followed by a driver call anyway, never on hits.
 #include "memory/caching.h"
 
 #include <algorithm>
@@ -106,8 +106,8 @@ void add(MemoryStats& into, const MemoryStats& s) {
 }
 
 void reset_peaks(MemoryStats& s) {
-  for (StatValue* v : {&s.allocations, &s.allocated_bytes, &s.requested_bytes, &s.active_bytes, &s.reserved_bytes,
-                       &s.segments, &s.inactive_split_bytes})
+  for (StatValue* v : {&s.allocations, &s.allocated_bytes, &s.requested_bytes, &s.active_bytes,
+                       &s.reserved_bytes, &s.segments, &s.inactive_split_bytes})
     v->peak = v->current;
 }
 
@@ -117,7 +117,8 @@ std::string bytes_and_exact(std::size_t bytes) {
 
 }  // namespace
 
-struct CachingDeviceAllocator::Pool {
+// Cache-line aligned: pools of different streams are used by different threads at once.
+struct alignas(64) CachingDeviceAllocator::Pool {
   explicit Pool(cudaStream_t s) : stream(s) {}
 
   cudaStream_t stream;
@@ -164,7 +165,9 @@ std::size_t CachingDeviceAllocator::segment_size(std::size_t rounded) {
 // ---------------------------------------------------------------- lifetime
 
 CachingDeviceAllocator::CachingDeviceAllocator(std::unique_ptr<MemoryBackend> backend, bool caching)
-    : m_backend(std::move(backend)), m_device(m_backend->device()), m_table(new std::atomic<Pool*>[kTableSize]) {
+    : m_backend(std::move(backend)),
+      m_device(m_backend->device()),
+      m_table(new std::atomic<Pool*>[kTableSize]) {
   m_caching.store(caching);
   for (std::size_t i = 0; i < kTableSize; ++i) m_table[i].store(nullptr, std::memory_order_relaxed);
 }
@@ -176,7 +179,8 @@ CachingDeviceAllocator::~CachingDeviceAllocator() {
     for (Segment* seg : pool->segments) {
       for (Block* b = seg->head; b; b = b->next)
         if (b->state == BlockState::Allocated)
-          detail::log_error(detail::str(name(), ": destroyed while a block of ", b->size, " bytes is in use"));
+          detail::log_error(
+              detail::str(name(), ": destroyed while a block of ", b->size, " bytes is in use"));
       for (Block* b = seg->head; b;) {
         Block* next = b->next;
         delete b;
@@ -192,7 +196,8 @@ CachingDeviceAllocator::~CachingDeviceAllocator() {
 
 CachingDeviceAllocator::Pool& CachingDeviceAllocator::pool_for(cudaStream_t stream) {
   const auto key = reinterpret_cast<std::uintptr_t>(stream);
-  const std::size_t start = static_cast<std::size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (kTableSize - 1);
+  const std::size_t start =
+      static_cast<std::size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (kTableSize - 1);
   for (std::size_t i = start;; i = (i + 1) & (kTableSize - 1)) {
     Pool* p = m_table[i].load(std::memory_order_acquire);
     if (!p) break;
@@ -289,7 +294,8 @@ Block* take_block(PoolT& pool, SetT& set, typename SetT::iterator it, std::size_
   // Small blocks split down to a granule; large ones only when the rest is a large request itself, so that
   // large segments are not ground into pieces only small requests could use (and those use their own pool).
   const bool small = b->segment->small;
-  if (small ? remainder >= CachingDeviceAllocator::kGranule : remainder > CachingDeviceAllocator::kSmallRequest) {
+  if (small ? remainder >= CachingDeviceAllocator::kGranule
+            : remainder > CachingDeviceAllocator::kSmallRequest) {
     Block* rest = pool.new_block();
     rest->ptr = b->ptr + rounded;
     rest->size = remainder;
@@ -310,7 +316,8 @@ Block* take_block(PoolT& pool, SetT& set, typename SetT::iterator it, std::size_
 
 // Takes the best-fitting free block of `pool` for `rounded` bytes, splitting off a remainder worth keeping.
 // `foreign`: the caller's stream is not the pool's, so only blocks a completed fence covers qualify.
-CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, std::size_t rounded, bool foreign) {
+CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, std::size_t rounded,
+                                                                   bool foreign) {
   const bool small = rounded <= kSmallRequest;
   auto& set = pool.set_for(small);
   if (set.empty()) return nullptr;
@@ -339,8 +346,8 @@ CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, s
   return take_block(pool, set, it, rounded);
 }
 
-Allocation CachingDeviceAllocator::hand_out(Pool& pool, Block* b, std::size_t bytes, cudaStream_t stream, bool hit,
-                                            bool foreign) {
+Allocation CachingDeviceAllocator::hand_out(Pool& pool, Block* b, std::size_t bytes, cudaStream_t stream,
+                                            bool hit, bool foreign) {
   b->state = BlockState::Allocated;
   b->requested = bytes;
   b->stream = stream;
@@ -352,8 +359,10 @@ Allocation CachingDeviceAllocator::hand_out(Pool& pool, Block* b, std::size_t by
   s.allocated_bytes.increase(size);
   s.active_bytes.increase(size);
   s.requested_bytes.increase(static_cast<std::int64_t>(bytes));
-  if (hit) ++s.cache_hits;
-  else ++s.cache_misses;
+  if (hit)
+    ++s.cache_hits;
+  else
+    ++s.cache_misses;
   if (foreign) ++s.cross_stream_hits;
   return make_allocation(b->ptr, bytes, stream, b);
 }
@@ -611,7 +620,8 @@ void CachingDeviceAllocator::throw_oom(std::size_t bytes, std::size_t rounded, s
   std::string device_line;
   try {
     m_backend->memory_info(free_b, total_b);
-    device_line = detail::str("device free ", bytes_and_exact(free_b), " of ", bytes_and_exact(total_b), " total");
+    device_line =
+        detail::str("device free ", bytes_and_exact(free_b), " of ", bytes_and_exact(total_b), " total");
   } catch (const std::exception& e) {
     device_line = std::string("device memory unknown: ") + e.what();
   }
@@ -680,11 +690,13 @@ std::vector<SegmentInfo> CachingDeviceAllocator::snapshot() const {
       si.stream = pool->stream;
       si.small_pool = seg->small;
       for (const Block* b = seg->head; b; b = b->next)
-        si.blocks.push_back({reinterpret_cast<std::uintptr_t>(b->ptr), b->size, b->requested, b->state, b->stream});
+        si.blocks.push_back(
+            {reinterpret_cast<std::uintptr_t>(b->ptr), b->size, b->requested, b->state, b->stream});
       out.push_back(std::move(si));
     }
   }
-  std::sort(out.begin(), out.end(), [](const SegmentInfo& a, const SegmentInfo& b) { return a.address < b.address; });
+  std::sort(out.begin(), out.end(),
+            [](const SegmentInfo& a, const SegmentInfo& b) { return a.address < b.address; });
   return out;
 }
 
@@ -698,13 +710,13 @@ std::string summary_table(const std::string& title, const MemoryStats& s) {
   os << rule << "\n";
   std::snprintf(line, sizeof line, "| %-79s |\n", title.c_str());
   os << line << thin << "\n";
-  std::snprintf(line, sizeof line, "| %-22s | %12s | %12s | %12s | %12s |\n", "Metric", "Cur Usage", "Peak Usage",
-                "Tot Alloc", "Tot Freed");
+  std::snprintf(line, sizeof line, "| %-22s | %12s | %12s | %12s | %12s |\n", "Metric", "Cur Usage",
+                "Peak Usage", "Tot Alloc", "Tot Freed");
   os << line << thin << "\n";
   auto bytes_row = [&](const char* label, const StatValue& v) {
     std::snprintf(line, sizeof line, "| %-22s | %12s | %12s | %12s | %12s |\n", label,
-                  format_bytes(v.current).c_str(), format_bytes(v.peak).c_str(), format_bytes(v.allocated).c_str(),
-                  format_bytes(v.freed).c_str());
+                  format_bytes(v.current).c_str(), format_bytes(v.peak).c_str(),
+                  format_bytes(v.allocated).c_str(), format_bytes(v.freed).c_str());
     os << line;
   };
   auto count_row = [&](const char* label, const StatValue& v) {
@@ -753,8 +765,10 @@ std::string format_bytes(std::int64_t bytes) {
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
   return buf;
 }
 

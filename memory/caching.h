@@ -2,16 +2,20 @@
 //
 // Device allocator, in short (details next to the code in caching.cpp):
 // - Requests round up to 512 B granules. Small requests (<= 1 MiB) are carved from 2 MiB segments, large ones
-//   (<= 10 MiB) from 20 MiB segments, bigger ones get a segment of their own rounded to 2 MiB. Best fit; a block is
-//   split when the remainder is worth keeping, and free neighbours in a segment merge on release.
-// - Memory is kept per stream: each stream that allocates gets a pool with its own lock, so threads working on
-//   different streams do not contend. A block released on its own stream is reused at once by that stream (the
-//   stream orders the reuse). Another stream takes it only once an event recorded on the first stream, after the
-//   release, has completed (polled, never waited for, on the allocation path). A block used on other streams
-//   (record_stream) is reused by nobody until an event recorded on each of them at release has completed.
-// - Out of memory: free cached oversize segments, search again, retry; wait for pending events, free every fully
+//   (<= 10 MiB) from 20 MiB segments, bigger ones get a segment of their own rounded to 2 MiB. Best fit; a
+//   block is split when the remainder is worth keeping, and free neighbours in a segment merge on release.
+// - Memory is kept per stream: each stream that allocates gets a pool with its own lock, so threads working
+// on
+//   different streams do not contend. A block released on its own stream is reused at once by that stream
+//   (the stream orders the reuse). Another stream takes it only once an event recorded on the first stream,
+//   after the release, has completed (polled, never waited for, on the allocation path). A block used on
+//   other streams (record_stream) is reused by nobody until an event recorded on each of them at release has
+//   completed.
+// - Out of memory: free cached oversize segments, search again, retry; wait for pending events, free every
+// fully
 //   free segment, search again, retry; then OutOfMemoryError with the figures.
-// - MT_DISABLE_CACHING=1 (or set_caching_enabled(false)) makes every allocation one cudaMalloc and every release
+// - MT_DISABLE_CACHING=1 (or set_caching_enabled(false)) makes every allocation one cudaMalloc and every
+// release
 //   one cudaFree, for compute-sanitizer.
 #pragma once
 
@@ -28,7 +32,8 @@
 
 namespace mt {
 
-// One statistic: its current value, its peak since the last reset_peak_stats(), and the totals added and removed.
+// One statistic: its current value, its peak since the last reset_peak_stats(), and the totals added and
+// removed.
 struct StatValue {
   std::int64_t current = 0, peak = 0, allocated = 0, freed = 0;
 
@@ -43,19 +48,19 @@ struct StatValue {
   }
 };
 
-// Like torch.cuda.memory_stats. Byte counts of blocks are the rounded sizes, requested_bytes what callers asked.
-// With several streams, current/allocated/freed are exact sums over the per-stream pools and a peak is the sum
-// of the pools' peaks: exact with one stream, an upper bound with several.
+// Like torch.cuda.memory_stats. Byte counts of blocks are the rounded sizes, requested_bytes what callers
+// asked. With several streams, current/allocated/freed are exact sums over the per-stream pools and a peak is
+// the sum of the pools' peaks: exact with one stream, an upper bound with several.
 struct MemoryStats {
-  StatValue allocations;           // blocks handed out
-  StatValue allocated_bytes;       // bytes handed out
-  StatValue requested_bytes;       // bytes asked for
-  StatValue active_bytes;          // handed out, or released but still awaiting streams
-  StatValue reserved_bytes;        // held from the backend
-  StatValue segments;              // backend allocations held
-  StatValue inactive_split_bytes;  // free bytes in segments that also hold used blocks
-  std::int64_t cache_hits = 0;     // served from the cache
-  std::int64_t cache_misses = 0;   // needed a backend allocation
+  StatValue allocations;               // blocks handed out
+  StatValue allocated_bytes;           // bytes handed out
+  StatValue requested_bytes;           // bytes asked for
+  StatValue active_bytes;              // handed out, or released but still awaiting streams
+  StatValue reserved_bytes;            // held from the backend
+  StatValue segments;                  // backend allocations held
+  StatValue inactive_split_bytes;      // free bytes in segments that also hold used blocks
+  std::int64_t cache_hits = 0;         // served from the cache
+  std::int64_t cache_misses = 0;       // needed a backend allocation
   std::int64_t cross_stream_hits = 0;  // served by a block another stream released
   std::int64_t splits = 0, merges = 0;
   std::int64_t alloc_retries = 0;  // backend refusals that started the reclaim ladder
@@ -117,8 +122,8 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   std::string memory_summary() const override;
   std::vector<SegmentInfo> snapshot() const;
 
-  // A hard cap on reserved bytes (0: none). Checked before every backend allocation; reaching it takes the same
-  // reclaim-then-OutOfMemoryError path as a refusal by the driver.
+  // A hard cap on reserved bytes (0: none). Checked before every backend allocation; reaching it takes the
+  // same reclaim-then-OutOfMemoryError path as a refusal by the driver.
   void set_memory_cap(std::size_t bytes) { m_cap.store(bytes, std::memory_order_relaxed); }
   void set_memory_fraction(double fraction);  // of the device's total memory, in (0, 1]
   std::size_t memory_cap() const { return m_cap.load(std::memory_order_relaxed); }
@@ -126,7 +131,7 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   MemoryBackend& backend() { return *m_backend; }
 
   static constexpr std::size_t kGranule = 512;
-  static constexpr std::size_t kSmallRequest = std::size_t(1) << 20;   // <= this: small pool
+  static constexpr std::size_t kSmallRequest = std::size_t(1) << 20;  // <= this: small pool
   static constexpr std::size_t kSmallSegment = std::size_t(2) << 20;
   static constexpr std::size_t kLargeRequest = std::size_t(10) << 20;  // <= this: shares a 20 MiB segment
   static constexpr std::size_t kLargeSegment = std::size_t(20) << 20;
@@ -150,7 +155,8 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   void* backend_allocate(std::size_t seg_bytes);
   void release_free_segments(bool oversize_only);
   void wait_all_events();
-  Allocation hand_out(Pool& pool, Block* block, std::size_t bytes, cudaStream_t stream, bool hit, bool foreign);
+  Allocation hand_out(Pool& pool, Block* block, std::size_t bytes, cudaStream_t stream, bool hit,
+                      bool foreign);
   Allocation allocate_uncached(std::size_t bytes, cudaStream_t stream);
   [[noreturn]] void throw_oom(std::size_t bytes, std::size_t rounded, std::size_t seg_bytes);
 
@@ -171,9 +177,9 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   MemoryStats m_uncached_stats;
 };
 
-// Page-locked host memory, cached in power-of-two bins (512 B and up). A block released while an asynchronous copy
-// may still use it (record_stream with the copy's stream) is reused only once an event recorded on that stream at
-// release has completed.
+// Page-locked host memory, cached in power-of-two bins (512 B and up). A block released while an asynchronous
+// copy may still use it (record_stream with the copy's stream) is reused only once an event recorded on that
+// stream at release has completed.
 class CachingHostAllocator final : public CachingAllocatorBase {
  public:
   explicit CachingHostAllocator(std::unique_ptr<MemoryBackend> backend, bool caching = true);

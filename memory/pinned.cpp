@@ -78,8 +78,8 @@ void CachingHostAllocator::free_cached_locked() {
 
 Allocation CachingHostAllocator::allocate(std::size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return make_allocation(nullptr, 0, stream, nullptr);
-  MT_CHECK(bytes <= std::numeric_limits<std::size_t>::max() / 4, OutOfMemoryError,
-           "pinned: cannot allocate ", bytes, " bytes of page-locked host memory");
+  MT_CHECK(bytes <= std::numeric_limits<std::size_t>::max() / 4, OutOfMemoryError, "pinned: cannot allocate ",
+           bytes, " bytes of page-locked host memory");
   const bool caching = caching_enabled();
   const std::size_t size = caching ? bin_size(bytes) : bytes;
   const int bin = std::countr_zero(bin_size(bytes));
@@ -92,8 +92,10 @@ Allocation CachingHostAllocator::allocate(std::size_t bytes, cudaStream_t stream
     m_stats.allocated_bytes.increase(n);
     m_stats.active_bytes.increase(n);
     m_stats.requested_bytes.increase(static_cast<std::int64_t>(bytes));
-    if (hit) ++m_stats.cache_hits;
-    else ++m_stats.cache_misses;
+    if (hit)
+      ++m_stats.cache_hits;
+    else
+      ++m_stats.cache_misses;
     return make_allocation(b->ptr, bytes, stream, b);
   };
   if (caching) {
@@ -118,10 +120,10 @@ Allocation CachingHostAllocator::allocate(std::size_t bytes, cudaStream_t stream
     ++m_stats.ooms;
     std::size_t free_b = 0, total_b = 0;
     m_backend->memory_info(free_b, total_b);
-    MT_THROW(OutOfMemoryError, "pinned: out of memory: tried to allocate ", format_bytes(std::int64_t(bytes)), " (",
-             bytes, " B, bin ", size, " B); allocated ", format_bytes(m_stats.allocated_bytes.current), ", reserved ",
-             format_bytes(m_stats.reserved_bytes.current), "; host free ", format_bytes(std::int64_t(free_b)), " of ",
-             format_bytes(std::int64_t(total_b)));
+    MT_THROW(OutOfMemoryError, "pinned: out of memory: tried to allocate ", format_bytes(std::int64_t(bytes)),
+             " (", bytes, " B, bin ", size, " B); allocated ", format_bytes(m_stats.allocated_bytes.current),
+             ", reserved ", format_bytes(m_stats.reserved_bytes.current), "; host free ",
+             format_bytes(std::int64_t(free_b)), " of ", format_bytes(std::int64_t(total_b)));
   }
   auto* b = new HostBlock;
   b->ptr = ptr;
@@ -200,7 +202,8 @@ void CachingHostAllocator::empty_cache() {
 
 std::string CachingHostAllocator::memory_summary() const {
   return detail::memory_summary_table(
-      detail::str("minitensor memory summary: pinned host (", m_backend->name(), caching_enabled() ? "" : ", caching off", ")"),
+      detail::str("minitensor memory summary: pinned host (", m_backend->name(),
+                  caching_enabled() ? "" : ", caching off", ")"),
       stats());
 }
 

@@ -1,8 +1,8 @@
 // The process-wide allocators: the caching ones, with caching switched off when MT_DISABLE_CACHING is set to
 // anything but 0 (one cudaMalloc / cudaFree per allocation, for compute-sanitizer).
 //
-// They are created with `new` and never destroyed: tensors in static storage may be released during exit, after
-// any function-local static allocator would have been destroyed.
+// They are created with `new` and never destroyed: tensors in static storage may be released during exit,
+// after any function-local static allocator would have been destroyed.
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -44,7 +44,8 @@ Registry& registry() {
 
 CachingDeviceAllocator& caching_cuda_allocator(int device) {
   check_device(Device::cuda(device));
-  MT_CHECK(device < kMaxDevices, DeviceError, "cuda:", device, " is beyond the supported ", kMaxDevices, " devices");
+  MT_CHECK(device < kMaxDevices, DeviceError, "cuda:", device, " is beyond the supported ", kMaxDevices,
+           " devices");
   Registry& r = registry();
   auto& slot = r.devices[static_cast<std::size_t>(device)];
   if (CachingDeviceAllocator* a = slot.load(std::memory_order_acquire)) return *a;
@@ -66,9 +67,13 @@ CachingHostAllocator& caching_pinned_allocator() {
   return *a;
 }
 
-Allocator& cuda_allocator(int device) { return caching_cuda_allocator(device); }
+Allocator& cuda_allocator(int device) {
+  return caching_cuda_allocator(device);
+}
 
-Allocator& pinned_allocator() { return caching_pinned_allocator(); }
+Allocator& pinned_allocator() {
+  return caching_pinned_allocator();
+}
 
 void empty_cache() {
   Registry& r = registry();
@@ -77,11 +82,17 @@ void empty_cache() {
   if (CachingHostAllocator* a = r.pinned.load(std::memory_order_acquire)) a->empty_cache();
 }
 
-MemoryStats memory_stats(int device) { return caching_cuda_allocator(device).stats(); }
+MemoryStats memory_stats(int device) {
+  return caching_cuda_allocator(device).stats();
+}
 
-void reset_peak_memory_stats(int device) { caching_cuda_allocator(device).reset_peak_stats(); }
+void reset_peak_memory_stats(int device) {
+  caching_cuda_allocator(device).reset_peak_stats();
+}
 
-std::string memory_summary(int device) { return caching_cuda_allocator(device).memory_summary(); }
+std::string memory_summary(int device) {
+  return caching_cuda_allocator(device).memory_summary();
+}
 
 void set_caching_enabled(bool enabled) {
   Registry& r = registry();

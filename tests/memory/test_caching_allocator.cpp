@@ -78,7 +78,8 @@ TEST_F(CachingFake, ExactByteAccounting) {
   EXPECT_EQ(st.allocations.current, 2);
   EXPECT_EQ(st.cache_hits, 1);
   EXPECT_EQ(st.splits, 2);
-  EXPECT_EQ(static_cast<char*>(b.data()), static_cast<char*>(a.data()) + 1024);  // carved from the same segment
+  EXPECT_EQ(static_cast<char*>(b.data()),
+            static_cast<char*>(a.data()) + 1024);  // carved from the same segment
 
   a.reset();
   st = alloc->stats();
@@ -88,7 +89,7 @@ TEST_F(CachingFake, ExactByteAccounting) {
   EXPECT_EQ(st.allocations.freed, 1);
   EXPECT_EQ(st.inactive_split_bytes.current, static_cast<std::int64_t>(2 * MiB - 3072));
 
-  Allocation c = alloc->allocate(2 * MiB, s1);      // large pool: a 20 MiB segment
+  Allocation c = alloc->allocate(2 * MiB, s1);       // large pool: a 20 MiB segment
   Allocation d = alloc->allocate(12 * MiB + 1, s1);  // best fit: the 18 MiB rest of that segment
   Allocation e = alloc->allocate(30 * MiB + 1, s1);  // its own segment, rounded to 2 MiB
   st = alloc->stats();
@@ -96,7 +97,8 @@ TEST_F(CachingFake, ExactByteAccounting) {
   EXPECT_EQ(st.segments.current, 3);
   EXPECT_EQ(st.allocated_bytes.current,
             static_cast<std::int64_t>(3072 + 2 * MiB + 12 * MiB + 512 + 30 * MiB + 512));
-  EXPECT_EQ(st.requested_bytes.current, static_cast<std::int64_t>(3000 + 2 * MiB + 12 * MiB + 1 + 30 * MiB + 1));
+  EXPECT_EQ(st.requested_bytes.current,
+            static_cast<std::int64_t>(3000 + 2 * MiB + 12 * MiB + 1 + 30 * MiB + 1));
   EXPECT_EQ(st.device_mallocs, 3);
   EXPECT_EQ(fake->used(), (2 + 20 + 32) * MiB);
   EXPECT_EQ(static_cast<char*>(d.data()), static_cast<char*>(c.data()) + 2 * MiB);
@@ -143,7 +145,8 @@ TEST_F(CachingFake, SplitThenCoalesceLeavesOneFreeBlock) {
   EXPECT_EQ(alloc->stats().merges, 6);
 
   // Large pool: three pieces of a 20 MiB segment merge back too.
-  Allocation a = alloc->allocate(3 * MiB, s1), b = alloc->allocate(5 * MiB, s1), c = alloc->allocate(4 * MiB, s1);
+  Allocation a = alloc->allocate(3 * MiB, s1), b = alloc->allocate(5 * MiB, s1),
+             c = alloc->allocate(4 * MiB, s1);
   snap = alloc->snapshot();
   ASSERT_EQ(snap.size(), 2u);
   b.reset();
@@ -276,7 +279,8 @@ TEST_F(CachingFake, OomFreesOversizeCacheThenRaisesWithFigures) {
     EXPECT_NE(m.find("reserved 42.00 MiB (44040192 B)"), std::string::npos) << m;
     EXPECT_NE(m.find("reserved but unallocated 2.00 MiB (2096640 B)"), std::string::npos) << m;
     EXPECT_NE(m.find("largest free cached block 2.00 MiB (2096640 B)"), std::string::npos) << m;
-    EXPECT_NE(m.find("device free 22.00 MiB (23068672 B) of 64.00 MiB (67108864 B) total"), std::string::npos) << m;
+    EXPECT_NE(m.find("device free 22.00 MiB (23068672 B) of 64.00 MiB (67108864 B) total"), std::string::npos)
+        << m;
   }
   EXPECT_EQ(alloc->stats().ooms, 1);
   EXPECT_EQ(alloc->stats().alloc_retries, 2);
@@ -415,7 +419,9 @@ struct Live {
   std::vector<cudaStream_t> streams;
 };
 
-void fill(const Allocation& a, unsigned char pattern) { std::memset(a.data(), pattern, a.size()); }
+void fill(const Allocation& a, unsigned char pattern) {
+  std::memset(a.data(), pattern, a.size());
+}
 
 bool check(const Allocation& a, unsigned char pattern) {
   const auto* p = static_cast<const unsigned char*>(a.data());
@@ -557,7 +563,8 @@ TEST_F(CachingFake, EightThreadsConcurrently) {
           Allocation a = alloc->allocate(size, own);
           const auto pattern = static_cast<unsigned char>(rng());
           std::memset(a.data(), pattern, size);
-          if (rng() % 8 == 0) alloc->record_stream(a, FakeBackend::fake_stream(1 + static_cast<int>(rng() % 4)));
+          if (rng() % 8 == 0)
+            alloc->record_stream(a, FakeBackend::fake_stream(1 + static_cast<int>(rng() % 4)));
           mine.emplace_back(std::move(a), pattern);
         } else {
           const std::size_t k = rng() % mine.size();

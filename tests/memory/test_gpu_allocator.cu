@@ -19,12 +19,14 @@ constexpr std::size_t MiB = 1024 * 1024;
 
 // Fill and check are bandwidth-bound: 4 bytes written (or read) per thread-iteration, no reuse.
 __global__ void fill_words(std::uint32_t* p, std::size_t n, std::uint32_t pattern) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
     p[i] = pattern ^ static_cast<std::uint32_t>(i);
 }
 
 __global__ void check_words(const std::uint32_t* p, std::size_t n, std::uint32_t pattern, int* errors) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
     if (p[i] != (pattern ^ static_cast<std::uint32_t>(i))) atomicAdd(errors, 1);
 }
 
@@ -35,7 +37,9 @@ __global__ void spin(long long cycles) {
   }
 }
 
-unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 1024)); }
+unsigned grid_for(std::size_t n) {
+  return static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 1024));
+}
 
 void launch_fill(void* p, std::size_t bytes, std::uint32_t pattern, cudaStream_t s) {
   const std::size_t n = bytes / 4;
@@ -82,7 +86,8 @@ TEST(GpuAllocator, FuzzWithKernelsOnSeveralStreams) {
   for (int step = 0; step < 4000; ++step) {
     const double r = unit(rng);
     if ((r < 0.45 && live.size() < 64) || live.empty()) {
-      const auto bytes = static_cast<std::size_t>(std::exp(unit(rng) * std::log(16.0 * MiB))) & ~std::size_t(3);
+      const auto bytes =
+          static_cast<std::size_t>(std::exp(unit(rng) * std::log(16.0 * MiB))) & ~std::size_t(3);
       cudaStream_t s = streams[rng() % streams.size()];
       Allocation a = alloc.allocate(bytes, s);
       const auto pattern = static_cast<std::uint32_t>(rng());

@@ -100,7 +100,8 @@ TEST_F(PinnedFake, OomFreesCacheThenRaises) {
     Allocation c = alloc->allocate(MiB);
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
-    EXPECT_NE(std::string(e.what()).find("tried to allocate 1.00 MiB (1048576 B"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tried to allocate 1.00 MiB (1048576 B"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(alloc->stats().ooms, 1);
   b.reset();
@@ -110,7 +111,10 @@ TEST_F(PinnedFake, OomFreesCacheThenRaises) {
 
 TEST_F(PinnedFake, BypassFreesAtOnce) {
   alloc->set_caching_enabled(false);
-  { Allocation a = alloc->allocate(3000); EXPECT_EQ(fake->used(), 3000u); }
+  {
+    Allocation a = alloc->allocate(3000);
+    EXPECT_EQ(fake->used(), 3000u);
+  }
   EXPECT_EQ(fake->used(), 0u);
   EXPECT_EQ(alloc->stats().reserved_bytes.current, 0);
   EXPECT_NE(alloc->memory_summary().find("caching off"), std::string::npos);
