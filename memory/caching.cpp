@@ -317,10 +317,11 @@ Block* take_block(PoolT& pool, SetT& set, typename SetT::iterator it, std::size_
 // Takes the best-fitting free block of `pool` for `rounded` bytes, splitting off a remainder worth keeping.
 // `foreign`: the caller's stream is not the pool's, so only blocks a completed fence covers qualify.
 CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, std::size_t rounded,
-                                                                   bool foreign) {
+                                                                   Take mode) {
   const bool small = rounded <= kSmallRequest;
   auto& set = pool.set_for(small);
   if (set.empty()) return nullptr;
+  const bool foreign = mode != Take::Own;
   if (foreign) {
     poll_fences(pool, *m_backend);
     if (pool.seq > pool.fenced_seq && pool.fences.size() < kMaxFences) {
@@ -338,12 +339,45 @@ CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, s
   key.size = rounded;
   auto it = set.lower_bound(&key);
   int scanned = 0;
-  while (it != set.end() && foreign && (*it)->free_seq > pool.safe_seq) {
+  auto usable = [&](const Block* c) {
+    if (!foreign) return true;
+    if (c->free_seq > pool.safe_seq) return false;
+    return mode == Take::AnyBlock || (c->segment->n_used == 0 && c->size == c->segment->size);
+  };
+  while (it != set.end() && !usable(*it)) {
     if (++scanned > kMaxForeignScan) return nullptr;
     ++it;
   }
   if (it == set.end()) return nullptr;
-  return take_block(pool, set, it, rounded);
+  if (mode != Take::WholeSegment) return take_block(pool, set, it, rounded);
+  // Detach the whole segment; the caller adopts it into its own pool.
+  Block* whole = *it;
+  set.erase(it);
+  Segment* seg = whole->segment;
+  auto& segs = pool.segments;
+  segs[seg->index] = segs.back();
+  segs[seg->index]->index = seg->index;
+  segs.pop_back();
+  pool.stats.segments.current -= 1;
+  pool.stats.reserved_bytes.current -= static_cast<std::int64_t>(seg->size);
+  return whole;
+}
+
+// A segment moved from another stream's pool: from now on this pool's stream reuses it without events, which
+// is what keeps cross-stream reuse from becoming a per-allocation cost.
+void CachingDeviceAllocator::adopt_segment(Pool& own, Block* whole) {
+  Segment* seg = whole->segment;
+  seg->pool = &own;
+  seg->index = own.segments.size();
+  own.segments.push_back(seg);
+  whole->free_seq = 0;  // the old stream's fence has passed: nothing uses it
+  auto bump = [](StatValue& v, std::int64_t n) {
+    v.current += n;
+    v.peak = std::max(v.peak, v.current);
+  };
+  bump(own.stats.segments, 1);
+  bump(own.stats.reserved_bytes, static_cast<std::int64_t>(seg->size));
+  own.set_for(seg->small).insert(whole);
 }
 
 Allocation CachingDeviceAllocator::hand_out(Pool& pool, Block* b, std::size_t bytes, cudaStream_t stream,
@@ -474,17 +508,29 @@ Allocation CachingDeviceAllocator::allocate(std::size_t bytes, cudaStream_t stre
   {
     std::lock_guard<std::mutex> lock(own.mutex);
     if (!own.pending.empty()) process_events(own, *m_backend);
-    if (Block* b = take_cached(own, rounded, false)) return hand_out(own, b, bytes, stream, true, false);
+    if (Block* b = take_cached(own, rounded, Take::Own)) return hand_out(own, b, bytes, stream, true, false);
   }
 
   // Blocks other streams released and have finished with, then the backend, then the reclaim ladder; the pool
   // is searched again after each reclaim step.
-  auto search_others = [&]() -> Allocation {
+  // On an ordinary miss only whole free segments move between streams: a block lent out of another pool's
+  // segment would go back to that pool on release, and a stream living on loans would miss every time.
+  auto search_others = [&](Take mode) -> Allocation {
     for (Pool* pool : all_pools()) {
       if (pool == &own) continue;
-      std::lock_guard<std::mutex> lock(pool->mutex);
-      if (!pool->pending.empty()) process_events(*pool, *m_backend);
-      if (Block* b = take_cached(*pool, rounded, true)) return hand_out(*pool, b, bytes, stream, true, true);
+      Block* b = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(pool->mutex);
+        if (!pool->pending.empty()) process_events(*pool, *m_backend);
+        b = take_cached(*pool, rounded, mode);
+        if (b && mode == Take::AnyBlock) return hand_out(*pool, b, bytes, stream, true, true);
+      }
+      if (b) {
+        std::lock_guard<std::mutex> lock(own.mutex);
+        adopt_segment(own, b);
+        auto& set = own.set_for(b->segment->small);
+        return hand_out(own, take_block(own, set, set.find(b), rounded), bytes, stream, true, true);
+      }
     }
     return Allocation();
   };
@@ -492,12 +538,14 @@ Allocation CachingDeviceAllocator::allocate(std::size_t bytes, cudaStream_t stre
     {
       std::lock_guard<std::mutex> lock(own.mutex);
       process_events(own, *m_backend);
-      if (Block* b = take_cached(own, rounded, false)) return hand_out(own, b, bytes, stream, true, false);
+      if (Block* b = take_cached(own, rounded, Take::Own))
+        return hand_out(own, b, bytes, stream, true, false);
     }
-    return search_others();
+    if (Allocation a = search_others(Take::WholeSegment)) return a;
+    return search_others(Take::AnyBlock);
   };
 
-  if (Allocation a = search_others()) return a;
+  if (Allocation a = search_others(Take::WholeSegment)) return a;
   const std::size_t seg_bytes = segment_size(rounded);
   void* ptr = backend_allocate(seg_bytes);
   if (!ptr) {

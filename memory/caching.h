@@ -150,7 +150,12 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
  private:
   Pool& pool_for(cudaStream_t stream);
   std::vector<Pool*> all_pools() const;
-  Block* take_cached(Pool& pool, std::size_t rounded, bool foreign);
+  // Own: the pool's stream asks. WholeSegment: another stream asks and only a fully free, fenced segment will
+  // do (it moves to the asking pool). AnyBlock: another stream asks and any fenced block will do (reclaim
+  // path).
+  enum class Take { Own, WholeSegment, AnyBlock };
+  Block* take_cached(Pool& pool, std::size_t rounded, Take mode);
+  void adopt_segment(Pool& own, Block* whole);
   Block* new_segment(Pool& own, std::size_t rounded, void* ptr, std::size_t seg_bytes);
   void* backend_allocate(std::size_t seg_bytes);
   void release_free_segments(bool oversize_only);

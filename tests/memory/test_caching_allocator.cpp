@@ -203,17 +203,34 @@ TEST_F(CachingFake, OtherStreamWaitsForTheReleaseEvent) {
   EXPECT_EQ(st.segments.current, 2);
   EXPECT_EQ(fake->n_event_waits(), 0);  // polled, never waited for
 
-  // Released on s2 while s2 is busy: s1 (whose pool owns the block) must wait for s2.
+  // The whole segment moved to s2's pool: released there while s2 is busy, s1 must wait for s2 to get it
+  // back.
   fake->submit(s2);
   c.reset();
-  Allocation d = alloc->allocate(MiB, s1);  // the other half, free for s1
-  EXPECT_NE(d.data(), p);
-  EXPECT_TRUE(inside(d.data(), s1_segment));
-  Allocation e = alloc->allocate(MiB, s1);
+  Allocation d = alloc->allocate(MiB, s1), e = alloc->allocate(MiB, s1);
+  EXPECT_FALSE(inside(d.data(), s1_segment));
   EXPECT_FALSE(inside(e.data(), s1_segment));
   fake->complete(s2);
   Allocation f = alloc->allocate(MiB, s1);
   EXPECT_EQ(f.data(), p);
+  EXPECT_EQ(alloc->stats().cross_stream_hits, 2);
+}
+
+TEST_F(CachingFake, BlockLentAcrossStreamsWaitsForTheBorrower) {
+  // Reclaim path: a device too full for a new segment lends a block of a partly used segment to another
+  // stream; released there while that stream is busy, the owner must wait for it.
+  make(2 * MiB);
+  Allocation a1 = alloc->allocate(MiB, s1), a2 = alloc->allocate(MiB, s1);
+  void* p = a1.data();
+  a1.reset();
+  Allocation b = alloc->allocate(MiB, s2);  // no room for a segment: wait, then borrow s1's free half
+  EXPECT_EQ(b.data(), p);
+  fake->submit(s2);
+  b.reset();
+  EXPECT_EQ(alloc->snapshot().at(0).blocks.at(0).state, BlockState::AwaitingStreams);
+  fake->complete(s2);
+  Allocation c = alloc->allocate(MiB, s1);
+  EXPECT_EQ(c.data(), p);
 }
 
 TEST_F(CachingFake, RecordStreamKeepsBlockUntilEveryStreamIsDone) {
