@@ -5,3 +5,4 @@
 #include "memory/allocator.h"
 #include "tensor/tensor.h"
 #include "tensor/eigen.h"
+#include "ops/ops.h"

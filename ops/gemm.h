@@ -1,0 +1,45 @@
+// SGEMM: C = alpha * op(A) * op(B) + beta * C, float32, row-major, op = identity or transpose, leading
+// dimensions taken from the tensors' strides (strided and transposed views need no copy), batched.
+#pragma once
+
+#include <optional>
+
+#include "tensor/tensor.h"
+
+namespace mt {
+
+enum class Activation { None, Relu, Gelu };
+enum class MathMode {
+  FP32,    // CUDA-core FMA, full float32 (the default)
+  TF32,    // tensor cores, TF32 inputs (about 1e-3 relative error)
+  TF32x3,  // tensor cores, each operand split into TF32 big + small parts, 3 products: float32-class accuracy
+};
+const char* math_mode_name(MathMode m);
+
+// The process-wide default math mode (FP32 unless changed); a per-call mode overrides it.
+void set_default_math_mode(MathMode mode);
+MathMode default_math_mode();
+
+struct GemmOptions {
+  float alpha = 1.0f;
+  float beta = 0.0f;   // beta == 0: C is not read (NaN in C does not leak into the result)
+  std::optional<MathMode> math;  // unset: default_math_mode()
+  Activation activation = Activation::None;  // applied after alpha*AB + beta*C (+ bias)
+};
+
+// a: (..., m, k), b: (..., k, n) -> (..., m, n); NumPy matmul semantics for the batch dims (broadcast); 1-D
+// operands are promoted as NumPy does.
+Tensor matmul(const Tensor& a, const Tensor& b, std::optional<MathMode> math = std::nullopt);
+
+// The full BLAS form, in place on c: c = act(alpha * op(a) * op(b) + beta * c [+ bias]).
+// a: (..., m, k) or, with trans_a, (..., k, m); b: (..., k, n) or, with trans_b, (..., n, k); c: (..., m, n).
+// bias, when defined, has shape (n) and is broadcast over rows. Returns c.
+Tensor& gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a = false, bool trans_b = false,
+             const GemmOptions& options = {}, const Tensor& bias = Tensor());
+
+// y = act(x * w + bias): x (..., in), w (in, out), bias (out) or undefined. The bias add and the activation run
+// in the GEMM's epilogue.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), Activation activation = Activation::None,
+              std::optional<MathMode> math = std::nullopt);
+
+}  // namespace mt
