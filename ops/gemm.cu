@@ -141,8 +141,8 @@ struct SimtShape {
   static_assert(kThreads <= 1024, "too many threads per block");
 };
 
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, bool B_VEC>
-__global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads)
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, bool B_VEC>
+__global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
     gemm_simt(Problem p, int k_per_split, float* ws, bool a_kfast, bool b_kfast, bool c_vec) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   constexpr int NT = S::kThreads;
@@ -269,6 +269,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::RegTiled: return "gemm_reg_tiled";
     case Kernel::Simt128x128: return "simt_128x128x8_w64x32_t8x8_s4";
     case Kernel::Simt128x128k16: return "simt_128x128x16_w64x32_t8x8_s3";
+    case Kernel::Simt128x128x2: return "simt_128x128x8_w64x32_t8x8_s4_2cta";
     case Kernel::Simt256x128: return "simt_256x128x8_w64x64_t16x8_s3";
     case Kernel::Simt128x64: return "simt_128x64x8_w64x32_t8x8_s4";
     case Kernel::Simt64x64: return "simt_64x64x8_w32x32_t8x4_s4";
@@ -281,7 +282,7 @@ const char* kernel_name(Kernel k) {
 }
 
 std::vector<Kernel> simt_kernels() {
-  return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt256x128,
+  return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
           Kernel::Simt128x64,  Kernel::Simt64x64,      Kernel::Simt32x128};
 }
 std::vector<Kernel> tensor_kernels() { return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64}; }
@@ -305,6 +306,7 @@ TileInfo tile_of(Kernel k) {
   switch (k) {
     case Kernel::Simt128x128: return {128, 128, 8};
     case Kernel::Simt128x128k16: return {128, 128, 16};
+    case Kernel::Simt128x128x2: return {128, 128, 8};
     case Kernel::Simt256x128: return {256, 128, 8};
     case Kernel::Simt128x64: return {128, 64, 8};
     case Kernel::Simt64x64: return {64, 64, 8};
@@ -339,7 +341,8 @@ int k_per_split(const Problem& p, int split, int bk) {
 // A workspace per stream, grown on demand and kept: work on one stream is ordered, so reuse needs no sync.
 float* workspace(std::size_t bytes, cudaStream_t stream) {
   static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, Allocation> cache;
+  // Never destroyed: freeing at static destruction could outlive the allocators it came from.
+  static auto& cache = *new std::map<std::pair<int, cudaStream_t>, Allocation>();
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mutex);
@@ -357,15 +360,15 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
     MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1>
 void launch_simt(const Problem& p, int split, float* ws, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   const bool bvec = b_vectorisable(p);
-  auto kernel = bvec ? gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, true>
-                     : gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, false>;
+  auto kernel = bvec ? gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true>
+                     : gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, false>;
   static const bool once = [&] {
-    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, true>, S::kSmemBytes);
-    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, false>, S::kSmemBytes);
+    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true>, S::kSmemBytes);
+    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, false>, S::kSmemBytes);
     return true;
   }();
   (void)once;
@@ -425,6 +428,7 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     switch (cfg.kernel) {
       case Kernel::Simt128x128: launch_simt<128, 128, 8, 64, 32, 8, 8, 4>(p, split, ws, stream); break;
       case Kernel::Simt128x128k16: launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, ws, stream); break;
+      case Kernel::Simt128x128x2: launch_simt<128, 128, 8, 64, 32, 8, 8, 4, 2>(p, split, ws, stream); break;
       case Kernel::Simt256x128: launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, ws, stream); break;
       case Kernel::Simt128x64: launch_simt<128, 64, 8, 64, 32, 8, 8, 4>(p, split, ws, stream); break;
       case Kernel::Simt64x64: launch_simt<64, 64, 8, 32, 32, 8, 4, 4>(p, split, ws, stream); break;
@@ -474,7 +478,7 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
         static_cast<std::int64_t>((p.m + t.bm - 1) / t.bm) * ((p.n + t.bn - 1) / t.bn) * p.batch;
     for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
       // Splitting only pays while the blocks do not fill the GPU a few times over.
-      if (split > 1 && (p.k / split < 128 || blocks * split > 4 * sms)) break;
+      if (split > 1 && (p.k / split < 32 || blocks * split > 4 * sms)) break;
       const Config c{k, split, math};
       if (can_implement(p, c)) out.push_back(c);
     }

@@ -94,8 +94,12 @@ struct Operands {
   Tensor a, b, c, ref;
   std::int64_t a_elems = 0, b_elems = 0, c_elems = 0;
 };
-Operands& operands(const GemmShape& s) {
+Operands& operand_cache() {
   static Operands ops;
+  return ops;
+}
+Operands& operands(const GemmShape& s) {
+  Operands& ops = operand_cache();
   if (ops.copies && ops.s.m == s.m && ops.s.n == s.n && ops.s.k == s.k && ops.s.batch == s.batch) return ops;
   ops = Operands{};
   ops.s = s;
@@ -314,10 +318,12 @@ int main(int argc, char** argv) {
       GemmShape s{0, 0, 0, 1};
       std::sscanf(argv[i] + 8, "%d,%d,%d,%d", &s.m, &s.n, &s.k, &s.batch);
       sweep(s, math);
+      operand_cache() = Operands{};
       return 0;
     }
     if (!std::strcmp(argv[i], "--sweep-all")) {
       for (const GemmShape& s : kShapes) sweep(s, math);
+      operand_cache() = Operands{};
       return 0;
     }
   }
@@ -326,5 +332,6 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   print_summary();
+  operand_cache() = Operands{};  // device memory goes back before the runtime shuts down
   return 0;
 }
