@@ -486,8 +486,8 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
   return out;
 }
 
-// The table below comes from bench_gemm --sweep on an H100/H200 (bench/gemm/NOTES.md): pick the tile by how
-// well the output tiles fill the SMs, then split K while there are too few blocks to fill the machine.
+// The rules below come from bench_gemm --sweep-all on an H200 (bench/gemm/NOTES.md): pick the tile by the
+// shape class, then split K while there are too few blocks to fill the machine.
 Config choose(const Problem& p, MathMode math) {
   const int sms = current_sm_count();
   const std::int64_t batch = p.batch;
@@ -509,15 +509,23 @@ Config choose(const Problem& p, MathMode math) {
     const TileInfo t = tile_of(c.kernel);
     c.split_k = split_for(blocks(t.bm, t.bn), sms, 256);
   } else if (p.m <= 64) {
+    // Small M (64x4096x4096: 0.85x cuBLAS with split 8, best of the sweep).
     c.kernel = Kernel::Simt32x128;
-    c.split_k = split_for(blocks(32, 128), 2 * sms, 256);
-  } else if (blocks(128, 128) >= 2 * sms) {
-    c.kernel = Kernel::Simt128x128;
-  } else if (blocks(128, 64) >= sms) {
-    c.kernel = Kernel::Simt128x64;
-  } else {
+    c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
+  } else if (blocks(64, 64) < sms) {
+    // Tiny problems (127x129x255, 512^3): latency bound; 64x64 tiles and K split to fill the SMs (1.3-1.6x).
     c.kernel = Kernel::Simt64x64;
-    c.split_k = split_for(blocks(64, 64), 2 * sms, 256);
+    c.split_k = split_for(blocks(64, 64), 2 * sms, 32);
+  } else if (p.n <= 64) {
+    // Skinny N (16384x64x4096: 128x64 split 2).
+    c.kernel = Kernel::Simt128x64;
+    c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
+  } else {
+    // Everything else: 128x128 tiles, two blocks per SM when B takes float4 loads (the 128-register variant
+    // spills with the scalar B loader, so unaligned B gets the BK=16 one-block variant); split K while fewer
+    // than two waves of blocks (1024^3: split 4).
+    c.kernel = b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
+    c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
   }
   if (!can_implement(p, c)) c = Config{Kernel::Simt128x128, 1, MathMode::FP32};
   if (!can_implement(p, c)) c = Config{Kernel::Naive, 1, MathMode::FP32};
