@@ -1,5 +1,5 @@
-// Tensor-level SGEMM entry points: validation, 1-D promotion, batch broadcasting, dispatch to the CUDA kernels
-// (ops/gemm.cu, ops/gemm_tf32.cu) or to the Eigen reference for CPU tensors (ops/cpu/gemm.cpp).
+// Tensor-level SGEMM entry points: validation, 1-D promotion, batch broadcasting, dispatch to the CUDA
+// kernels (ops/gemm.cu, ops/gemm_tf32.cu) or to the Eigen reference for CPU tensors (ops/cpu/gemm.cpp).
 #include <algorithm>
 #include <atomic>
 #include <optional>
@@ -14,9 +14,12 @@ namespace mt {
 
 const char* math_mode_name(MathMode m) {
   switch (m) {
-    case MathMode::FP32: return "fp32";
-    case MathMode::TF32: return "tf32";
-    case MathMode::TF32x3: return "tf32x3";
+    case MathMode::FP32:
+      return "fp32";
+    case MathMode::TF32:
+      return "tf32";
+    case MathMode::TF32x3:
+      return "tf32x3";
   }
   return "?";
 }
@@ -25,8 +28,12 @@ namespace {
 std::atomic<MathMode> g_default_math{MathMode::FP32};
 }  // namespace
 
-void set_default_math_mode(MathMode mode) { g_default_math.store(mode); }
-MathMode default_math_mode() { return g_default_math.load(); }
+void set_default_math_mode(MathMode mode) {
+  g_default_math.store(mode);
+}
+MathMode default_math_mode() {
+  return g_default_math.load();
+}
 
 namespace {
 
@@ -34,8 +41,8 @@ using detail::gemm::Problem;
 
 void check_operand(const Tensor& t, const char* op, const char* name, int min_rank) {
   MT_CHECK(t.defined(), InvalidArgument, op, ": ", name, " is undefined");
-  MT_CHECK(t.dtype() == DType::F32, DTypeError, op, ": ", name, " must be float32, got ", t.dtype(), " (shape ",
-           t.shape(), ")");
+  MT_CHECK(t.dtype() == DType::F32, DTypeError, op, ": ", name, " must be float32, got ", t.dtype(),
+           " (shape ", t.shape(), ")");
   MT_CHECK(t.dim() >= min_rank, ShapeError, op, ": ", name, " must have at least ", min_rank,
            " dimension(s), got shape ", t.shape());
 }
@@ -46,17 +53,19 @@ void check_same_device(const Tensor& x, const char* xn, const Tensor& y, const c
 }
 
 int to_int(std::int64_t v, const char* what, const char* op) {
-  MT_CHECK(v <= 2147483647, InvalidArgument, op, ": ", what, " = ", v, " exceeds the 2^31 - 1 the kernels index");
+  MT_CHECK(v <= 2147483647, InvalidArgument, op, ": ", what, " = ", v,
+           " exceeds the 2^31 - 1 the kernels index");
   return static_cast<int>(v);
 }
 
 // Batch dims of an operand of rank r (its last two dims are the matrix) broadcast against the output batch
-// dims `out`: the operand's batch strides aligned to `out`, 0 where it broadcasts. ShapeError when incompatible.
+// dims `out`: the operand's batch strides aligned to `out`, 0 where it broadcasts. ShapeError when
+// incompatible.
 std::vector<std::int64_t> batch_strides(const Tensor& t, const std::vector<std::int64_t>& out, const char* op,
                                         const char* name, const Shape& c_shape) {
   const int rb = t.dim() - 2, ob = static_cast<int>(out.size());
-  MT_CHECK(rb <= ob, ShapeError, op, ": ", name, " ", t.shape(), " has more batch dimensions than the output ",
-           c_shape);
+  MT_CHECK(rb <= ob, ShapeError, op, ": ", name, " ", t.shape(),
+           " has more batch dimensions than the output ", c_shape);
   std::vector<std::int64_t> s(out.size(), 0);
   for (int d = 0; d < rb; ++d) {
     const int od = ob - rb + d;
@@ -71,13 +80,14 @@ std::vector<std::int64_t> batch_strides(const Tensor& t, const std::vector<std::
 // Runs c = act(alpha * a * b + beta * c + bias) with a: (..., m, k), b: (..., k, n), c: (..., m, n) already
 // checked, the batch dims of a and b broadcast to c's. Batch dims that collapse into one stride for all three
 // go into one launch; the rest loop here.
-void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, const Tensor& bias, const char* op) {
+void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, const Tensor& bias,
+         const char* op) {
   const int rc = c.dim();
   const std::int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1);
   std::vector<std::int64_t> bshape(c.shape().begin(), c.shape().end() - 2);
   for (int d = 0; d < rc; ++d)
-    MT_CHECK(c.stride(d) != 0 || c.size(d) <= 1, InvalidArgument, op, ": the output ", c.shape(), " with strides ",
-             c.strides(), " overlaps itself (a broadcast view cannot be written)");
+    MT_CHECK(c.stride(d) != 0 || c.size(d) <= 1, InvalidArgument, op, ": the output ", c.shape(),
+             " with strides ", c.strides(), " overlaps itself (a broadcast view cannot be written)");
   const std::vector<std::int64_t> sa = batch_strides(a, bshape, op, "a", c.shape());
   const std::vector<std::int64_t> sb = batch_strides(b, bshape, op, "b", c.shape());
   std::vector<std::int64_t> sc(bshape.size());
@@ -173,6 +183,9 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, std::optional<MathMode> ma
   const Tensor b = b_in.dim() == 1 ? b_in.unsqueeze(1) : b_in;
   MT_CHECK(a.size(-1) == b.size(-2), ShapeError, op, ": a ", a_in.shape(), " and b ", b_in.shape(),
            ": inner dimensions ", a.size(-1), " and ", b.size(-2), " differ");
+  // A batch of matrices times one matrix is one taller GEMM (better tiles, and the same kernel that linear()
+  // runs, so linear's fused epilogue matches matmul followed by the eager ops bit for bit).
+  if (b_in.dim() == 2 && a_in.dim() > 2) return linear(a_in, b_in, Tensor(), Activation::None, math);
   std::vector<std::int64_t> shape = broadcast_batch(a, b, op);
   shape.push_back(a.size(-2));
   shape.push_back(b.size(-1));
@@ -200,7 +213,8 @@ Tensor& gemm(const Tensor& a_in, const Tensor& b_in, Tensor& c, bool trans_a, bo
            ": inner dimensions ", a.size(-1), " and ", b.size(-2), " differ (trans_a=", trans_a,
            ", trans_b=", trans_b, ")");
   MT_CHECK(c.size(-2) == a.size(-2) && c.size(-1) == b.size(-1), ShapeError, op, ": c ", c.shape(),
-           " must be (..., ", a.size(-2), ", ", b.size(-1), ") for op(a) ", a.shape(), " and op(b) ", b.shape());
+           " must be (..., ", a.size(-2), ", ", b.size(-1), ") for op(a) ", a.shape(), " and op(b) ",
+           b.shape());
   if (bias.defined()) {
     MT_CHECK(bias.dtype() == DType::F32, DTypeError, op, ": bias must be float32, got ", bias.dtype());
     check_same_device(bias, "bias", c, "c", op);
@@ -223,8 +237,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w, const Tensor& bias, Activatio
   if (bias.defined()) {
     MT_CHECK(bias.dtype() == DType::F32, DTypeError, op, ": bias must be float32, got ", bias.dtype());
     check_same_device(bias, "bias", x_in, "x", op);
-    MT_CHECK(bias.dim() == 1 && bias.size(0) == w.size(1), ShapeError, op, ": bias ", bias.shape(), " must be (",
-             w.size(1), ") for w ", w.shape());
+    MT_CHECK(bias.dim() == 1 && bias.size(0) == w.size(1), ShapeError, op, ": bias ", bias.shape(),
+             " must be (", w.size(1), ") for w ", w.shape());
   }
   Tensor x = x_in.dim() == 1 ? x_in.unsqueeze(0) : x_in;
   // Leading dims that collapse into rows make one 2-D GEMM (better tiles than a batch of small ones).

@@ -1,10 +1,11 @@
 // SGEMM kernels, C = act(alpha * A * B + beta * C + bias), float32, then their launchers and the dispatcher.
 //
 // Napkin maths (one m x n x k problem): 2mnk FLOPs; at least 4(mk + kn + mn) bytes of DRAM traffic. At 4096^3
-// that is 137 GFLOP over 201 MB: 680 FLOP/byte, far above the H100/H200 balance point (~67 TFLOP/s FP32 FMA vs
-// 3.3-4.8 TB/s), so the big shapes are bound by FMA issue and shared-memory bandwidth, not DRAM. A block tile
-// BM x BN reads (BM + BN) * BK floats from shared memory per BM * BN * BK FMAs; a thread tile TM x TN reads
-// TM + TN registers' worth per TM * TN FMAs, which is why 8x8 (4 FMAs per loaded float) is the working size.
+// that is 137 GFLOP over 201 MB: 680 FLOP/byte, far above the H100/H200 balance point (~67 TFLOP/s FP32 FMA
+// vs 3.3-4.8 TB/s), so the big shapes are bound by FMA issue and shared-memory bandwidth, not DRAM. A block
+// tile BM x BN reads (BM + BN) * BK floats from shared memory per BM * BN * BK FMAs; a thread tile TM x TN
+// reads TM + TN registers' worth per TM * TN FMAs, which is why 8x8 (4 FMAs per loaded float) is the working
+// size.
 //
 // The ladder, slowest first (every rung handles every problem; bench/gemm times them all):
 //   gemm_naive       one thread per element of C, operands straight from global memory (L1/L2 do the caching)
@@ -29,9 +30,15 @@ namespace mt::detail::gemm {
 
 // ================================================================ kernels
 
-__device__ __forceinline__ const float* a_batch(const Problem& p, int b) { return p.a + b * p.a_sb; }
-__device__ __forceinline__ const float* b_batch(const Problem& p, int b) { return p.b + b * p.b_sb; }
-__device__ __forceinline__ float* c_batch(const Problem& p, int b) { return p.c + b * p.c_sb; }
+__device__ __forceinline__ const float* a_batch(const Problem& p, int b) {
+  return p.a + b * p.a_sb;
+}
+__device__ __forceinline__ const float* b_batch(const Problem& p, int b) {
+  return p.b + b * p.b_sb;
+}
+__device__ __forceinline__ float* c_batch(const Problem& p, int b) {
+  return p.c + b * p.c_sb;
+}
 
 // Rung 1. Threads along x walk n, so B reads and C writes coalesce; A(i, p) is a warp-wide broadcast.
 __global__ void gemm_naive(Problem p) {
@@ -49,7 +56,7 @@ __global__ void gemm_naive(Problem p) {
 // Rung 2. Each element loaded from global memory is reused 32 times from shared memory. The +1 column of
 // padding keeps the column reads of As conflict-free.
 constexpr int kTile2 = 32;
-__global__ void __launch_bounds__(kTile2 * kTile2) gemm_smem_tiled(Problem p) {
+__global__ void __launch_bounds__(kTile2* kTile2) gemm_smem_tiled(Problem p) {
   __shared__ float As[kTile2][kTile2 + 1], Bs[kTile2][kTile2 + 1];
   const int tx = threadIdx.x, ty = threadIdx.y, b = blockIdx.z;
   const int i = blockIdx.y * kTile2 + ty, j = blockIdx.x * kTile2 + tx;
@@ -67,8 +74,8 @@ __global__ void __launch_bounds__(kTile2 * kTile2) gemm_smem_tiled(Problem p) {
   if (j < p.n) store_run<1>(p, c_batch(p, b), i, j, &acc, false);
 }
 
-// Rung 3. 128x128x8 block tile, 256 threads as 16x16, 8x8 outputs each. Thread (ty, tx) owns rows ty + 16r and
-// columns tx + 16c (interleaved), so each store instruction writes 16 consecutive columns. A is stored
+// Rung 3. 128x128x8 block tile, 256 threads as 16x16, 8x8 outputs each. Thread (ty, tx) owns rows ty + 16r
+// and columns tx + 16c (interleaved), so each store instruction writes 16 consecutive columns. A is stored
 // transposed (As[k][m]) so the inner loop reads both operands along the tile. Per k: 16 shared loads feed 64
 // FMAs. One stage: loads and compute do not overlap (the next rung fixes that).
 constexpr int kRegBM = 128, kRegBN = 128, kRegBK = 8;
@@ -120,8 +127,8 @@ __global__ void __launch_bounds__(256) gemm_reg_tiled(Problem p) {
 //             reads are broadcast-friendly float4 loads and its stores write float4 runs
 //   STAGES    cp.async ring depth: STAGES-1 tiles in flight while one is computed
 // Shared memory per block: STAGES * BK * (BM + BN + 2 * kPad) * 4 bytes.
-// A is always read with the scalar loader (row-major A is contiguous along k and must be transposed on its way
-// into shared memory); B uses float4 cp.async when B_VEC (contiguous along n, 16-byte aligned).
+// A is always read with the scalar loader (row-major A is contiguous along k and must be transposed on its
+// way into shared memory); B uses float4 cp.async when B_VEC (contiguous along n, 16-byte aligned).
 constexpr int kSimtPad = 4;  // rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
@@ -135,7 +142,8 @@ struct SimtShape {
   static_assert(BM % WM == 0 && BN % WN == 0, "the warp tile must divide the block tile");
   static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of float4 fragments");
   static_assert(WM % TM == 0 && WN % TN == 0, "the thread tile must divide the warp tile");
-  static_assert(kLanesM * kLanesN == 32, "a warp's 32 lanes must cover its warp tile exactly: (WM/TM)*(WN/TN) == 32");
+  static_assert(kLanesM * kLanesN == 32,
+                "a warp's 32 lanes must cover its warp tile exactly: (WM/TM)*(WN/TN) == 32");
   static_assert(BK % 8 == 0, "the k-fast scalar loader walks k in groups of 8");
   static_assert(STAGES >= 2, "the pipeline needs at least one tile in flight while one is computed");
   static_assert(kThreads <= 1024, "too many threads per block");
@@ -163,7 +171,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 
   ScalarLoader<BM, BK, kSimtPad, NT, 8> la;
   la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, tid);
-  using LoaderB = std::conditional_t<B_VEC, VecLoader<BN, BK, kSimtPad, NT>, ScalarLoader<BN, BK, kSimtPad, NT, 8>>;
+  using LoaderB =
+      std::conditional_t<B_VEC, VecLoader<BN, BK, kSimtPad, NT>, ScalarLoader<BN, BK, kSimtPad, NT, 8>>;
   LoaderB lb;
   lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, tid);
 
@@ -203,12 +212,14 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     auto load_frags = [&](int buf, int q) {
 #pragma unroll
       for (int g = 0; g < TM / 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4*>(As + q * (BM + kSimtPad) + a_col + g * S::kLanesM * 4);
+        const float4 v =
+            *reinterpret_cast<const float4*>(As + q * (BM + kSimtPad) + a_col + g * S::kLanesM * 4);
         ra[buf][4 * g] = v.x, ra[buf][4 * g + 1] = v.y, ra[buf][4 * g + 2] = v.z, ra[buf][4 * g + 3] = v.w;
       }
 #pragma unroll
       for (int g = 0; g < TN / 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4*>(Bs + q * (BN + kSimtPad) + b_col + g * S::kLanesN * 4);
+        const float4 v =
+            *reinterpret_cast<const float4*>(Bs + q * (BN + kSimtPad) + b_col + g * S::kLanesN * 4);
         rb[buf][4 * g] = v.x, rb[buf][4 * g + 1] = v.y, rb[buf][4 * g + 2] = v.z, rb[buf][4 * g + 3] = v.w;
       }
     };
@@ -264,19 +275,32 @@ __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
 
 const char* kernel_name(Kernel k) {
   switch (k) {
-    case Kernel::Naive: return "gemm_naive";
-    case Kernel::SmemTiled: return "gemm_smem_tiled";
-    case Kernel::RegTiled: return "gemm_reg_tiled";
-    case Kernel::Simt128x128: return "simt_128x128x8_w64x32_t8x8_s4";
-    case Kernel::Simt128x128k16: return "simt_128x128x16_w64x32_t8x8_s3";
-    case Kernel::Simt128x128x2: return "simt_128x128x8_w64x32_t8x8_s4_2cta";
-    case Kernel::Simt256x128: return "simt_256x128x8_w64x64_t16x8_s3";
-    case Kernel::Simt128x64: return "simt_128x64x8_w64x32_t8x8_s4";
-    case Kernel::Simt64x64: return "simt_64x64x8_w32x32_t8x4_s4";
-    case Kernel::Simt32x128: return "simt_32x128x8_w32x32_t8x4_s4";
-    case Kernel::Tensor128x128: return "mma_128x128x16_w64x32_s4";
-    case Kernel::Tensor128x64: return "mma_128x64x16_w32x32_s4";
-    case Kernel::Tensor64x64: return "mma_64x64x16_w32x32_s4";
+    case Kernel::Naive:
+      return "gemm_naive";
+    case Kernel::SmemTiled:
+      return "gemm_smem_tiled";
+    case Kernel::RegTiled:
+      return "gemm_reg_tiled";
+    case Kernel::Simt128x128:
+      return "simt_128x128x8_w64x32_t8x8_s4";
+    case Kernel::Simt128x128k16:
+      return "simt_128x128x16_w64x32_t8x8_s3";
+    case Kernel::Simt128x128x2:
+      return "simt_128x128x8_w64x32_t8x8_s4_2cta";
+    case Kernel::Simt256x128:
+      return "simt_256x128x8_w64x64_t16x8_s3";
+    case Kernel::Simt128x64:
+      return "simt_128x64x8_w64x32_t8x8_s4";
+    case Kernel::Simt64x64:
+      return "simt_64x64x8_w32x32_t8x4_s4";
+    case Kernel::Simt32x128:
+      return "simt_32x128x8_w32x32_t8x4_s4";
+    case Kernel::Tensor128x128:
+      return "mma_128x128x16_w64x32_s4";
+    case Kernel::Tensor128x64:
+      return "mma_128x64x16_w32x32_s4";
+    case Kernel::Tensor64x64:
+      return "mma_64x64x16_w32x32_s4";
   }
   return "?";
 }
@@ -285,7 +309,9 @@ std::vector<Kernel> simt_kernels() {
   return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
           Kernel::Simt128x64,  Kernel::Simt64x64,      Kernel::Simt32x128};
 }
-std::vector<Kernel> tensor_kernels() { return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64}; }
+std::vector<Kernel> tensor_kernels() {
+  return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64};
+}
 
 std::string config_name(const Config& c) {
   std::string s = kernel_name(c.kernel);
@@ -296,29 +322,46 @@ std::string config_name(const Config& c) {
 
 namespace {
 
-bool is_tensor(Kernel k) { return k == Kernel::Tensor128x128 || k == Kernel::Tensor128x64 || k == Kernel::Tensor64x64; }
-bool is_rung(Kernel k) { return k == Kernel::Naive || k == Kernel::SmemTiled || k == Kernel::RegTiled; }
+bool is_tensor(Kernel k) {
+  return k == Kernel::Tensor128x128 || k == Kernel::Tensor128x64 || k == Kernel::Tensor64x64;
+}
+bool is_rung(Kernel k) {
+  return k == Kernel::Naive || k == Kernel::SmemTiled || k == Kernel::RegTiled;
+}
 
 struct TileInfo {
   int bm, bn, bk;
 };
 TileInfo tile_of(Kernel k) {
   switch (k) {
-    case Kernel::Simt128x128: return {128, 128, 8};
-    case Kernel::Simt128x128k16: return {128, 128, 16};
-    case Kernel::Simt128x128x2: return {128, 128, 8};
-    case Kernel::Simt256x128: return {256, 128, 8};
-    case Kernel::Simt128x64: return {128, 64, 8};
-    case Kernel::Simt64x64: return {64, 64, 8};
-    case Kernel::Simt32x128: return {32, 128, 8};
-    case Kernel::Tensor128x128: return {128, 128, 16};
-    case Kernel::Tensor128x64: return {128, 64, 16};
-    case Kernel::Tensor64x64: return {64, 64, 16};
-    default: return {128, 128, 8};
+    case Kernel::Simt128x128:
+      return {128, 128, 8};
+    case Kernel::Simt128x128k16:
+      return {128, 128, 16};
+    case Kernel::Simt128x128x2:
+      return {128, 128, 8};
+    case Kernel::Simt256x128:
+      return {256, 128, 8};
+    case Kernel::Simt128x64:
+      return {128, 64, 8};
+    case Kernel::Simt64x64:
+      return {64, 64, 8};
+    case Kernel::Simt32x128:
+      return {32, 128, 8};
+    case Kernel::Tensor128x128:
+      return {128, 128, 16};
+    case Kernel::Tensor128x64:
+      return {128, 64, 16};
+    case Kernel::Tensor64x64:
+      return {64, 64, 16};
+    default:
+      return {128, 128, 8};
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
 
 // B can take the float4 loader: contiguous along n, rows and batches 16-byte aligned.
 bool b_vectorisable(const Problem& p) {
@@ -357,18 +400,21 @@ float* workspace(std::size_t bytes, cudaStream_t stream) {
 template <class Kern>
 void allow_smem(Kern* kernel, std::size_t bytes) {
   if (bytes > 48 * 1024)
-    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    MT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1>
 void launch_simt(const Problem& p, int split, float* ws, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   const bool bvec = b_vectorisable(p);
+  // The scalar B loader needs more registers than a 2-blocks-per-SM budget leaves (it would spill), so that
+  // variant always runs one block per SM.
   auto kernel = bvec ? gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true>
-                     : gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, false>;
+                     : gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false>;
   static const bool once = [&] {
     allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true>, S::kSmemBytes);
-    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, false>, S::kSmemBytes);
+    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false>, S::kSmemBytes);
     return true;
   }();
   (void)once;
@@ -405,7 +451,8 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       return;
     }
     case Kernel::SmemTiled: {
-      const dim3 block(kTile2, kTile2), grid((p.n + kTile2 - 1) / kTile2, (p.m + kTile2 - 1) / kTile2, p.batch);
+      const dim3 block(kTile2, kTile2),
+          grid((p.n + kTile2 - 1) / kTile2, (p.m + kTile2 - 1) / kTile2, p.batch);
       gemm_smem_tiled<<<grid, block, 0, stream>>>(p);
       MT_CUDA_CHECK_LAUNCH();
       return;
@@ -416,7 +463,8 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       MT_CUDA_CHECK_LAUNCH();
       return;
     }
-    default: break;
+    default:
+      break;
   }
   const int split = std::max(1, cfg.split_k);
   float* ws = nullptr;
@@ -426,14 +474,29 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     launch_tensor(p, cfg.kernel, cfg.math == MathMode::TF32x3, split, k_per_split(p, split, 16), ws, stream);
   } else {
     switch (cfg.kernel) {
-      case Kernel::Simt128x128: launch_simt<128, 128, 8, 64, 32, 8, 8, 4>(p, split, ws, stream); break;
-      case Kernel::Simt128x128k16: launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, ws, stream); break;
-      case Kernel::Simt128x128x2: launch_simt<128, 128, 8, 64, 32, 8, 8, 4, 2>(p, split, ws, stream); break;
-      case Kernel::Simt256x128: launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, ws, stream); break;
-      case Kernel::Simt128x64: launch_simt<128, 64, 8, 64, 32, 8, 8, 4>(p, split, ws, stream); break;
-      case Kernel::Simt64x64: launch_simt<64, 64, 8, 32, 32, 8, 4, 4>(p, split, ws, stream); break;
-      case Kernel::Simt32x128: launch_simt<32, 128, 8, 32, 32, 8, 4, 4>(p, split, ws, stream); break;
-      default: MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
+      case Kernel::Simt128x128:
+        launch_simt<128, 128, 8, 64, 32, 8, 8, 4>(p, split, ws, stream);
+        break;
+      case Kernel::Simt128x128k16:
+        launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, ws, stream);
+        break;
+      case Kernel::Simt128x128x2:
+        launch_simt<128, 128, 8, 64, 32, 8, 8, 4, 2>(p, split, ws, stream);
+        break;
+      case Kernel::Simt256x128:
+        launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, ws, stream);
+        break;
+      case Kernel::Simt128x64:
+        launch_simt<128, 64, 8, 64, 32, 8, 8, 4>(p, split, ws, stream);
+        break;
+      case Kernel::Simt64x64:
+        launch_simt<64, 64, 8, 32, 32, 8, 4, 4>(p, split, ws, stream);
+        break;
+      case Kernel::Simt32x128:
+        launch_simt<32, 128, 8, 32, 32, 8, 4, 4>(p, split, ws, stream);
+        break;
+      default:
+        MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
     }
   }
   if (split > 1) launch_reduce(p, ws, split, stream);
@@ -453,8 +516,8 @@ bool can_implement(const Problem& p, const Config& cfg) {
 }
 
 void launch(const Problem& p, const Config& cfg, cudaStream_t stream) {
-  MT_CHECK(can_implement(p, cfg), InvalidArgument, "gemm: configuration ", config_name(cfg), " cannot run ", p.m,
-           "x", p.n, "x", p.k, " (batch ", p.batch, ")");
+  MT_CHECK(can_implement(p, cfg), InvalidArgument, "gemm: configuration ", config_name(cfg), " cannot run ",
+           p.m, "x", p.n, "x", p.k, " (batch ", p.batch, ")");
   constexpr int kMaxBatch = 65535;  // grid.y / grid.z limit
   for (int b0 = 0; b0 < p.batch; b0 += kMaxBatch) {
     Problem q = p;
@@ -503,7 +566,7 @@ Config choose(const Problem& p, MathMode math) {
   Config c;
   c.math = math;
   if (math != MathMode::FP32) {
-    c.kernel = blocks(128, 128) >= sms ? Kernel::Tensor128x128
+    c.kernel = blocks(128, 128) >= sms  ? Kernel::Tensor128x128
                : blocks(128, 64) >= sms ? Kernel::Tensor128x64
                                         : Kernel::Tensor64x64;
     const TileInfo t = tile_of(c.kernel);

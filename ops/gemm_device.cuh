@@ -13,7 +13,8 @@ namespace mt::detail::gemm {
 
 // ---------------------------------------------------------------- cp.async (sm_80+, plain sm_90 is enough)
 
-// Copies `bytes` (0 or 4) bytes and zero-fills the rest of the 4-byte word: predicated loads without branches.
+// Copies `bytes` (0 or 4) bytes and zero-fills the rest of the 4-byte word: predicated loads without
+// branches.
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, int bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
@@ -24,7 +25,9 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src, int byt
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -32,14 +35,14 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // ---------------------------------------------------------------- tile loaders
 //
-// An operand tile is stored in shared memory as [BK][BX + PAD]: x (m for A, n for B) contiguous, so A is stored
-// transposed and both operands are read along x by the inner loop. The global operand is addressed as
+// An operand tile is stored in shared memory as [BK][BX + PAD]: x (m for A, n for B) contiguous, so A is
+// stored transposed and both operands are read along x by the inner loop. The global operand is addressed as
 // g[x * sx + k * sk] with any strides.
 
-// Scalar loader: 4-byte cp.async per element; works for every stride and alignment. `k_fast` (runtime) walks k
-// fastest across lanes, for operands that are contiguous along k (row-major A, transposed B), in groups of KG
-// k-values, so that a warp covers 32/KG rows: global reads stay in few sectors and the transposing shared-memory
-// stores hit distinct banks when (BX + PAD) * KG spans the 32 banks.
+// Scalar loader: 4-byte cp.async per element; works for every stride and alignment. `k_fast` (runtime) walks
+// k fastest across lanes, for operands that are contiguous along k (row-major A, transposed B), in groups of
+// KG k-values, so that a warp covers 32/KG rows: global reads stay in few sectors and the transposing
+// shared-memory stores hit distinct banks when (BX + PAD) * KG spans the 32 banks.
 template <int BX, int BK, int PAD, int NT, int KG>
 struct ScalarLoader {
   static constexpr int kElems = BX * BK / NT;
@@ -51,7 +54,7 @@ struct ScalarLoader {
   std::int64_t step;   // BK * sk
   int goff[kElems];    // x * sx + k * sk within the tile (32-bit: can_implement checks it fits)
   int soff[kElems];
-  unsigned xmask;      // bit i: element i's x is inside the matrix
+  unsigned xmask;  // bit i: element i's x is inside the matrix
   bool k_fast;
 
   __device__ __forceinline__ static void coords(int e, bool kf, int& x, int& k) {
@@ -64,8 +67,8 @@ struct ScalarLoader {
     }
   }
 
-  __device__ __forceinline__ void init(const float* g, std::int64_t sx, std::int64_t sk, int x0, int n_x, int k0,
-                                       bool kf, int tid) {
+  __device__ __forceinline__ void init(const float* g, std::int64_t sx, std::int64_t sk, int x0, int n_x,
+                                       int k0, bool kf, int tid) {
     k_fast = kf;
     valid = g;
     base = g + static_cast<std::int64_t>(x0) * sx + static_cast<std::int64_t>(k0) * sk;
@@ -144,8 +147,8 @@ struct VecLoader {
 
 // ---------------------------------------------------------------- tiles and epilogue
 
-// Block -> (tile_m, tile_n), grouped by 8 tile rows so that blocks running together share panels of A and B in
-// L2 (the big shapes do not fit L2 otherwise).
+// Block -> (tile_m, tile_n), grouped by 8 tile rows so that blocks running together share panels of A and B
+// in L2 (the big shapes do not fit L2 otherwise).
 __device__ __forceinline__ void raster(int bid, int tiles_m, int tiles_n, int& tm, int& tn) {
   constexpr int kGroup = 8;
   const int width = kGroup * tiles_n;
@@ -157,9 +160,12 @@ __device__ __forceinline__ void raster(int bid, int tiles_m, int tiles_n, int& t
 
 __device__ __forceinline__ float activate(float v, Activation act) {
   switch (act) {
-    case Activation::Relu: return fn::relu(v);
-    case Activation::Gelu: return fn::gelu(v);
-    default: return v;
+    case Activation::Relu:
+      return fn::relu(v);
+    case Activation::Gelu:
+      return fn::gelu(v);
+    default:
+      return v;
   }
 }
 
@@ -175,7 +181,8 @@ __device__ __forceinline__ float epilogue_value(const Problem& p, float acc, con
 // Writes N consecutive columns j0.. of row i of the batch's C (pointer cb). `vec`: C is contiguous along n
 // with 16-byte aligned rows, so a full in-range run of 4 is one float4.
 template <int N>
-__device__ __forceinline__ void store_run(const Problem& p, float* cb, int i, int j0, const float* acc, bool vec) {
+__device__ __forceinline__ void store_run(const Problem& p, float* cb, int i, int j0, const float* acc,
+                                          bool vec) {
   if (i >= p.m) return;
   float* row = cb + static_cast<std::int64_t>(i) * p.c_sm;
   if constexpr (N == 4) {
@@ -202,7 +209,8 @@ __device__ __forceinline__ void store_run(const Problem& p, float* cb, int i, in
   }
 }
 
-// Split-K partial sums: workspace [split][batch][m][n], contiguous; raw sums, the epilogue runs in the reduction.
+// Split-K partial sums: workspace [split][batch][m][n], contiguous; raw sums, the epilogue runs in the
+// reduction.
 template <int N>
 __device__ __forceinline__ void store_partial(float* ws, int m, int n, int i, int j0, const float* acc) {
   if (i >= m) return;

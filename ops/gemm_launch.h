@@ -2,9 +2,9 @@
 // ops/gemm.cpp validates tensors and calls these; bench/gemm calls them to time each kernel on its own.
 //
 // Every operand is addressed by element strides, so transposed and strided views need no copy:
-//   A(i, p) = a[batch * a_sb + i * a_sm + p * a_sk]   i < m, p < k     (op(A) already folded into the strides)
-//   B(p, j) = b[batch * b_sb + p * b_sk + j * b_sn]   p < k, j < n
-//   C(i, j) = c[batch * c_sb + i * c_sm + j * c_sn]
+//   A(i, p) = a[batch * a_sb + i * a_sm + p * a_sk]   i < m, p < k     (op(A) already folded into the
+//   strides) B(p, j) = b[batch * b_sb + p * b_sk + j * b_sn]   p < k, j < n C(i, j) = c[batch * c_sb + i *
+//   c_sm + j * c_sn]
 // A batch stride of 0 broadcasts that operand over the batch.
 #pragma once
 
@@ -35,17 +35,17 @@ struct Problem {
 // The kernels, by name. The ladder rungs handle every problem (they are slow); the production kernels are
 // templates instantiated for the configurations listed here.
 enum class Kernel {
-  Naive,         // one thread per element of C
-  SmemTiled,     // 32x32 shared-memory tiles, one thread per element
-  RegTiled,      // 128x128x8 tiles, 8x8 per thread, outer-product inner loop, one stage
-  Simt128x128,   // production FP32: warp tiles, cp.async pipeline, register double buffering
+  Naive,        // one thread per element of C
+  SmemTiled,    // 32x32 shared-memory tiles, one thread per element
+  RegTiled,     // 128x128x8 tiles, 8x8 per thread, outer-product inner loop, one stage
+  Simt128x128,  // production FP32: warp tiles, cp.async pipeline, register double buffering
   Simt128x128k16,
   Simt128x128x2,  // the same tiles held to 128 registers: two blocks per SM
   Simt256x128,
   Simt128x64,
   Simt64x64,
-  Simt32x128,    // the small-M kernel
-  Tensor128x128, // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
+  Simt32x128,     // the small-M kernel
+  Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,
   Tensor64x64,
 };

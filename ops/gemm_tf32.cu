@@ -1,18 +1,19 @@
 // Tensor-core SGEMM: mma.sync m16n8k8 with TF32 inputs (plain sm_80/sm_90 PTX), then its launcher.
 //
-// MathMode::TF32: each operand rounded to TF32 (10-bit mantissa, round to nearest), products accumulated in FP32
-// inside the tensor core. About 1e-3 relative error.
-// MathMode::TF32x3: each operand split as x = big + small with big = tf32(x), small = tf32(x - big) (22 of the 24
-// mantissa bits kept), and a * b ~ a_small * b_big + a_big * b_small + a_big * b_big (small * small, ~2^-22
-// relative, dropped). The three products of one k-step of 8 go into a zeroed accumulator that is then added to
-// the running sum with an FP32 (round-to-nearest) add: the tensor core truncates its own accumulation, and
-// truncating the long running sum would bias the error with K (Ootomo & Yokota 2022). FP32-class accuracy at
-// 3 tensor-core products per FMA; the tensor cores run ~7x faster than the FP32 pipes on H100/H200.
+// MathMode::TF32: each operand rounded to TF32 (10-bit mantissa, round to nearest), products accumulated in
+// FP32 inside the tensor core. About 1e-3 relative error. MathMode::TF32x3: each operand split as x = big +
+// small with big = tf32(x), small = tf32(x - big) (22 of the 24 mantissa bits kept), and a * b ~ a_small *
+// b_big + a_big * b_small + a_big * b_big (small * small, ~2^-22 relative, dropped). The three products of
+// one k-step of 8 go into a zeroed accumulator that is then added to the running sum with an FP32
+// (round-to-nearest) add: the tensor core truncates its own accumulation, and truncating the long running sum
+// would bias the error with K (Ootomo & Yokota 2022). FP32-class accuracy at 3 tensor-core products per FMA;
+// the tensor cores run ~7x faster than the FP32 pipes on H100/H200.
 //
-// Shared memory keeps the SIMT kernels' layout, [k][m] and [k][n] (x contiguous), so the same cp.async loaders
-// fill it. Fragment reads are 32-bit: lane (g = lane/4, t = lane%4) reads row k = t (and t + 4) at column g, and
-// a row stride of x + 8 floats (8 mod 32 banks) puts the 32 lanes on 32 distinct banks. (Hopper's wgmma would
-// want both operands K-major in shared memory; mma.sync only needs the registers right.)
+// Shared memory keeps the SIMT kernels' layout, [k][m] and [k][n] (x contiguous), so the same cp.async
+// loaders fill it. Fragment reads are 32-bit: lane (g = lane/4, t = lane%4) reads row k = t (and t + 4) at
+// column g, and a row stride of x + 8 floats (8 mod 32 banks) puts the 32 lanes on 32 distinct banks.
+// (Hopper's wgmma would want both operands K-major in shared memory; mma.sync only needs the registers
+// right.)
 #include <type_traits>
 
 #include "ops/gemm_device.cuh"
@@ -28,8 +29,10 @@ __device__ __forceinline__ std::uint32_t to_tf32(float x) {
 }
 
 // d += a * b for a 16x8 (row) by 8x8 (col) TF32 tile pair.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)[4],
+                                         const std::uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
@@ -72,7 +75,8 @@ __global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, STAGES>::kThreads
 
   ScalarLoader<BM, BK, kMmaPad, NT, 4> la;
   la.init(p.a + b * p.a_sb, p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, tid);
-  using LoaderB = std::conditional_t<B_VEC, VecLoader<BN, BK, kMmaPad, NT>, ScalarLoader<BN, BK, kMmaPad, NT, 4>>;
+  using LoaderB =
+      std::conditional_t<B_VEC, VecLoader<BN, BK, kMmaPad, NT>, ScalarLoader<BN, BK, kMmaPad, NT, 4>>;
   LoaderB lb;
   lb.init(p.b + b * p.b_sb, p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, tid);
 
@@ -182,11 +186,13 @@ void launch_mma(const Problem& p, int split, int k_per_split, float* ws, cudaStr
   using S = MmaShape<BM, BN, BK, WM, WN, STAGES>;
   const bool bvec = p.b_sn == 1 && p.b_sk % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) &&
                     (reinterpret_cast<std::uintptr_t>(p.b) & 15u) == 0;
-  auto kernel = bvec ? gemm_mma<BM, BN, BK, WM, WN, STAGES, true, X3> : gemm_mma<BM, BN, BK, WM, WN, STAGES, false, X3>;
+  auto kernel =
+      bvec ? gemm_mma<BM, BN, BK, WM, WN, STAGES, true, X3> : gemm_mma<BM, BN, BK, WM, WN, STAGES, false, X3>;
   static const bool once = [] {
-    for (auto* k : {gemm_mma<BM, BN, BK, WM, WN, STAGES, true, X3>, gemm_mma<BM, BN, BK, WM, WN, STAGES, false, X3>})
-      MT_CUDA_CHECK(
-          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(S::kSmemBytes)));
+    for (auto* k :
+         {gemm_mma<BM, BN, BK, WM, WN, STAGES, true, X3>, gemm_mma<BM, BN, BK, WM, WN, STAGES, false, X3>})
+      MT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(S::kSmemBytes)));
     return true;
   }();
   (void)once;
@@ -214,7 +220,8 @@ void launch_tensor(const Problem& p, Kernel kernel, bool x3, int split, int k_pe
     case Kernel::Tensor64x64:
       return x3 ? launch_mma<64, 64, 16, 32, 32, 4, true>(p, split, k_per_split, ws, stream)
                 : launch_mma<64, 64, 16, 32, 32, 4, false>(p, split, k_per_split, ws, stream);
-    default: MT_THROW(InvalidArgument, "gemm: ", kernel_name(kernel), " is not a tensor-core kernel");
+    default:
+      MT_THROW(InvalidArgument, "gemm: ", kernel_name(kernel), " is not a tensor-core kernel");
   }
 }
 

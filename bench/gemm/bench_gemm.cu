@@ -4,11 +4,13 @@
 //   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
 //   bench_gemm --sweep=M,N,K[,BATCH] [--math=fp32|tf32|tf32x3]
 //                                                every configuration the dispatcher could pick, timed
-//   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch table)
+//   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch
+//   table)
 //
-// Method: inputs N(0,1); every kernel's result is validated against cuBLAS before it is timed; 2 warm-up runs;
-// each iteration is timed with CUDA events on its own stream; the counters report the median; operands rotate
-// over enough copies to exceed the 50 MB L2, so small shapes are not timed from cache. FLOPs = 2 * M * N * K * batch.
+// Method: inputs N(0,1); every kernel's result is validated against cuBLAS before it is timed; 2 warm-up
+// runs; each iteration is timed with CUDA events on its own stream; the counters report the median; operands
+// rotate over enough copies to exceed the 50 MB L2, so small shapes are not timed from cache. FLOPs = 2 * M *
+// N * K * batch.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 
@@ -57,14 +59,22 @@ const std::vector<GemmShape> kShapes = {
 enum class Impl { Cublas, CublasTF32, Naive, SmemTiled, RegTiled, Dispatched, TF32, TF32x3 };
 const char* impl_name(Impl i) {
   switch (i) {
-    case Impl::Cublas: return "cublas_fp32";
-    case Impl::CublasTF32: return "cublas_tf32";
-    case Impl::Naive: return "gemm_naive";
-    case Impl::SmemTiled: return "gemm_smem_tiled";
-    case Impl::RegTiled: return "gemm_reg_tiled";
-    case Impl::Dispatched: return "mt_fp32";
-    case Impl::TF32: return "mt_tf32";
-    case Impl::TF32x3: return "mt_tf32x3";
+    case Impl::Cublas:
+      return "cublas_fp32";
+    case Impl::CublasTF32:
+      return "cublas_tf32";
+    case Impl::Naive:
+      return "gemm_naive";
+    case Impl::SmemTiled:
+      return "gemm_smem_tiled";
+    case Impl::RegTiled:
+      return "gemm_reg_tiled";
+    case Impl::Dispatched:
+      return "mt_fp32";
+    case Impl::TF32:
+      return "mt_tf32";
+    case Impl::TF32x3:
+      return "mt_tf32x3";
   }
   return "?";
 }
@@ -121,25 +131,32 @@ Problem problem_for(Operands& o, int copy, float* c) {
   p.m = s.m, p.n = s.n, p.k = s.k, p.batch = s.batch;
   p.a = o.a.data<float>() + copy * o.a_elems, p.a_sm = s.k, p.a_sk = 1, p.a_sb = std::int64_t(s.m) * s.k;
   p.b = o.b.data<float>() + copy * o.b_elems, p.b_sk = s.n, p.b_sn = 1, p.b_sb = std::int64_t(s.k) * s.n;
-  p.c = c ? c : o.c.data<float>() + copy * o.c_elems, p.c_sm = s.n, p.c_sn = 1, p.c_sb = std::int64_t(s.m) * s.n;
+  p.c = c ? c : o.c.data<float>() + copy * o.c_elems, p.c_sm = s.n, p.c_sn = 1,
+  p.c_sb = std::int64_t(s.m) * s.n;
   return p;
 }
 
 void run_cublas(cublasHandle_t h, const Problem& p) {
   // Row-major C = A B is column-major C^T = B^T A^T.
   const float alpha = 1.f, beta = 0.f;
-  CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.b, p.n, p.b_sb, p.a,
-                                         p.k, p.a_sb, &beta, p.c, p.n, p.c_sb, p.batch));
+  CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.b, p.n, p.b_sb,
+                                         p.a, p.k, p.a_sb, &beta, p.c, p.n, p.c_sb, p.batch));
 }
 
 Config config_for(Impl impl, const Problem& p) {
   switch (impl) {
-    case Impl::Naive: return {Kernel::Naive};
-    case Impl::SmemTiled: return {Kernel::SmemTiled};
-    case Impl::RegTiled: return {Kernel::RegTiled};
-    case Impl::TF32: return choose(p, MathMode::TF32);
-    case Impl::TF32x3: return choose(p, MathMode::TF32x3);
-    default: return choose(p, MathMode::FP32);
+    case Impl::Naive:
+      return {Kernel::Naive};
+    case Impl::SmemTiled:
+      return {Kernel::SmemTiled};
+    case Impl::RegTiled:
+      return {Kernel::RegTiled};
+    case Impl::TF32:
+      return choose(p, MathMode::TF32);
+    case Impl::TF32x3:
+      return choose(p, MathMode::TF32x3);
+    default:
+      return choose(p, MathMode::FP32);
   }
 }
 
@@ -170,7 +187,8 @@ double validate(Operands& o, const Problem& p, const std::function<void(const Pr
 }
 
 // Median milliseconds of `iters` timed runs, rotating over the copies.
-double time_ms(Operands& o, int iters, const std::function<void(const Problem&)>& fn, std::vector<double>* all = nullptr) {
+double time_ms(Operands& o, int iters, const std::function<void(const Problem&)>& fn,
+               std::vector<double>* all = nullptr) {
   cudaStream_t st = handles().stream;
   for (int w = 0; w < 2; ++w) fn(problem_for(o, w % o.copies, nullptr));
   cudaEvent_t e0, e1;
@@ -229,7 +247,8 @@ void bm_gemm(benchmark::State& state, GemmShape s, Impl impl) {
   const double tflops = s.flops() / (med * 1e-3) / 1e12;
   if (impl == Impl::Cublas) g_cublas_ms[s.name()] = med;
   if (impl == Impl::CublasTF32) g_cublas_tf32_ms[s.name()] = med;
-  Row r{s.name(), impl_name(impl), impl == Impl::Cublas || impl == Impl::CublasTF32 ? "" : config_name(cfg), tflops};
+  Row r{s.name(), impl_name(impl), impl == Impl::Cublas || impl == Impl::CublasTF32 ? "" : config_name(cfg),
+        tflops};
   r.err = err;
   if (g_cublas_ms.count(s.name())) r.ratio = g_cublas_ms[s.name()] / med;
   if (tf32 && g_cublas_tf32_ms.count(s.name())) r.ratio_tf32 = g_cublas_tf32_ms[s.name()] / med;
@@ -248,7 +267,8 @@ void register_all() {
     if (s.flops() <= 20e9) impls.insert(impls.end(), {Impl::Naive, Impl::SmemTiled, Impl::RegTiled});
     impls.insert(impls.end(), {Impl::Dispatched, Impl::TF32, Impl::TF32x3});
     for (Impl i : impls)
-      benchmark::RegisterBenchmark((std::string("gemm/") + s.name() + "/" + impl_name(i)).c_str(), bm_gemm, s, i)
+      benchmark::RegisterBenchmark((std::string("gemm/") + s.name() + "/" + impl_name(i)).c_str(), bm_gemm, s,
+                                   i)
           ->UseManualTime()
           ->Iterations(1)
           ->Unit(benchmark::kMillisecond);
@@ -259,9 +279,11 @@ const char* target_of(const Row& r) {
   const bool big = r.shape == "2048x2048x2048" || r.shape == "4096x4096x4096" || r.shape == "8192x8192x8192";
   if (r.impl == "mt_fp32") {
     const double need = big ? 0.90 : 1.0;
-    return r.ratio >= need ? (big ? "met (>=0.90)" : "met (>=1.0)") : (big ? "MISSED (<0.90)" : "MISSED (<1.0)");
+    return r.ratio >= need ? (big ? "met (>=0.90)" : "met (>=1.0)")
+                           : (big ? "MISSED (<0.90)" : "MISSED (<1.0)");
   }
-  if (r.impl == "mt_tf32x3" && r.shape == "4096x4096x4096") return r.ratio >= 1.5 ? "met (>=1.5)" : "MISSED (<1.5)";
+  if (r.impl == "mt_tf32x3" && r.shape == "4096x4096x4096")
+    return r.ratio >= 1.5 ? "met (>=1.5)" : "MISSED (<1.5)";
   return "";
 }
 
@@ -269,19 +291,20 @@ void print_summary() {
   std::printf("\n| shape | kernel | config | TFLOP/s | vs cuBLAS fp32 | vs cuBLAS tf32 | target |\n");
   std::printf("|---|---|---|---:|---:|---:|---|\n");
   for (const Row& r : g_rows) {
-    std::printf("| %s | %s | %s | %.2f | %.3f | %s | %s |\n", r.shape.c_str(), r.impl.c_str(), r.config.c_str(),
-                r.tflops, r.ratio, r.ratio_tf32 > 0 ? std::to_string(r.ratio_tf32).substr(0, 5).c_str() : "",
-                target_of(r));
+    std::printf("| %s | %s | %s | %.2f | %.3f | %s | %s |\n", r.shape.c_str(), r.impl.c_str(),
+                r.config.c_str(), r.tflops, r.ratio,
+                r.ratio_tf32 > 0 ? std::to_string(r.ratio_tf32).substr(0, 5).c_str() : "", target_of(r));
   }
 }
 
 void sweep(const GemmShape& s, MathMode math) {
   Operands& o = operands(s);
   const Problem p0 = problem_for(o, 0, nullptr);
-  const double cub = time_ms(o, iterations_for(s, 40), [&](const Problem& p) { run_cublas(handles().pedantic, p); });
+  const double cub =
+      time_ms(o, iterations_for(s, 40), [&](const Problem& p) { run_cublas(handles().pedantic, p); });
   const Config chosen = choose(p0, math);
-  std::printf("sweep %s %s: cublas_fp32 %.2f TFLOP/s; dispatcher picks %s\n", s.name().c_str(), math_mode_name(math),
-              s.flops() / (cub * 1e-3) / 1e12, config_name(chosen).c_str());
+  std::printf("sweep %s %s: cublas_fp32 %.2f TFLOP/s; dispatcher picks %s\n", s.name().c_str(),
+              math_mode_name(math), s.flops() / (cub * 1e-3) / 1e12, config_name(chosen).c_str());
   struct R {
     std::string name;
     double tflops, err;
@@ -312,7 +335,9 @@ int main(int argc, char** argv) {
   MathMode math = MathMode::FP32;
   for (int i = 1; i < argc; ++i)
     if (!std::strncmp(argv[i], "--math=", 7))
-      math = !std::strcmp(argv[i] + 7, "tf32") ? MathMode::TF32 : !std::strcmp(argv[i] + 7, "tf32x3") ? MathMode::TF32x3 : MathMode::FP32;
+      math = !std::strcmp(argv[i] + 7, "tf32")     ? MathMode::TF32
+             : !std::strcmp(argv[i] + 7, "tf32x3") ? MathMode::TF32x3
+                                                   : MathMode::FP32;
   for (int i = 1; i < argc; ++i) {
     if (!std::strncmp(argv[i], "--sweep=", 8)) {
       GemmShape s{0, 0, 0, 1};

@@ -10,9 +10,12 @@ namespace mt::detail::gemm {
 namespace {
 float activate(float v, Activation act) {
   switch (act) {
-    case Activation::Relu: return fn::relu(v);
-    case Activation::Gelu: return fn::gelu(v);
-    default: return v;
+    case Activation::Relu:
+      return fn::relu(v);
+    case Activation::Gelu:
+      return fn::gelu(v);
+    default:
+      return v;
   }
 }
 }  // namespace

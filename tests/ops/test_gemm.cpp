@@ -1,8 +1,9 @@
 // SGEMM against the float64 Eigen reference: every kernel of the ladder, the dispatcher, layouts (transposed,
 // strided, unaligned), batches with broadcasting, alpha/beta, K = 0, the fused epilogue, TF32 modes, errors.
 //
-// Tolerance: |C - ref| <= c * (K + 2) * eps * (|alpha| |A||B| + |beta| |C0| + |bias|) per element, the classic
-// bound on a float32 dot product of length K (eps = 2^-23); any NaN or Inf where the reference is finite fails.
+// Tolerance: |C - ref| <= c * (K + 2) * eps * (|alpha| |A||B| + |beta| |C0| + |bias|) per element, the
+// classic bound on a float32 dot product of length K (eps = 2^-23); any NaN or Inf where the reference is
+// finite fails.
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
@@ -36,9 +37,9 @@ MatD to_double(const Tensor& t) {
 
 struct ErrorStats {
   std::int64_t n_bad = 0, n_nonfinite = 0;
-  double max_ratio = 0;   // max |err| / bound
-  double max_norm = 0;    // max |err| / (|A||B|) : the error in units of the operands' scale
-  double rms_norm = 0;    // sqrt(sum err^2 / sum (|A||B|)^2)
+  double max_ratio = 0;  // max |err| / bound
+  double max_norm = 0;   // max |err| / (|A||B|) : the error in units of the operands' scale
+  double rms_norm = 0;   // sqrt(sum err^2 / sum (|A||B|)^2)
   std::string first_bad;
   std::string str() const {
     std::ostringstream os;
@@ -51,9 +52,9 @@ struct ErrorStats {
 
 // Compares got (m, n) with the float64 product alpha * a * b + beta * c0 (+ bias, activation), elementwise
 // against the K-scaled bound. `c_factor` scales the bound (1 for FP32 kernels).
-void accumulate_errors(const MatD& got, const MatD& a, const MatD& b, const MatD* c0, const std::vector<float>* bias,
-                       float alpha, float beta, Activation act, double c_factor, ErrorStats& s, double& err2,
-                       double& scale2) {
+void accumulate_errors(const MatD& got, const MatD& a, const MatD& b, const MatD* c0,
+                       const std::vector<float>* bias, float alpha, float beta, Activation act,
+                       double c_factor, ErrorStats& s, double& err2, double& scale2) {
   const MatD ab = a * b;
   const MatD abs_ab = a.cwiseAbs() * b.cwiseAbs();
   const double k = static_cast<double>(a.cols());
@@ -104,8 +105,9 @@ struct GemmCase {
 std::string describe(const GemmCase& c) {
   std::ostringstream os;
   os << c.m << "x" << c.n << "x" << c.k << " trans_a=" << c.trans_a << " trans_b=" << c.trans_b
-     << " a=" << test::layout_name(c.layout_a) << " b=" << test::layout_name(c.layout_b) << " alpha=" << c.alpha
-     << " beta=" << c.beta << " bias=" << c.bias << " act=" << static_cast<int>(c.act) << " seed=" << c.seed;
+     << " a=" << test::layout_name(c.layout_a) << " b=" << test::layout_name(c.layout_b)
+     << " alpha=" << c.alpha << " beta=" << c.beta << " bias=" << c.bias << " act=" << static_cast<int>(c.act)
+     << " seed=" << c.seed;
   return os.str();
 }
 
@@ -131,8 +133,8 @@ ErrorStats run_gemm_case(const GemmCase& c, Device device) {
   if (c.trans_b) bd.transposeInPlace();
   const MatD cd = to_double(c0);
   const std::vector<float> bv = c.bias ? bias.to_vector<float>() : std::vector<float>();
-  accumulate_errors(to_double(g.view()), ad, bd, &cd, c.bias ? &bv : nullptr, c.alpha, c.beta, c.act, c.c_factor, s,
-                    err2, scale2);
+  accumulate_errors(to_double(g.view()), ad, bd, &cd, c.bias ? &bv : nullptr, c.alpha, c.beta, c.act,
+                    c.c_factor, s, err2, scale2);
   s.rms_norm = scale2 > 0 ? std::sqrt(err2 / scale2) : 0;
   EXPECT_EQ(s.n_bad, 0) << s.str();
   return s;
@@ -146,9 +148,10 @@ void run_both(const GemmCase& c) {
 // ---------------------------------------------------------------- shapes and layouts through the dispatcher
 
 TEST(Gemm, F32_Shapes) {
-  const std::int64_t shapes[][3] = {{1, 1, 1},    {1, 7, 3},     {5, 1, 9},     {7, 13, 17},   {31, 37, 41},
-                                    {64, 64, 64}, {127, 129, 255}, {128, 128, 8}, {257, 130, 1000},
-                                    {2, 3001, 2048}, {300, 40, 5000}, {61, 517, 1031}, {129, 67, 3}};
+  const std::int64_t shapes[][3] = {{1, 1, 1},        {1, 7, 3},       {5, 1, 9},       {7, 13, 17},
+                                    {31, 37, 41},     {64, 64, 64},    {127, 129, 255}, {128, 128, 8},
+                                    {257, 130, 1000}, {2, 3001, 2048}, {300, 40, 5000}, {61, 517, 1031},
+                                    {129, 67, 3}};
   for (const auto& s : shapes) run_both(GemmCase(s[0], s[1], s[2]));
 }
 
@@ -205,7 +208,8 @@ TEST(Gemm, F32_EveryKernel_127x129x255) {
   std::vector<Config> configs = {{Kernel::Naive}, {Kernel::SmemTiled}, {Kernel::RegTiled}};
   for (Kernel k : simt_kernels()) configs.push_back({k, 1}), configs.push_back({k, 3});
   for (Kernel k : tensor_kernels())
-    for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) configs.push_back({k, 1, m}), configs.push_back({k, 2, m});
+    for (MathMode m : {MathMode::TF32, MathMode::TF32x3})
+      configs.push_back({k, 1, m}), configs.push_back({k, 2, m});
   for (bool tb : {false, true})
     for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
       const std::int64_t m = 127, n = 129, k = 255;
@@ -233,9 +237,10 @@ TEST(Gemm, F32_EveryKernel_127x129x255) {
         const MatD cd = to_double(c0);
         const std::vector<float> bv = bias.to_vector<float>();
         // TF32 rounds each operand to 11 bits: bound 2^-10 of the scale instead of K eps.
-        const double cf = cfg.math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
-        accumulate_errors(to_double(g.view()), to_double(a), to_double(bt), &cd, &bv, p.alpha, p.beta, p.act, cf, s,
-                          e2, s2);
+        const double cf =
+            cfg.math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
+        accumulate_errors(to_double(g.view()), to_double(a), to_double(bt), &cd, &bv, p.alpha, p.beta, p.act,
+                          cf, s, e2, s2);
         EXPECT_EQ(s.n_bad, 0) << s.str();
       }
     }
@@ -248,9 +253,9 @@ TEST(Gemm, F32_Batched_Matmul_Broadcast) {
     Shape a, b;
   };
   const B cases[] = {
-      {{4, 33, 65}, {4, 65, 47}},      // plain batch
-      {{1, 33, 65}, {4, 65, 47}},      // A broadcast over the batch
-      {{4, 33, 65}, {65, 47}},         // B 2-D, broadcast
+      {{4, 33, 65}, {4, 65, 47}},        // plain batch
+      {{1, 33, 65}, {4, 65, 47}},        // A broadcast over the batch
+      {{4, 33, 65}, {65, 47}},           // B 2-D, broadcast
       {{2, 1, 17, 19}, {1, 3, 19, 23}},  // batch dims that do not collapse: looped
       {{3, 2, 5, 7}, {7, 9}},
   };
@@ -275,8 +280,8 @@ TEST(Gemm, F32_Batched_Matmul_Broadcast) {
       for (std::int64_t i = 0; i < nb; ++i) {
         ErrorStats s;
         double e2 = 0, s2 = 0;
-        accumulate_errors(to_double(cf.select(0, i)), to_double(af.select(0, i)), to_double(bf.select(0, i)), nullptr,
-                          nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
+        accumulate_errors(to_double(cf.select(0, i)), to_double(af.select(0, i)), to_double(bf.select(0, i)),
+                          nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
         EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
       }
     }
@@ -314,8 +319,8 @@ TEST(Gemm, F32_Batch64_256Cubed) {
   for (int i : {0, 17, 63}) {
     ErrorStats s;
     double e2 = 0, s2 = 0;
-    accumulate_errors(to_double(c.select(0, i)), to_double(a.select(0, i)), to_double(b.select(0, i)), nullptr,
-                      nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
+    accumulate_errors(to_double(c.select(0, i)), to_double(a.select(0, i)), to_double(b.select(0, i)),
+                      nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
     EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
   }
 }
@@ -342,8 +347,9 @@ TEST(Gemm, Linear_FusedEpilogueEqualsEagerOps) {
       }
       const Tensor ref = from_vector(eager, Shape{3, 43, 77});
       // Bit-exact except GELU on the GPU, where the device tanhf may differ from the host's by an ulp or two.
-      const test::Tolerance tol = (dev.is_cuda() && act == Activation::Gelu) ? test::Tolerance::close(1e-6, 1e-6)
-                                                                              : test::Tolerance::exactly();
+      const test::Tolerance tol = (dev.is_cuda() && act == Activation::Gelu)
+                                      ? test::Tolerance::close(1e-6, 1e-6)
+                                      : test::Tolerance::exactly();
       const test::Comparison r = test::compare(y, ref, tol);
       EXPECT_TRUE(r.ok) << r.summary();
     }
@@ -397,9 +403,11 @@ TEST(Gemm, TF32Modes_ErrorReportedAndBounded) {
     const ErrorStats e32 = run_gemm_case(c32, Device::cuda(0));
     const ErrorStats etf = run_gemm_case(ctf, Device::cuda(0));
     const ErrorStats e3x = run_gemm_case(c3x, Device::cuda(0));
-    std::printf("[ tf32 err ] K=%5lld  rms/max normalised error: fp32 %.3g / %.3g   tf32 %.3g / %.3g   tf32x3 %.3g / %.3g\n",
-                static_cast<long long>(k), e32.rms_norm, e32.max_norm, etf.rms_norm, etf.max_norm, e3x.rms_norm,
-                e3x.max_norm);
+    std::printf(
+        "[ tf32 err ] K=%5lld  rms/max normalised error: fp32 %.3g / %.3g   tf32 %.3g / %.3g   tf32x3 %.3g / "
+        "%.3g\n",
+        static_cast<long long>(k), e32.rms_norm, e32.max_norm, etf.rms_norm, etf.max_norm, e3x.rms_norm,
+        e3x.max_norm);
     if (k >= 256) {
       EXPECT_LE(e3x.rms_norm, 2.0 * e32.rms_norm) << "3xTF32 must stay within 2x the fp32 error";
     }
@@ -438,24 +446,40 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 TEST(Gemm, Errors) {
   const Tensor a = zeros(Shape{3, 4}), b = zeros(Shape{5, 6});
   expect_error<ShapeError>([&] { matmul(a, b); }, {"matmul", "(3, 4)", "(5, 6)", "inner dimensions 4 and 5"});
-  expect_error<DTypeError>([&] { matmul(zeros(Shape{3, 4}, DType::I32), zeros(Shape{4, 2})); },
-                           {"matmul", "a", "float32", "int32"});
-  expect_error<ShapeError>([&] { matmul(zeros(Shape{2, 3, 4}), zeros(Shape{3, 4, 5})); },
-                           {"batch dimensions", "(2, 3, 4)", "(3, 4, 5)"});
+  expect_error<DTypeError>(
+      [&] {
+        matmul(zeros(Shape{3, 4}, DType::I32), zeros(Shape{4, 2}));
+      },
+      {"matmul", "a", "float32", "int32"});
+  expect_error<ShapeError>(
+      [&] {
+        matmul(zeros(Shape{2, 3, 4}), zeros(Shape{3, 4, 5}));
+      },
+      {"batch dimensions", "(2, 3, 4)", "(3, 4, 5)"});
   Tensor c = zeros(Shape{3, 7});
   expect_error<ShapeError>([&] { gemm(a, zeros(Shape{4, 6}), c); }, {"gemm", "c (3, 7)", "(..., 3, 6)"});
   Tensor c2 = zeros(Shape{3, 6});
-  expect_error<ShapeError>([&] { gemm(a, zeros(Shape{4, 6}), c2, false, false, {}, zeros(Shape{5})); },
-                           {"bias (5)", "(6)"});
+  expect_error<ShapeError>(
+      [&] {
+        gemm(a, zeros(Shape{4, 6}), c2, false, false, {}, zeros(Shape{5}));
+      },
+      {"bias (5)", "(6)"});
   expect_error<ShapeError>([&] { gemm(a, zeros(Shape{4, 6}), c2, true); }, {"op(a) (4, 3)", "trans_a=1"});
   Tensor cb = zeros(Shape{1, 6}).expand(Shape{3, 6});
   expect_error<InvalidArgument>([&] { gemm(a, zeros(Shape{4, 6}), cb); }, {"overlaps itself"});
-  expect_error<ShapeError>([&] { linear(zeros(Shape{2, 3}), zeros(Shape{4, 5})); }, {"linear", "(2, 3)", "(4, 5)"});
+  expect_error<ShapeError>(
+      [&] {
+        linear(zeros(Shape{2, 3}), zeros(Shape{4, 5}));
+      },
+      {"linear", "(2, 3)", "(4, 5)"});
   expect_error<ShapeError>([&] { matmul(zeros(Shape{}), a); }, {"matmul", "at least 1"});
   expect_error<InvalidArgument>([&] { matmul(Tensor(), a); }, {"undefined"});
   if (cuda_available()) {
-    expect_error<DeviceError>([&] { matmul(a, zeros(Shape{4, 2}, DType::F32, Device::cuda(0))); },
-                              {"matmul", "cpu", "cuda:0"});
+    expect_error<DeviceError>(
+        [&] {
+          matmul(a, zeros(Shape{4, 2}, DType::F32, Device::cuda(0)));
+        },
+        {"matmul", "cpu", "cuda:0"});
     using namespace detail::gemm;
     Problem p;
     p.m = p.n = p.k = 8;
