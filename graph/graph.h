@@ -32,6 +32,8 @@ struct GraphData;
 }
 
 class Graph;
+class Executor;
+struct ExecOptions;
 
 // A handle to a node of one graph: a graph pointer and an index. Cheap to copy; valid while its graph lives.
 class Node {
@@ -126,6 +128,10 @@ class Graph {
 
   // --- outputs: what run() returns, by name
   void output(const std::string& name, Node node);
+
+  // Compiles for options.device: same as Executor(*this, options).
+  Executor compile(const ExecOptions& options) const;
+  Executor compile() const;
 
   int size() const;                // number of nodes
   std::string dump() const;        // one line per node: id, name, op, inputs, shape, dtype
@@ -222,6 +228,8 @@ class Executor {
   const std::vector<NodeTiming>& last_profile() const;
   std::string profile_table() const;
   void write_trace(const std::string& path) const;  // Chrome trace JSON (Perfetto, chrome://tracing)
+
+  const detail::ExecutorImpl& impl() const { return *m_impl; }
 
  private:
   std::unique_ptr<detail::ExecutorImpl> m_impl;
