@@ -180,7 +180,7 @@ bool nvrtc_compile(const std::string& source, int arch, std::vector<char>& cubin
     log = str("nvrtcCreateProgram: ", nvrtcGetErrorString(r));
     return false;
   }
-  const std::string arch_opt = str("--gpu-arch=sm_", arch);
+  const std::string arch_opt = str("--gpu-architecture=sm_", arch);
   // No FMA contraction: the fused kernel rounds like the unfused ops do, one op at a time.
   const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--fmad=false", "-default-device"};
   r = nvrtcCompileProgram(prog, 4, opts);
@@ -188,6 +188,7 @@ bool nvrtc_compile(const std::string& source, int arch, std::vector<char>& cubin
   nvrtcGetProgramLogSize(prog, &log_size);
   std::string program_log(log_size, '\0');
   if (log_size) nvrtcGetProgramLog(prog, program_log.data());
+  while (!program_log.empty() && program_log.back() == '\0') program_log.pop_back();
   bool ok = r == NVRTC_SUCCESS;
   if (ok) {
     std::size_t size = 0;
