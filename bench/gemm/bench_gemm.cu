@@ -1,0 +1,330 @@
+// bench_gemm: cuBLAS (row 0, the baseline; linked here only) against every rung of the SGEMM ladder, the
+// dispatched FP32 kernel and the TF32 / 3xTF32 tensor-core modes, on the shapes of bench/gemm/NOTES.md.
+//
+//   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
+//   bench_gemm --sweep=M,N,K[,BATCH] [--math=fp32|tf32|tf32x3]
+//                                                every configuration the dispatcher could pick, timed
+//   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch table)
+//
+// Method: inputs N(0,1); every kernel's result is validated against cuBLAS before it is timed; 2 warm-up runs;
+// each iteration is timed with CUDA events on its own stream; the counters report the median; operands rotate
+// over enough copies to exceed the 50 MB L2, so small shapes are not timed from cache. FLOPs = 2 * M * N * K * batch.
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ops/gemm.h"
+#include "ops/gemm_launch.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/stream.h"
+#include "tensor/tensor.h"
+
+namespace {
+
+using namespace mt;
+using namespace mt::detail::gemm;
+
+#define CUBLAS_CHECK(expr)                                                                  \
+  do {                                                                                      \
+    const cublasStatus_t s_ = (expr);                                                       \
+    if (s_ != CUBLAS_STATUS_SUCCESS) MT_THROW(Error, #expr, " failed: cublas status ", s_); \
+  } while (0)
+
+struct GemmShape {
+  int m, n, k, batch;
+  std::string name() const {
+    std::string s = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+    return batch > 1 ? std::to_string(batch) + "x(" + s + ")" : s;
+  }
+  double flops() const { return 2.0 * m * n * static_cast<double>(k) * batch; }
+};
+
+const std::vector<GemmShape> kShapes = {
+    {512, 512, 512, 1},    {1024, 1024, 1024, 1}, {2048, 2048, 2048, 1}, {4096, 4096, 4096, 1},
+    {8192, 8192, 8192, 1}, {4095, 4097, 1023, 1}, {64, 4096, 4096, 1},   {16384, 64, 4096, 1},
+    {127, 129, 255, 1},    {256, 256, 256, 64},
+};
+
+enum class Impl { Cublas, CublasTF32, Naive, SmemTiled, RegTiled, Dispatched, TF32, TF32x3 };
+const char* impl_name(Impl i) {
+  switch (i) {
+    case Impl::Cublas: return "cublas_fp32";
+    case Impl::CublasTF32: return "cublas_tf32";
+    case Impl::Naive: return "gemm_naive";
+    case Impl::SmemTiled: return "gemm_smem_tiled";
+    case Impl::RegTiled: return "gemm_reg_tiled";
+    case Impl::Dispatched: return "mt_fp32";
+    case Impl::TF32: return "mt_tf32";
+    case Impl::TF32x3: return "mt_tf32x3";
+  }
+  return "?";
+}
+
+struct Handles {
+  cublasHandle_t pedantic = nullptr, tf32 = nullptr;
+  cudaStream_t stream = nullptr;
+  Handles() {
+    stream = default_stream(0);
+    CUBLAS_CHECK(cublasCreate(&pedantic));
+    CUBLAS_CHECK(cublasSetMathMode(pedantic, CUBLAS_PEDANTIC_MATH));
+    CUBLAS_CHECK(cublasSetStream(pedantic, stream));
+    CUBLAS_CHECK(cublasCreate(&tf32));
+    CUBLAS_CHECK(cublasSetMathMode(tf32, CUBLAS_TF32_TENSOR_OP_MATH));
+    CUBLAS_CHECK(cublasSetStream(tf32, stream));
+  }
+};
+Handles& handles() {
+  static Handles h;
+  return h;
+}
+
+// Operands for one shape, `copies` of each so that the working set exceeds L2.
+struct Operands {
+  GemmShape s{};
+  int copies = 0;
+  Tensor a, b, c, ref;
+  std::int64_t a_elems = 0, b_elems = 0, c_elems = 0;
+};
+Operands& operands(const GemmShape& s) {
+  static Operands ops;
+  if (ops.copies && ops.s.m == s.m && ops.s.n == s.n && ops.s.k == s.k && ops.s.batch == s.batch) return ops;
+  ops = Operands{};
+  ops.s = s;
+  ops.a_elems = std::int64_t(s.m) * s.k * s.batch;
+  ops.b_elems = std::int64_t(s.k) * s.n * s.batch;
+  ops.c_elems = std::int64_t(s.m) * s.n * s.batch;
+  const double bytes = 4.0 * (ops.a_elems + ops.b_elems + ops.c_elems);
+  ops.copies = static_cast<int>(std::clamp(std::ceil(200e6 / bytes), 1.0, 64.0));
+  ops.a = randn(Shape{ops.copies, ops.a_elems}, 1, Device::cuda(0));
+  ops.b = randn(Shape{ops.copies, ops.b_elems}, 2, Device::cuda(0));
+  ops.c = zeros(Shape{ops.copies, ops.c_elems}, DType::F32, Device::cuda(0));
+  ops.ref = zeros(Shape{ops.c_elems}, DType::F32, Device::cuda(0));
+  return ops;
+}
+
+Problem problem_for(Operands& o, int copy, float* c) {
+  const GemmShape& s = o.s;
+  Problem p;
+  p.m = s.m, p.n = s.n, p.k = s.k, p.batch = s.batch;
+  p.a = o.a.data<float>() + copy * o.a_elems, p.a_sm = s.k, p.a_sk = 1, p.a_sb = std::int64_t(s.m) * s.k;
+  p.b = o.b.data<float>() + copy * o.b_elems, p.b_sk = s.n, p.b_sn = 1, p.b_sb = std::int64_t(s.k) * s.n;
+  p.c = c ? c : o.c.data<float>() + copy * o.c_elems, p.c_sm = s.n, p.c_sn = 1, p.c_sb = std::int64_t(s.m) * s.n;
+  return p;
+}
+
+void run_cublas(cublasHandle_t h, const Problem& p) {
+  // Row-major C = A B is column-major C^T = B^T A^T.
+  const float alpha = 1.f, beta = 0.f;
+  CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.b, p.n, p.b_sb, p.a,
+                                         p.k, p.a_sb, &beta, p.c, p.n, p.c_sb, p.batch));
+}
+
+Config config_for(Impl impl, const Problem& p) {
+  switch (impl) {
+    case Impl::Naive: return {Kernel::Naive};
+    case Impl::SmemTiled: return {Kernel::SmemTiled};
+    case Impl::RegTiled: return {Kernel::RegTiled};
+    case Impl::TF32: return choose(p, MathMode::TF32);
+    case Impl::TF32x3: return choose(p, MathMode::TF32x3);
+    default: return choose(p, MathMode::FP32);
+  }
+}
+
+void run_impl(Impl impl, const Problem& p, const Config& cfg) {
+  if (impl == Impl::Cublas) return run_cublas(handles().pedantic, p);
+  if (impl == Impl::CublasTF32) return run_cublas(handles().tf32, p);
+  launch(p, cfg, handles().stream);
+}
+
+// Max |got - ref| / max |ref| over the first copy; NaN/Inf anywhere fails.
+double validate(Operands& o, const Problem& p, const std::function<void(const Problem&)>& fn) {
+  Problem q = p;
+  q.c = o.c.data<float>();
+  MT_CUDA_CHECK(cudaMemsetAsync(q.c, 0xFF, o.c_elems * 4, handles().stream));  // NaN: unwritten shows up
+  fn(q);
+  Problem r = p;
+  r.c = o.ref.data<float>();
+  run_cublas(handles().pedantic, r);
+  const std::vector<float> got = o.c.select(0, 0).to_vector<float>();
+  const std::vector<float> ref = o.ref.to_vector<float>();
+  double max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    max_err = std::max(max_err, double(std::fabs(got[i] - ref[i])));
+    max_ref = std::max(max_ref, double(std::fabs(ref[i])));
+  }
+  return max_ref > 0 ? max_err / max_ref : max_err;
+}
+
+// Median milliseconds of `iters` timed runs, rotating over the copies.
+double time_ms(Operands& o, int iters, const std::function<void(const Problem&)>& fn, std::vector<double>* all = nullptr) {
+  cudaStream_t st = handles().stream;
+  for (int w = 0; w < 2; ++w) fn(problem_for(o, w % o.copies, nullptr));
+  cudaEvent_t e0, e1;
+  MT_CUDA_CHECK(cudaEventCreate(&e0));
+  MT_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    const Problem p = problem_for(o, i % o.copies, nullptr);
+    MT_CUDA_CHECK(cudaEventRecord(e0, st));
+    fn(p);
+    MT_CUDA_CHECK(cudaEventRecord(e1, st));
+    MT_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    MT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  MT_CUDA_CHECK(cudaEventDestroy(e0));
+  MT_CUDA_CHECK(cudaEventDestroy(e1));
+  if (all) *all = ms;
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int iterations_for(const GemmShape& s, double tflops_guess) {
+  const double est = s.flops() / (tflops_guess * 1e12);
+  return static_cast<int>(std::clamp(0.25 / est, 5.0, 200.0));
+}
+
+struct Row {
+  std::string shape, impl, config;
+  double tflops = 0, ratio = 0, ratio_tf32 = 0, err = 0;
+};
+std::vector<Row> g_rows;
+std::map<std::string, double> g_cublas_ms, g_cublas_tf32_ms;
+
+void bm_gemm(benchmark::State& state, GemmShape s, Impl impl) {
+  Operands& o = operands(s);
+  const Problem p0 = problem_for(o, 0, nullptr);
+  const Config cfg = config_for(impl, p0);
+  auto fn = [&](const Problem& p) { run_impl(impl, p, cfg); };
+  const bool tf32 = impl == Impl::TF32 || impl == Impl::TF32x3 || impl == Impl::CublasTF32;
+  const double err = validate(o, p0, fn);
+  const double tol = impl == Impl::TF32 || impl == Impl::CublasTF32 ? 1e-2 : 1e-4;
+  if (!(err <= tol)) {
+    state.SkipWithError(("validation failed: max err / max ref = " + std::to_string(err)).c_str());
+    return;
+  }
+  const bool rung = impl == Impl::Naive || impl == Impl::SmemTiled || impl == Impl::RegTiled;
+  const int iters = iterations_for(s, rung ? 2.0 : tf32 ? 100.0 : 40.0);
+  std::vector<double> all;
+  double med = 0;
+  for (auto _ : state) {
+    med = time_ms(o, iters, fn, &all);
+    state.SetIterationTime(med / 1e3);
+  }
+  const double tflops = s.flops() / (med * 1e-3) / 1e12;
+  if (impl == Impl::Cublas) g_cublas_ms[s.name()] = med;
+  if (impl == Impl::CublasTF32) g_cublas_tf32_ms[s.name()] = med;
+  Row r{s.name(), impl_name(impl), impl == Impl::Cublas || impl == Impl::CublasTF32 ? "" : config_name(cfg), tflops};
+  r.err = err;
+  if (g_cublas_ms.count(s.name())) r.ratio = g_cublas_ms[s.name()] / med;
+  if (tf32 && g_cublas_tf32_ms.count(s.name())) r.ratio_tf32 = g_cublas_tf32_ms[s.name()] / med;
+  g_rows.push_back(r);
+  state.counters["TFLOPs"] = tflops;
+  state.counters["ms_median"] = med;
+  state.counters["vs_cublas_fp32"] = r.ratio;
+  if (tf32) state.counters["vs_cublas_tf32"] = r.ratio_tf32;
+  state.counters["max_rel_err"] = err;
+  state.SetLabel(r.config);
+}
+
+void register_all() {
+  for (const GemmShape& s : kShapes) {
+    std::vector<Impl> impls = {Impl::Cublas, Impl::CublasTF32};
+    if (s.flops() <= 20e9) impls.insert(impls.end(), {Impl::Naive, Impl::SmemTiled, Impl::RegTiled});
+    impls.insert(impls.end(), {Impl::Dispatched, Impl::TF32, Impl::TF32x3});
+    for (Impl i : impls)
+      benchmark::RegisterBenchmark((std::string("gemm/") + s.name() + "/" + impl_name(i)).c_str(), bm_gemm, s, i)
+          ->UseManualTime()
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
+  }
+}
+
+const char* target_of(const Row& r) {
+  const bool big = r.shape == "2048x2048x2048" || r.shape == "4096x4096x4096" || r.shape == "8192x8192x8192";
+  if (r.impl == "mt_fp32") {
+    const double need = big ? 0.90 : 1.0;
+    return r.ratio >= need ? (big ? "met (>=0.90)" : "met (>=1.0)") : (big ? "MISSED (<0.90)" : "MISSED (<1.0)");
+  }
+  if (r.impl == "mt_tf32x3" && r.shape == "4096x4096x4096") return r.ratio >= 1.5 ? "met (>=1.5)" : "MISSED (<1.5)";
+  return "";
+}
+
+void print_summary() {
+  std::printf("\n| shape | kernel | config | TFLOP/s | vs cuBLAS fp32 | vs cuBLAS tf32 | target |\n");
+  std::printf("|---|---|---|---:|---:|---:|---|\n");
+  for (const Row& r : g_rows) {
+    std::printf("| %s | %s | %s | %.2f | %.3f | %s | %s |\n", r.shape.c_str(), r.impl.c_str(), r.config.c_str(),
+                r.tflops, r.ratio, r.ratio_tf32 > 0 ? std::to_string(r.ratio_tf32).substr(0, 5).c_str() : "",
+                target_of(r));
+  }
+}
+
+void sweep(const GemmShape& s, MathMode math) {
+  Operands& o = operands(s);
+  const Problem p0 = problem_for(o, 0, nullptr);
+  const double cub = time_ms(o, iterations_for(s, 40), [&](const Problem& p) { run_cublas(handles().pedantic, p); });
+  const Config chosen = choose(p0, math);
+  std::printf("sweep %s %s: cublas_fp32 %.2f TFLOP/s; dispatcher picks %s\n", s.name().c_str(), math_mode_name(math),
+              s.flops() / (cub * 1e-3) / 1e12, config_name(chosen).c_str());
+  struct R {
+    std::string name;
+    double tflops, err;
+  };
+  std::vector<R> rs;
+  for (const Config& c : candidates(p0, math)) {
+    auto fn = [&](const Problem& p) { launch(p, c, handles().stream); };
+    const double err = validate(o, p0, fn);
+    const double ms = time_ms(o, iterations_for(s, 60), fn);
+    rs.push_back({config_name(c), s.flops() / (ms * 1e-3) / 1e12, err});
+  }
+  std::sort(rs.begin(), rs.end(), [](const R& a, const R& b) { return a.tflops > b.tflops; });
+  for (const R& r : rs)
+    std::printf("  %-48s %8.2f TFLOP/s  %.3fx cublas  err %.2e%s\n", r.name.c_str(), r.tflops,
+                r.tflops / (s.flops() / (cub * 1e-3) / 1e12), r.err,
+                r.err > (math == MathMode::TF32 ? 1e-2 : 1e-4) ? "  INVALID" : "");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!mt::cuda_available()) {
+    std::printf("bench_gemm: no CUDA device (%s)\n", mt::device_report().c_str());
+    return 0;
+  }
+  std::printf("device: %s\n", mt::device_properties(0).name.c_str());
+  MathMode math = MathMode::FP32;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strncmp(argv[i], "--math=", 7))
+      math = !std::strcmp(argv[i] + 7, "tf32") ? MathMode::TF32 : !std::strcmp(argv[i] + 7, "tf32x3") ? MathMode::TF32x3 : MathMode::FP32;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strncmp(argv[i], "--sweep=", 8)) {
+      GemmShape s{0, 0, 0, 1};
+      std::sscanf(argv[i] + 8, "%d,%d,%d,%d", &s.m, &s.n, &s.k, &s.batch);
+      sweep(s, math);
+      return 0;
+    }
+    if (!std::strcmp(argv[i], "--sweep-all")) {
+      for (const GemmShape& s : kShapes) sweep(s, math);
+      return 0;
+    }
+  }
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_summary();
+  return 0;
+}

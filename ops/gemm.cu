@@ -1,0 +1,523 @@
+// SGEMM kernels, C = act(alpha * A * B + beta * C + bias), float32, then their launchers and the dispatcher.
+//
+// Napkin maths (one m x n x k problem): 2mnk FLOPs; at least 4(mk + kn + mn) bytes of DRAM traffic. At 4096^3
+// that is 137 GFLOP over 201 MB: 680 FLOP/byte, far above the H100/H200 balance point (~67 TFLOP/s FP32 FMA vs
+// 3.3-4.8 TB/s), so the big shapes are bound by FMA issue and shared-memory bandwidth, not DRAM. A block tile
+// BM x BN reads (BM + BN) * BK floats from shared memory per BM * BN * BK FMAs; a thread tile TM x TN reads
+// TM + TN registers' worth per TM * TN FMAs, which is why 8x8 (4 FMAs per loaded float) is the working size.
+//
+// The ladder, slowest first (every rung handles every problem; bench/gemm times them all):
+//   gemm_naive       one thread per element of C, operands straight from global memory (L1/L2 do the caching)
+//   gemm_smem_tiled  32x32 tiles staged in shared memory, one thread per element: 32x fewer global loads
+//   gemm_reg_tiled   128x128x8 tiles, 8x8 outputs per thread from an outer product over registers
+//   gemm_simt        production: warp tiles, multi-stage cp.async pipeline, A stored transposed, padded
+//                    (bank-conflict-free) shared rows, float4 loads/stores where aligned, register double
+//                    buffering of fragments, split-K, fused epilogue
+// The tensor-core kernels (TF32, 3xTF32) are in ops/gemm_tf32.cu.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <type_traits>
+
+#include "memory/allocator.h"
+#include "ops/gemm_device.cuh"
+#include "ops/gemm_launch.h"
+#include "runtime/error.h"
+#include "runtime/launch.h"
+
+namespace mt::detail::gemm {
+
+// ================================================================ kernels
+
+__device__ __forceinline__ const float* a_batch(const Problem& p, int b) { return p.a + b * p.a_sb; }
+__device__ __forceinline__ const float* b_batch(const Problem& p, int b) { return p.b + b * p.b_sb; }
+__device__ __forceinline__ float* c_batch(const Problem& p, int b) { return p.c + b * p.c_sb; }
+
+// Rung 1. Threads along x walk n, so B reads and C writes coalesce; A(i, p) is a warp-wide broadcast.
+__global__ void gemm_naive(Problem p) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  const int i = blockIdx.y * blockDim.y + threadIdx.y;
+  const int b = blockIdx.z;
+  if (i >= p.m || j >= p.n) return;
+  const float* a = a_batch(p, b) + i * p.a_sm;
+  const float* bb = b_batch(p, b) + j * p.b_sn;
+  float acc = 0.f;
+  for (int q = 0; q < p.k; ++q) acc = fmaf(a[q * p.a_sk], bb[q * p.b_sk], acc);
+  store_run<1>(p, c_batch(p, b), i, j, &acc, false);
+}
+
+// Rung 2. Each element loaded from global memory is reused 32 times from shared memory. The +1 column of
+// padding keeps the column reads of As conflict-free.
+constexpr int kTile2 = 32;
+__global__ void __launch_bounds__(kTile2 * kTile2) gemm_smem_tiled(Problem p) {
+  __shared__ float As[kTile2][kTile2 + 1], Bs[kTile2][kTile2 + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y, b = blockIdx.z;
+  const int i = blockIdx.y * kTile2 + ty, j = blockIdx.x * kTile2 + tx;
+  const float* A = a_batch(p, b);
+  const float* B = b_batch(p, b);
+  float acc = 0.f;
+  for (int k0 = 0; k0 < p.k; k0 += kTile2) {
+    As[ty][tx] = (i < p.m && k0 + tx < p.k) ? A[i * p.a_sm + (k0 + tx) * p.a_sk] : 0.f;
+    Bs[ty][tx] = (k0 + ty < p.k && j < p.n) ? B[(k0 + ty) * p.b_sk + j * p.b_sn] : 0.f;
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kTile2; ++q) acc = fmaf(As[ty][q], Bs[q][tx], acc);
+    __syncthreads();
+  }
+  if (j < p.n) store_run<1>(p, c_batch(p, b), i, j, &acc, false);
+}
+
+// Rung 3. 128x128x8 block tile, 256 threads as 16x16, 8x8 outputs each. Thread (ty, tx) owns rows ty + 16r and
+// columns tx + 16c (interleaved), so each store instruction writes 16 consecutive columns. A is stored
+// transposed (As[k][m]) so the inner loop reads both operands along the tile. Per k: 16 shared loads feed 64
+// FMAs. One stage: loads and compute do not overlap (the next rung fixes that).
+constexpr int kRegBM = 128, kRegBN = 128, kRegBK = 8;
+__global__ void __launch_bounds__(256) gemm_reg_tiled(Problem p) {
+  __shared__ float As[kRegBK][kRegBM], Bs[kRegBK][kRegBN];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16, b = blockIdx.z;
+  const int m0 = blockIdx.y * kRegBM, n0 = blockIdx.x * kRegBN;
+  const float* A = a_batch(p, b);
+  const float* B = b_batch(p, b);
+  float acc[8][8] = {};
+  for (int k0 = 0; k0 < p.k; k0 += kRegBK) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // 1024 elements of each tile, 4 per thread
+      const int e = tid + r * 256;
+      const int am = e / kRegBK, ak = e % kRegBK;  // k fastest: row-major A reads 32-byte runs
+      As[ak][am] = (m0 + am < p.m && k0 + ak < p.k) ? A[(m0 + am) * p.a_sm + (k0 + ak) * p.a_sk] : 0.f;
+      const int bk = e / kRegBN, bn = e % kRegBN;
+      Bs[bk][bn] = (k0 + bk < p.k && n0 + bn < p.n) ? B[(k0 + bk) * p.b_sk + (n0 + bn) * p.b_sn] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kRegBK; ++q) {
+      float ra[8], rb[8];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) ra[r] = As[q][ty + 16 * r];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) rb[c] = Bs[q][tx + 16 * c];
+#pragma unroll
+      for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(ra[r], rb[c], acc[r][c]);
+    }
+    __syncthreads();
+  }
+  float* C = c_batch(p, b);
+#pragma unroll
+  for (int r = 0; r < 8; ++r)
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+      if (n0 + tx + 16 * c < p.n) store_run<1>(p, C, m0 + ty + 16 * r, n0 + tx + 16 * c, &acc[r][c], false);
+}
+
+// Rung 4, production FP32.
+//
+// Tiling parameters (all compile-time):
+//   BM x BN   block tile of C; BK  the k-depth of one pipeline stage
+//   WM x WN   warp tile; (BM/WM) x (BN/WN) warps per block
+//   TM x TN   thread tile: TM/4 x TN/4 float4 fragments, spread over the warp tile so that a warp's fragment
+//             reads are broadcast-friendly float4 loads and its stores write float4 runs
+//   STAGES    cp.async ring depth: STAGES-1 tiles in flight while one is computed
+// Shared memory per block: STAGES * BK * (BM + BN + 2 * kPad) * 4 bytes.
+// A is always read with the scalar loader (row-major A is contiguous along k and must be transposed on its way
+// into shared memory); B uses float4 cp.async when B_VEC (contiguous along n, 16-byte aligned).
+constexpr int kSimtPad = 4;  // rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
+struct SimtShape {
+  static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kLanesM = WM / TM, kLanesN = WN / TN;  // lanes of a warp along m and n
+  static constexpr int kStageA = BK * (BM + kSimtPad), kStageB = BK * (BN + kSimtPad);
+  static constexpr std::size_t kSmemBytes = sizeof(float) * STAGES * (kStageA + kStageB);
+
+  static_assert(BM % WM == 0 && BN % WN == 0, "the warp tile must divide the block tile");
+  static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of float4 fragments");
+  static_assert(WM % TM == 0 && WN % TN == 0, "the thread tile must divide the warp tile");
+  static_assert(kLanesM * kLanesN == 32, "a warp's 32 lanes must cover its warp tile exactly: (WM/TM)*(WN/TN) == 32");
+  static_assert(BK % 8 == 0, "the k-fast scalar loader walks k in groups of 8");
+  static_assert(STAGES >= 2, "the pipeline needs at least one tile in flight while one is computed");
+  static_assert(kThreads <= 1024, "too many threads per block");
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, bool B_VEC>
+__global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads)
+    gemm_simt(Problem p, int k_per_split, float* ws, bool a_kfast, bool b_kfast, bool c_vec) {
+  using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
+  constexpr int NT = S::kThreads;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  float* sA = smem;
+  float* sB = smem + STAGES * S::kStageA;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int warp_m = warp / S::kWarpsN, warp_n = warp % S::kWarpsN;
+  const int lane_m = lane / S::kLanesN, lane_n = lane % S::kLanesN;
+  int tile_m, tile_n;
+  raster(blockIdx.x, (p.m + BM - 1) / BM, (p.n + BN - 1) / BN, tile_m, tile_n);
+  const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const int b = blockIdx.y, split = blockIdx.z;
+  const int k_begin = split * k_per_split, k_end = min(p.k, k_begin + k_per_split);
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+
+  ScalarLoader<BM, BK, kSimtPad, NT, 8> la;
+  la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, tid);
+  using LoaderB = std::conditional_t<B_VEC, VecLoader<BN, BK, kSimtPad, NT>, ScalarLoader<BN, BK, kSimtPad, NT, 8>>;
+  LoaderB lb;
+  lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, tid);
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_tiles) {
+      la.load(sA + s * S::kStageA, k_begin + s * BK, k_end, tid);
+      lb.load(sB + s * S::kStageB, k_begin + s * BK, k_end, tid);
+    }
+    cp_async_commit();
+  }
+
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+  const int a_col = warp_m * WM + lane_m * 4;  // + g * kLanesM * 4 for fragment g
+  const int b_col = warp_n * WN + lane_n * 4;
+  float ra[2][TM], rb[2][TN];
+
+  for (int t = 0; t < n_tiles; ++t) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile t has landed for every thread; stage (t-1) % STAGES is free to refill
+    {
+      const int tn = t + STAGES - 1;
+      if (tn < n_tiles) {
+        la.load(sA + (tn % STAGES) * S::kStageA, k_begin + tn * BK, k_end, tid);
+        lb.load(sB + (tn % STAGES) * S::kStageB, k_begin + tn * BK, k_end, tid);
+      }
+      cp_async_commit();
+    }
+    const float* As = sA + (t % STAGES) * S::kStageA;
+    const float* Bs = sB + (t % STAGES) * S::kStageB;
+    // Register double buffering: fragments of k-row q+1 load while row q's outer product runs.
+    auto load_frags = [&](int buf, int q) {
+#pragma unroll
+      for (int g = 0; g < TM / 4; ++g) {
+        const float4 v = *reinterpret_cast<const float4*>(As + q * (BM + kSimtPad) + a_col + g * S::kLanesM * 4);
+        ra[buf][4 * g] = v.x, ra[buf][4 * g + 1] = v.y, ra[buf][4 * g + 2] = v.z, ra[buf][4 * g + 3] = v.w;
+      }
+#pragma unroll
+      for (int g = 0; g < TN / 4; ++g) {
+        const float4 v = *reinterpret_cast<const float4*>(Bs + q * (BN + kSimtPad) + b_col + g * S::kLanesN * 4);
+        rb[buf][4 * g] = v.x, rb[buf][4 * g + 1] = v.y, rb[buf][4 * g + 2] = v.z, rb[buf][4 * g + 3] = v.w;
+      }
+    };
+    load_frags(0, 0);
+#pragma unroll
+    for (int q = 0; q < BK; ++q) {
+      if (q + 1 < BK) load_frags((q + 1) & 1, q + 1);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(ra[q & 1][i], rb[q & 1][j], acc[i][j]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: row i of the thread tile is C row m0 + a_col + (i/4) * kLanesM * 4 + i%4.
+  if (ws) {
+    float* w = ws + (static_cast<std::int64_t>(split) * gridDim.y + b) * p.m * p.n;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int g = 0; g < TN / 4; ++g)
+        store_partial<4>(w, p.m, p.n, m0 + a_col + (i / 4) * S::kLanesM * 4 + i % 4,
+                         n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g]);
+  } else {
+    float* C = c_batch(p, b);
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int g = 0; g < TN / 4; ++g)
+        store_run<4>(p, C, m0 + a_col + (i / 4) * S::kLanesM * 4 + i % 4, n0 + b_col + g * S::kLanesN * 4,
+                     &acc[i][4 * g], c_vec);
+  }
+}
+
+// Split-K reduction (and the whole job when K == 0): sums the partials in split order, so results do not
+// depend on scheduling, then runs the epilogue. Memory bound: (splits + 1 or 2) * 4 bytes per element of C.
+__global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
+  const std::int64_t mn = static_cast<std::int64_t>(p.m) * p.n, total = mn * p.batch;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const int b = static_cast<int>(e / mn);
+    const std::int64_t r = e % mn;
+    const int i = static_cast<int>(r / p.n), j = static_cast<int>(r % p.n);
+    float s = 0.f;
+    for (int sp = 0; sp < splits; ++sp) s += ws[sp * total + e];
+    float* c = c_batch(p, b) + i * p.c_sm + j * p.c_sn;
+    *c = epilogue_value(p, s, c, j);
+  }
+}
+
+// ================================================================ launchers
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::Naive: return "gemm_naive";
+    case Kernel::SmemTiled: return "gemm_smem_tiled";
+    case Kernel::RegTiled: return "gemm_reg_tiled";
+    case Kernel::Simt128x128: return "simt_128x128x8_w64x32_t8x8_s4";
+    case Kernel::Simt128x128k16: return "simt_128x128x16_w64x32_t8x8_s3";
+    case Kernel::Simt256x128: return "simt_256x128x8_w64x64_t16x8_s3";
+    case Kernel::Simt128x64: return "simt_128x64x8_w64x32_t8x8_s4";
+    case Kernel::Simt64x64: return "simt_64x64x8_w32x32_t8x4_s4";
+    case Kernel::Simt32x128: return "simt_32x128x8_w32x32_t8x4_s4";
+    case Kernel::Tensor128x128: return "mma_128x128x16_w64x32_s4";
+    case Kernel::Tensor128x64: return "mma_128x64x16_w32x32_s4";
+    case Kernel::Tensor64x64: return "mma_64x64x16_w32x32_s4";
+  }
+  return "?";
+}
+
+std::vector<Kernel> simt_kernels() {
+  return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt256x128,
+          Kernel::Simt128x64,  Kernel::Simt64x64,      Kernel::Simt32x128};
+}
+std::vector<Kernel> tensor_kernels() { return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64}; }
+
+std::string config_name(const Config& c) {
+  std::string s = kernel_name(c.kernel);
+  if (c.split_k > 1) s += "_splitk" + std::to_string(c.split_k);
+  if (c.math != MathMode::FP32) s += std::string("_") + math_mode_name(c.math);
+  return s;
+}
+
+namespace {
+
+bool is_tensor(Kernel k) { return k == Kernel::Tensor128x128 || k == Kernel::Tensor128x64 || k == Kernel::Tensor64x64; }
+bool is_rung(Kernel k) { return k == Kernel::Naive || k == Kernel::SmemTiled || k == Kernel::RegTiled; }
+
+struct TileInfo {
+  int bm, bn, bk;
+};
+TileInfo tile_of(Kernel k) {
+  switch (k) {
+    case Kernel::Simt128x128: return {128, 128, 8};
+    case Kernel::Simt128x128k16: return {128, 128, 16};
+    case Kernel::Simt256x128: return {256, 128, 8};
+    case Kernel::Simt128x64: return {128, 64, 8};
+    case Kernel::Simt64x64: return {64, 64, 8};
+    case Kernel::Simt32x128: return {32, 128, 8};
+    case Kernel::Tensor128x128: return {128, 128, 16};
+    case Kernel::Tensor128x64: return {128, 64, 16};
+    case Kernel::Tensor64x64: return {64, 64, 16};
+    default: return {128, 128, 8};
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// B can take the float4 loader: contiguous along n, rows and batches 16-byte aligned.
+bool b_vectorisable(const Problem& p) {
+  return p.b_sn == 1 && p.b_sk % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) && aligned16(p.b);
+}
+bool c_vectorisable(const Problem& p) {
+  return p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && aligned16(p.c);
+}
+// The scalar loaders keep 32-bit offsets within a tile.
+bool offsets_fit(std::int64_t sx, std::int64_t sk, int bx, int bk) {
+  return static_cast<double>(bx) * static_cast<double>(std::max<std::int64_t>(sx, 0)) +
+             static_cast<double>(bk) * static_cast<double>(std::max<std::int64_t>(sk, 0)) <
+         2147483647.0;
+}
+int k_per_split(const Problem& p, int split, int bk) {
+  const int per = (p.k + split - 1) / split;
+  return (per + bk - 1) / bk * bk;
+}
+
+// A workspace per stream, grown on demand and kept: work on one stream is ordered, so reuse needs no sync.
+float* workspace(std::size_t bytes, cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, Allocation> cache;
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  Allocation& a = cache[{device, stream}];
+  if (a.size() < bytes) {
+    a.reset();
+    a = cuda_allocator(device).allocate(std::max<std::size_t>(bytes, std::size_t{1} << 20), stream);
+  }
+  return static_cast<float*>(a.data());
+}
+
+template <class Kern>
+void allow_smem(Kern* kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
+void launch_simt(const Problem& p, int split, float* ws, cudaStream_t stream) {
+  using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
+  const bool bvec = b_vectorisable(p);
+  auto kernel = bvec ? gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, true>
+                     : gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, false>;
+  static const bool once = [&] {
+    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, true>, S::kSmemBytes);
+    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, false>, S::kSmemBytes);
+    return true;
+  }();
+  (void)once;
+  const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
+  const dim3 grid(tiles, p.batch, split);
+  // k-fast loads for operands that are contiguous along k (row-major A, transposed B).
+  const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
+  const bool b_kfast = p.b_sk == 1 && p.b_sn != 1;
+  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, k_per_split(p, split, BK), ws, a_kfast, b_kfast,
+                                                       c_vectorisable(p));
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream) {
+  const std::int64_t total = static_cast<std::int64_t>(p.m) * p.n * p.batch;
+  if (total == 0) return;
+  const int blocks = grid_stride_blocks(gemm_splitk_reduce, 256, total, 256);
+  gemm_splitk_reduce<<<blocks, 256, 0, stream>>>(p, ws, splits);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+// One launch for a problem whose batch fits the grid (<= 65535).
+void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) {  // C = beta * C (+ bias, activation): the reduction with no partials
+    launch_reduce(p, nullptr, 0, stream);
+    return;
+  }
+  switch (cfg.kernel) {
+    case Kernel::Naive: {
+      const dim3 block(32, 8), grid((p.n + 31) / 32, (p.m + 7) / 8, p.batch);
+      gemm_naive<<<grid, block, 0, stream>>>(p);
+      MT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    case Kernel::SmemTiled: {
+      const dim3 block(kTile2, kTile2), grid((p.n + kTile2 - 1) / kTile2, (p.m + kTile2 - 1) / kTile2, p.batch);
+      gemm_smem_tiled<<<grid, block, 0, stream>>>(p);
+      MT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    case Kernel::RegTiled: {
+      const dim3 grid((p.n + kRegBN - 1) / kRegBN, (p.m + kRegBM - 1) / kRegBM, p.batch);
+      gemm_reg_tiled<<<grid, 256, 0, stream>>>(p);
+      MT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    default: break;
+  }
+  const int split = std::max(1, cfg.split_k);
+  float* ws = nullptr;
+  if (split > 1)
+    ws = workspace(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n, stream);
+  if (is_tensor(cfg.kernel)) {
+    launch_tensor(p, cfg.kernel, cfg.math == MathMode::TF32x3, split, k_per_split(p, split, 16), ws, stream);
+  } else {
+    switch (cfg.kernel) {
+      case Kernel::Simt128x128: launch_simt<128, 128, 8, 64, 32, 8, 8, 4>(p, split, ws, stream); break;
+      case Kernel::Simt128x128k16: launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, ws, stream); break;
+      case Kernel::Simt256x128: launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, ws, stream); break;
+      case Kernel::Simt128x64: launch_simt<128, 64, 8, 64, 32, 8, 8, 4>(p, split, ws, stream); break;
+      case Kernel::Simt64x64: launch_simt<64, 64, 8, 32, 32, 8, 4, 4>(p, split, ws, stream); break;
+      case Kernel::Simt32x128: launch_simt<32, 128, 8, 32, 32, 8, 4, 4>(p, split, ws, stream); break;
+      default: MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
+    }
+  }
+  if (split > 1) launch_reduce(p, ws, split, stream);
+}
+
+}  // namespace
+
+bool can_implement(const Problem& p, const Config& cfg) {
+  if (cfg.split_k < 1 || cfg.split_k > 64) return false;
+  if (is_rung(cfg.kernel)) return cfg.split_k == 1 && cfg.math == MathMode::FP32;
+  if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
+  const TileInfo t = tile_of(cfg.kernel);
+  if (!offsets_fit(p.a_sm, p.a_sk, t.bm, t.bk) || !offsets_fit(p.b_sn, p.b_sk, t.bn, t.bk)) return false;
+  // Tiles are raster-ordered in a 1-D grid.
+  const double tiles = std::ceil(p.m / double(t.bm)) * std::ceil(p.n / double(t.bn));
+  return tiles < 2147483647.0;
+}
+
+void launch(const Problem& p, const Config& cfg, cudaStream_t stream) {
+  MT_CHECK(can_implement(p, cfg), InvalidArgument, "gemm: configuration ", config_name(cfg), " cannot run ", p.m,
+           "x", p.n, "x", p.k, " (batch ", p.batch, ")");
+  constexpr int kMaxBatch = 65535;  // grid.y / grid.z limit
+  for (int b0 = 0; b0 < p.batch; b0 += kMaxBatch) {
+    Problem q = p;
+    q.batch = std::min(kMaxBatch, p.batch - b0);
+    q.a += b0 * p.a_sb;
+    q.b += b0 * p.b_sb;
+    q.c += b0 * p.c_sb;
+    launch_one(q, cfg, stream);
+  }
+}
+
+// ================================================================ dispatch
+
+std::vector<Config> candidates(const Problem& p, MathMode math) {
+  std::vector<Config> out;
+  const std::vector<Kernel> kernels = math == MathMode::FP32 ? simt_kernels() : tensor_kernels();
+  const int sms = current_sm_count();
+  for (Kernel k : kernels) {
+    const TileInfo t = tile_of(k);
+    const std::int64_t blocks =
+        static_cast<std::int64_t>((p.m + t.bm - 1) / t.bm) * ((p.n + t.bn - 1) / t.bn) * p.batch;
+    for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
+      // Splitting only pays while the blocks do not fill the GPU a few times over.
+      if (split > 1 && (p.k / split < 128 || blocks * split > 4 * sms)) break;
+      const Config c{k, split, math};
+      if (can_implement(p, c)) out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// The table below comes from bench_gemm --sweep on an H100/H200 (bench/gemm/NOTES.md): pick the tile by how
+// well the output tiles fill the SMs, then split K while there are too few blocks to fill the machine.
+Config choose(const Problem& p, MathMode math) {
+  const int sms = current_sm_count();
+  const std::int64_t batch = p.batch;
+  auto blocks = [&](int bm, int bn) {
+    return static_cast<std::int64_t>((p.m + bm - 1) / bm) * ((p.n + bn - 1) / bn) * batch;
+  };
+  // Pick the split that brings the block count to about `target` with at least `min_k` of K per split.
+  auto split_for = [&](std::int64_t nblocks, std::int64_t target, int min_k) {
+    int split = 1;
+    while (nblocks * split * 2 <= target && p.k / (split * 2) >= min_k && split < 32) split *= 2;
+    return split;
+  };
+  Config c;
+  c.math = math;
+  if (math != MathMode::FP32) {
+    c.kernel = blocks(128, 128) >= sms ? Kernel::Tensor128x128
+               : blocks(128, 64) >= sms ? Kernel::Tensor128x64
+                                        : Kernel::Tensor64x64;
+    const TileInfo t = tile_of(c.kernel);
+    c.split_k = split_for(blocks(t.bm, t.bn), sms, 256);
+  } else if (p.m <= 64) {
+    c.kernel = Kernel::Simt32x128;
+    c.split_k = split_for(blocks(32, 128), 2 * sms, 256);
+  } else if (blocks(128, 128) >= 2 * sms) {
+    c.kernel = Kernel::Simt128x128;
+  } else if (blocks(128, 64) >= sms) {
+    c.kernel = Kernel::Simt128x64;
+  } else {
+    c.kernel = Kernel::Simt64x64;
+    c.split_k = split_for(blocks(64, 64), 2 * sms, 256);
+  }
+  if (!can_implement(p, c)) c = Config{Kernel::Simt128x128, 1, MathMode::FP32};
+  if (!can_implement(p, c)) c = Config{Kernel::Naive, 1, MathMode::FP32};
+  return c;
+}
+
+}  // namespace mt::detail::gemm

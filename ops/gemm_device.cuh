@@ -1,0 +1,221 @@
+// Device-side pieces shared by the SGEMM kernels of ops/gemm.cu and ops/gemm_tf32.cu: cp.async wrappers, the
+// global -> shared tile loaders, tile rasterisation and the fused epilogue. Included by those two files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/functors.h"
+#include "ops/gemm_launch.h"
+
+namespace mt::detail::gemm {
+
+// ---------------------------------------------------------------- cp.async (sm_80+, plain sm_90 is enough)
+
+// Copies `bytes` (0 or 4) bytes and zero-fills the rest of the 4-byte word: predicated loads without branches.
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, int bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+}
+// 16 bytes, of which the first `bytes` (0..16, a multiple of 4) come from global memory. Bypasses L1 (.cg):
+// every byte of a tile is read once per block.
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, int bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// ---------------------------------------------------------------- tile loaders
+//
+// An operand tile is stored in shared memory as [BK][BX + PAD]: x (m for A, n for B) contiguous, so A is stored
+// transposed and both operands are read along x by the inner loop. The global operand is addressed as
+// g[x * sx + k * sk] with any strides.
+
+// Scalar loader: 4-byte cp.async per element; works for every stride and alignment. `k_fast` (runtime) walks k
+// fastest across lanes, for operands that are contiguous along k (row-major A, transposed B), in groups of KG
+// k-values, so that a warp covers 32/KG rows: global reads stay in few sectors and the transposing shared-memory
+// stores hit distinct banks when (BX + PAD) * KG spans the 32 banks.
+template <int BX, int BK, int PAD, int NT, int KG>
+struct ScalarLoader {
+  static constexpr int kElems = BX * BK / NT;
+  static_assert((BX * BK) % NT == 0, "a tile must split evenly over the block's threads");
+  static_assert(BK % KG == 0 && 32 % KG == 0, "k groups must tile BK and a warp");
+
+  const float* base;   // element (x0, k of the next tile)
+  const float* valid;  // any readable address, given to cp.async when it copies 0 bytes
+  std::int64_t step;   // BK * sk
+  int goff[kElems];    // x * sx + k * sk within the tile (32-bit: can_implement checks it fits)
+  int soff[kElems];
+  unsigned xmask;      // bit i: element i's x is inside the matrix
+  bool k_fast;
+
+  __device__ __forceinline__ static void coords(int e, bool kf, int& x, int& k) {
+    if (kf) {
+      x = (e / KG) % BX;
+      k = (e / (KG * BX)) * KG + e % KG;
+    } else {
+      x = e % BX;
+      k = e / BX;
+    }
+  }
+
+  __device__ __forceinline__ void init(const float* g, std::int64_t sx, std::int64_t sk, int x0, int n_x, int k0,
+                                       bool kf, int tid) {
+    k_fast = kf;
+    valid = g;
+    base = g + static_cast<std::int64_t>(x0) * sx + static_cast<std::int64_t>(k0) * sk;
+    step = static_cast<std::int64_t>(BK) * sk;
+    xmask = 0;
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) {
+      int x, k;
+      coords(tid + i * NT, kf, x, k);
+      goff[i] = static_cast<int>(x * sx + k * sk);
+      soff[i] = k * (BX + PAD) + x;
+      xmask |= (x0 + x < n_x ? 1u : 0u) << i;
+    }
+  }
+
+  // Loads the tile whose first k is `k0` (tiles are loaded in order) into `s`; k >= k_end reads as 0.
+  __device__ __forceinline__ void load(float* s, int k0, int k_end, int tid) {
+    if (k0 + BK <= k_end) {
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        const bool ok = (xmask >> i) & 1u;
+        cp_async4(s + soff[i], ok ? base + goff[i] : valid, ok ? 4 : 0);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        int x, k;
+        coords(tid + i * NT, k_fast, x, k);
+        const bool ok = ((xmask >> i) & 1u) && k0 + k < k_end;
+        cp_async4(s + soff[i], ok ? base + goff[i] : valid, ok ? 4 : 0);
+      }
+    }
+    base += step;
+  }
+};
+
+// Vector loader: 16-byte cp.async; needs sx == 1, sk % 4 == 0 and a 16-byte aligned base (checked on the
+// host). A partial float4 at the right edge copies only its in-range bytes and zero-fills the rest.
+template <int BX, int BK, int PAD, int NT>
+struct VecLoader {
+  static constexpr int kVecs = BX * BK / (4 * NT);
+  static_assert((BX * BK) % (4 * NT) == 0, "BX*BK must be a multiple of 4*threads to vectorise loads");
+  static_assert(BX % 4 == 0 && PAD % 4 == 0, "float4 stores need 16-byte aligned shared rows");
+
+  const float* base;
+  const float* valid;
+  std::int64_t step;
+  int goff[kVecs];
+  int bytes[kVecs];  // in-range bytes of each float4 along x
+
+  __device__ __forceinline__ void init(const float* g, std::int64_t /*sx*/, std::int64_t sk, int x0, int n_x,
+                                       int k0, bool /*k_fast*/, int tid) {
+    valid = g;
+    base = g + x0 + static_cast<std::int64_t>(k0) * sk;
+    step = static_cast<std::int64_t>(BK) * sk;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int f = tid + i * NT;
+      const int x = (f % (BX / 4)) * 4, k = f / (BX / 4);
+      goff[i] = static_cast<int>(x + k * sk);
+      bytes[i] = 4 * max(0, min(4, n_x - x0 - x));
+    }
+  }
+
+  __device__ __forceinline__ void load(float* s, int k0, int k_end, int tid) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int f = tid + i * NT;
+      const int x = (f % (BX / 4)) * 4, k = f / (BX / 4);
+      const int nb = k0 + k < k_end ? bytes[i] : 0;
+      cp_async16(s + k * (BX + PAD) + x, nb ? base + goff[i] : valid, nb);
+    }
+    base += step;
+  }
+};
+
+// ---------------------------------------------------------------- tiles and epilogue
+
+// Block -> (tile_m, tile_n), grouped by 8 tile rows so that blocks running together share panels of A and B in
+// L2 (the big shapes do not fit L2 otherwise).
+__device__ __forceinline__ void raster(int bid, int tiles_m, int tiles_n, int& tm, int& tn) {
+  constexpr int kGroup = 8;
+  const int width = kGroup * tiles_n;
+  const int first_m = (bid / width) * kGroup;
+  const int rows = min(tiles_m - first_m, kGroup);
+  tm = first_m + (bid % width) % rows;
+  tn = (bid % width) / rows;
+}
+
+__device__ __forceinline__ float activate(float v, Activation act) {
+  switch (act) {
+    case Activation::Relu: return fn::relu(v);
+    case Activation::Gelu: return fn::gelu(v);
+    default: return v;
+  }
+}
+
+// act(alpha * acc + beta * c + bias[j]); C is read only when beta != 0. The same formula as the CPU reference
+// and as matmul followed by the eager bias add and activation.
+__device__ __forceinline__ float epilogue_value(const Problem& p, float acc, const float* c, int j) {
+  float v = p.alpha * acc;
+  if (p.beta != 0.f) v = fmaf(p.beta, *c, v);
+  if (p.bias) v = v + p.bias[j * p.bias_s];
+  return activate(v, p.act);
+}
+
+// Writes N consecutive columns j0.. of row i of the batch's C (pointer cb). `vec`: C is contiguous along n
+// with 16-byte aligned rows, so a full in-range run of 4 is one float4.
+template <int N>
+__device__ __forceinline__ void store_run(const Problem& p, float* cb, int i, int j0, const float* acc, bool vec) {
+  if (i >= p.m) return;
+  float* row = cb + static_cast<std::int64_t>(i) * p.c_sm;
+  if constexpr (N == 4) {
+    if (vec && j0 + 4 <= p.n) {
+      float4* dst = reinterpret_cast<float4*>(row + j0);
+      float4 old = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (p.beta != 0.f) old = *dst;
+      float4 v;
+      v.x = epilogue_value(p, acc[0], &old.x, j0);
+      v.y = epilogue_value(p, acc[1], &old.y, j0 + 1);
+      v.z = epilogue_value(p, acc[2], &old.z, j0 + 2);
+      v.w = epilogue_value(p, acc[3], &old.w, j0 + 3);
+      *dst = v;
+      return;
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const int j = j0 + c;
+    if (j < p.n) {
+      float* dst = row + static_cast<std::int64_t>(j) * p.c_sn;
+      *dst = epilogue_value(p, acc[c], dst, j);
+    }
+  }
+}
+
+// Split-K partial sums: workspace [split][batch][m][n], contiguous; raw sums, the epilogue runs in the reduction.
+template <int N>
+__device__ __forceinline__ void store_partial(float* ws, int m, int n, int i, int j0, const float* acc) {
+  if (i >= m) return;
+  float* row = ws + static_cast<std::int64_t>(i) * n;
+  if constexpr (N == 4) {
+    if ((n & 3) == 0 && j0 + 4 <= n) {
+      *reinterpret_cast<float4*>(row + j0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      return;
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < N; ++c)
+    if (j0 + c < n) row[j0 + c] = acc[c];
+}
+
+}  // namespace mt::detail::gemm

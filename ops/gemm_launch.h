@@ -1,0 +1,82 @@
+// Launchers of the SGEMM kernels (ops/gemm.cu, ops/gemm_tf32.cu): raw pointers, element strides, one stream.
+// ops/gemm.cpp validates tensors and calls these; bench/gemm calls them to time each kernel on its own.
+//
+// Every operand is addressed by element strides, so transposed and strided views need no copy:
+//   A(i, p) = a[batch * a_sb + i * a_sm + p * a_sk]   i < m, p < k     (op(A) already folded into the strides)
+//   B(p, j) = b[batch * b_sb + p * b_sk + j * b_sn]   p < k, j < n
+//   C(i, j) = c[batch * c_sb + i * c_sm + j * c_sn]
+// A batch stride of 0 broadcasts that operand over the batch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops/gemm.h"
+
+namespace mt::detail::gemm {
+
+struct Problem {
+  int m = 0, n = 0, k = 0, batch = 1;
+  const float* a = nullptr;
+  std::int64_t a_sm = 0, a_sk = 0, a_sb = 0;
+  const float* b = nullptr;
+  std::int64_t b_sk = 0, b_sn = 0, b_sb = 0;
+  float* c = nullptr;
+  std::int64_t c_sm = 0, c_sn = 0, c_sb = 0;
+  const float* bias = nullptr;  // (n), stride bias_s; nullptr: no bias
+  std::int64_t bias_s = 1;
+  float alpha = 1.f, beta = 0.f;  // beta == 0: C is never read
+  Activation act = Activation::None;
+};
+
+// The kernels, by name. The ladder rungs handle every problem (they are slow); the production kernels are
+// templates instantiated for the configurations listed here.
+enum class Kernel {
+  Naive,         // one thread per element of C
+  SmemTiled,     // 32x32 shared-memory tiles, one thread per element
+  RegTiled,      // 128x128x8 tiles, 8x8 per thread, outer-product inner loop, one stage
+  Simt128x128,   // production FP32: warp tiles, cp.async pipeline, register double buffering
+  Simt128x128k16,
+  Simt256x128,
+  Simt128x64,
+  Simt64x64,
+  Simt32x128,    // the small-M kernel
+  Tensor128x128, // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
+  Tensor128x64,
+  Tensor64x64,
+};
+const char* kernel_name(Kernel k);
+std::vector<Kernel> simt_kernels();    // the production FP32 configurations
+std::vector<Kernel> tensor_kernels();  // the production tensor-core configurations
+
+struct Config {
+  Kernel kernel = Kernel::Simt128x128;
+  int split_k = 1;  // > 1: K split over blocks, partial sums reduced in a fixed order (deterministic)
+  MathMode math = MathMode::FP32;  // TF32 modes only with the Tensor* kernels
+};
+std::string config_name(const Config& c);
+
+// Whether `config` can run `p` (alignment it needs, math mode it supports, 32-bit tile offsets, grid limits).
+bool can_implement(const Problem& p, const Config& config);
+
+// Runs `p` with `config` on `stream`; InvalidArgument when !can_implement(p, config). `stream` must belong to
+// the current device. Split-K takes its workspace from a per-stream cache.
+void launch(const Problem& p, const Config& config, cudaStream_t stream);
+
+// The dispatcher's choice for `p` in `math` mode (a table measured on H100/H200).
+Config choose(const Problem& p, MathMode math);
+
+// Every configuration worth timing for `p` in `math` mode (the tuning sweep).
+std::vector<Config> candidates(const Problem& p, MathMode math);
+
+// The tensor-core kernels (ops/gemm_tf32.cu); `k_per_split` is a multiple of 16. Called by launch().
+void launch_tensor(const Problem& p, Kernel kernel, bool x3, int split, int k_per_split, float* ws,
+                   cudaStream_t stream);
+
+// CPU reference (ops/cpu/gemm.cpp): float64 accumulation, then the same float epilogue as the kernels.
+void cpu_gemm(const Problem& p);
+
+}  // namespace mt::detail::gemm

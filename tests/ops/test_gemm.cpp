@@ -1,0 +1,468 @@
+// SGEMM against the float64 Eigen reference: every kernel of the ladder, the dispatcher, layouts (transposed,
+// strided, unaligned), batches with broadcasting, alpha/beta, K = 0, the fused epilogue, TF32 modes, errors.
+//
+// Tolerance: |C - ref| <= c * (K + 2) * eps * (|alpha| |A||B| + |beta| |C0| + |bias|) per element, the classic
+// bound on a float32 dot product of length K (eps = 2^-23); any NaN or Inf where the reference is finite fails.
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "ops/functors.h"
+#include "ops/gemm.h"
+#include "ops/gemm_launch.h"
+#include "tests/common/gpu.h"
+#include "tests/common/op_harness.h"
+
+namespace mt {
+namespace {
+
+using test::Guarded;
+using test::InputSpec;
+using test::Layout;
+using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Values of a 2-D (or batch-selected) float tensor as float64.
+MatD to_double(const Tensor& t) {
+  const Tensor h = t.cpu().contiguous();
+  const std::vector<float> v = h.to_vector<float>();
+  MatD m(h.size(0), h.size(1));
+  for (std::int64_t i = 0; i < m.size(); ++i) m.data()[i] = v[static_cast<size_t>(i)];
+  return m;
+}
+
+struct ErrorStats {
+  std::int64_t n_bad = 0, n_nonfinite = 0;
+  double max_ratio = 0;   // max |err| / bound
+  double max_norm = 0;    // max |err| / (|A||B|) : the error in units of the operands' scale
+  double rms_norm = 0;    // sqrt(sum err^2 / sum (|A||B|)^2)
+  std::string first_bad;
+  std::string str() const {
+    std::ostringstream os;
+    os << "bad=" << n_bad << " nonfinite=" << n_nonfinite << " max_err/bound=" << max_ratio
+       << " max_norm_err=" << max_norm << " rms_norm_err=" << rms_norm;
+    if (!first_bad.empty()) os << " first: " << first_bad;
+    return os.str();
+  }
+};
+
+// Compares got (m, n) with the float64 product alpha * a * b + beta * c0 (+ bias, activation), elementwise
+// against the K-scaled bound. `c_factor` scales the bound (1 for FP32 kernels).
+void accumulate_errors(const MatD& got, const MatD& a, const MatD& b, const MatD* c0, const std::vector<float>* bias,
+                       float alpha, float beta, Activation act, double c_factor, ErrorStats& s, double& err2,
+                       double& scale2) {
+  const MatD ab = a * b;
+  const MatD abs_ab = a.cwiseAbs() * b.cwiseAbs();
+  const double k = static_cast<double>(a.cols());
+  for (Eigen::Index i = 0; i < got.rows(); ++i)
+    for (Eigen::Index j = 0; j < got.cols(); ++j) {
+      double ref = alpha * ab(i, j);
+      double scale = std::fabs(alpha) * abs_ab(i, j);
+      if (beta != 0.f) ref += beta * (*c0)(i, j), scale += std::fabs(beta) * std::fabs((*c0)(i, j));
+      if (bias) ref += (*bias)[static_cast<size_t>(j)], scale += std::fabs((*bias)[static_cast<size_t>(j)]);
+      if (act == Activation::Relu) ref = ref > 0 ? ref : 0;
+      if (act == Activation::Gelu) ref = fn::gelu(static_cast<float>(ref)), scale += std::fabs(ref);
+      const double g = got(i, j);
+      const double bound = c_factor * (k + 2) * FLT_EPSILON * scale + 1e-30;
+      const double err = std::fabs(g - ref);
+      const bool finite = std::isfinite(g);
+      if (!finite) ++s.n_nonfinite;
+      if (!finite || err > bound) {
+        if (s.n_bad++ == 0) {
+          std::ostringstream os;
+          os << "(" << i << ", " << j << "): got " << g << ", expected " << ref << ", bound " << bound;
+          s.first_bad = os.str();
+        }
+      }
+      if (finite) {
+        s.max_ratio = std::max(s.max_ratio, err / bound);
+        if (abs_ab(i, j) > 0) s.max_norm = std::max(s.max_norm, err / abs_ab(i, j));
+        err2 += err * err;
+        scale2 += abs_ab(i, j) * abs_ab(i, j);
+      }
+    }
+}
+
+struct GemmCase {
+  GemmCase(std::int64_t m_, std::int64_t n_, std::int64_t k_, bool ta = false, bool tb = false,
+           Layout la = Layout::Contiguous, Layout lb = Layout::Contiguous)
+      : m(m_), n(n_), k(k_), trans_a(ta), trans_b(tb), layout_a(la), layout_b(lb) {}
+  std::int64_t m, n, k;
+  bool trans_a = false, trans_b = false;
+  Layout layout_a = Layout::Contiguous, layout_b = Layout::Contiguous;
+  float alpha = 1.f, beta = 0.f;
+  bool bias = false;
+  Activation act = Activation::None;
+  std::optional<MathMode> math;
+  double c_factor = 1.0;
+  std::uint64_t seed = 42;
+};
+
+std::string describe(const GemmCase& c) {
+  std::ostringstream os;
+  os << c.m << "x" << c.n << "x" << c.k << " trans_a=" << c.trans_a << " trans_b=" << c.trans_b
+     << " a=" << test::layout_name(c.layout_a) << " b=" << test::layout_name(c.layout_b) << " alpha=" << c.alpha
+     << " beta=" << c.beta << " bias=" << c.bias << " act=" << static_cast<int>(c.act) << " seed=" << c.seed;
+  return os.str();
+}
+
+// Runs mt::gemm on `device` into a guarded C (NaN-filled when beta == 0) and checks it against float64.
+ErrorStats run_gemm_case(const GemmCase& c, Device device) {
+  SCOPED_TRACE(describe(c));
+  const Shape sa = c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k};
+  const Shape sb = c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n};
+  const Tensor a = test::make_input(InputSpec{sa, c.layout_a}, c.seed, device);
+  const Tensor b = test::make_input(InputSpec{sb, c.layout_b}, c.seed + 1, device);
+  const Tensor c0 = test::make_input(InputSpec{Shape{c.m, c.n}}, c.seed + 2, device);
+  const Tensor bias = c.bias ? test::make_input(InputSpec{Shape{c.n}}, c.seed + 3, device) : Tensor();
+  Guarded g(Shape{c.m, c.n}, DType::F32, device);
+  if (c.beta != 0.f) g.view().copy_(c0);  // else: NaN from Guarded, must not leak
+  GemmOptions o;
+  o.alpha = c.alpha, o.beta = c.beta, o.activation = c.act, o.math = c.math;
+  gemm(a, b, g.view(), c.trans_a, c.trans_b, o, bias);
+  EXPECT_EQ(g.check(), "");
+  ErrorStats s;
+  double err2 = 0, scale2 = 0;
+  MatD ad = to_double(a), bd = to_double(b);
+  if (c.trans_a) ad.transposeInPlace();
+  if (c.trans_b) bd.transposeInPlace();
+  const MatD cd = to_double(c0);
+  const std::vector<float> bv = c.bias ? bias.to_vector<float>() : std::vector<float>();
+  accumulate_errors(to_double(g.view()), ad, bd, &cd, c.bias ? &bv : nullptr, c.alpha, c.beta, c.act, c.c_factor, s,
+                    err2, scale2);
+  s.rms_norm = scale2 > 0 ? std::sqrt(err2 / scale2) : 0;
+  EXPECT_EQ(s.n_bad, 0) << s.str();
+  return s;
+}
+
+void run_both(const GemmCase& c) {
+  run_gemm_case(c, Device::cpu());
+  if (cuda_available()) run_gemm_case(c, Device::cuda(0));
+}
+
+// ---------------------------------------------------------------- shapes and layouts through the dispatcher
+
+TEST(Gemm, F32_Shapes) {
+  const std::int64_t shapes[][3] = {{1, 1, 1},    {1, 7, 3},     {5, 1, 9},     {7, 13, 17},   {31, 37, 41},
+                                    {64, 64, 64}, {127, 129, 255}, {128, 128, 8}, {257, 130, 1000},
+                                    {2, 3001, 2048}, {300, 40, 5000}, {61, 517, 1031}, {129, 67, 3}};
+  for (const auto& s : shapes) run_both(GemmCase(s[0], s[1], s[2]));
+}
+
+TEST(Gemm, F32_Layouts_127x129x255) {
+  const Layout layouts[] = {Layout::Contiguous, Layout::Offset1, Layout::Strided};
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (Layout la : layouts)
+        for (Layout lb : layouts) {
+          GemmCase c{127, 129, 255, ta, tb, la, lb};
+          run_both(c);
+        }
+  // Transposed views (no copy) through the plain form.
+  run_both(GemmCase(127, 129, 255, false, false, Layout::Transposed, Layout::Transposed));
+  run_both(GemmCase(64, 128, 256, false, false, Layout::Transposed, Layout::Contiguous));
+}
+
+TEST(Gemm, F32_AlphaBeta_NaNFilledC) {
+  for (float alpha : {0.f, 1.f, -1.5f})
+    for (float beta : {0.f, 1.f, -1.5f}) {
+      GemmCase c{67, 131, 129};
+      c.alpha = alpha, c.beta = beta;
+      run_both(c);
+    }
+}
+
+TEST(Gemm, F32_K0_GivesBetaC) {
+  for (float beta : {0.f, 1.f, -1.5f})
+    for (bool bias : {false, true}) {
+      GemmCase c{9, 11, 0};
+      c.beta = beta, c.bias = bias;
+      run_both(c);
+    }
+}
+
+TEST(Gemm, F32_Epilogue_BiasActivation) {
+  for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
+    GemmCase c{129, 257, 300};
+    c.bias = true, c.act = act, c.beta = act == Activation::Gelu ? -1.5f : 0.f;
+    run_both(c);
+  }
+}
+
+TEST(Gemm, F32_4095x4097x1023) {
+  MT_REQUIRE_GPU();
+  run_gemm_case(GemmCase(4095, 4097, 1023), Device::cuda(0));
+}
+
+// ---------------------------------------------------------------- every kernel of the ladder, directly
+
+TEST(Gemm, F32_EveryKernel_127x129x255) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  std::vector<Config> configs = {{Kernel::Naive}, {Kernel::SmemTiled}, {Kernel::RegTiled}};
+  for (Kernel k : simt_kernels()) configs.push_back({k, 1}), configs.push_back({k, 3});
+  for (Kernel k : tensor_kernels())
+    for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) configs.push_back({k, 1, m}), configs.push_back({k, 2, m});
+  for (bool tb : {false, true})
+    for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
+      const std::int64_t m = 127, n = 129, k = 255;
+      const Tensor a = test::make_input(InputSpec{Shape{m, k}}, 5, Device::cuda(0));
+      const Tensor b = test::make_input(InputSpec{tb ? Shape{n, k} : Shape{k, n}, lb}, 6, Device::cuda(0));
+      const Tensor bias = test::make_input(InputSpec{Shape{n}}, 7, Device::cuda(0));
+      const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 8, Device::cuda(0));
+      const Tensor bt = tb ? b.t() : b;
+      for (const Config& cfg : configs) {
+        SCOPED_TRACE(config_name(cfg) + (tb ? " trans_b" : "") + " b=" + test::layout_name(lb));
+        Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
+        g.view().copy_(c0);
+        Problem p;
+        p.m = m, p.n = n, p.k = k;
+        p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
+        p.b = bt.data<float>(), p.b_sk = bt.stride(0), p.b_sn = bt.stride(1);
+        p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1;
+        p.bias = bias.data<float>();
+        p.alpha = -1.5f, p.beta = 1.f, p.act = Activation::Relu;
+        ASSERT_TRUE(can_implement(p, cfg));
+        launch(p, cfg, detail::stream_for(Device::cuda(0)));
+        EXPECT_EQ(g.check(), "");
+        ErrorStats s;
+        double e2 = 0, s2 = 0;
+        const MatD cd = to_double(c0);
+        const std::vector<float> bv = bias.to_vector<float>();
+        // TF32 rounds each operand to 11 bits: bound 2^-10 of the scale instead of K eps.
+        const double cf = cfg.math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
+        accumulate_errors(to_double(g.view()), to_double(a), to_double(bt), &cd, &bv, p.alpha, p.beta, p.act, cf, s,
+                          e2, s2);
+        EXPECT_EQ(s.n_bad, 0) << s.str();
+      }
+    }
+}
+
+// ---------------------------------------------------------------- batches
+
+TEST(Gemm, F32_Batched_Matmul_Broadcast) {
+  struct B {
+    Shape a, b;
+  };
+  const B cases[] = {
+      {{4, 33, 65}, {4, 65, 47}},      // plain batch
+      {{1, 33, 65}, {4, 65, 47}},      // A broadcast over the batch
+      {{4, 33, 65}, {65, 47}},         // B 2-D, broadcast
+      {{2, 1, 17, 19}, {1, 3, 19, 23}},  // batch dims that do not collapse: looped
+      {{3, 2, 5, 7}, {7, 9}},
+  };
+  for (Device dev : {Device::cpu(), Device::cuda(0)}) {
+    if (dev.is_cuda() && !cuda_available()) continue;
+    for (const auto& cs : cases) {
+      SCOPED_TRACE(detail::str(cs.a, " @ ", cs.b, " on ", dev));
+      const Tensor a = test::make_input(InputSpec{cs.a}, 11, dev);
+      const Tensor b = test::make_input(InputSpec{cs.b}, 12, dev);
+      const Tensor c = matmul(a, b);
+      // Reference: each batch element separately, 2-D.
+      const Shape& cshape = c.shape();
+      ASSERT_EQ(cshape.back(), cs.b.back());
+      const Tensor cf = c.reshape({-1, c.size(-2), c.size(-1)});
+      const std::int64_t nb = cf.size(0);
+      // Broadcast both inputs to the output batch shape and flatten.
+      Shape ea = cshape, eb = cshape;
+      ea[ea.rank() - 1] = a.size(-1);
+      eb[eb.rank() - 2] = b.size(-2);
+      const Tensor af = a.expand(ea).contiguous().reshape({nb, a.size(-2), a.size(-1)});
+      const Tensor bf = b.expand(eb).contiguous().reshape({nb, b.size(-2), b.size(-1)});
+      for (std::int64_t i = 0; i < nb; ++i) {
+        ErrorStats s;
+        double e2 = 0, s2 = 0;
+        accumulate_errors(to_double(cf.select(0, i)), to_double(af.select(0, i)), to_double(bf.select(0, i)), nullptr,
+                          nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
+        EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
+      }
+    }
+  }
+}
+
+TEST(Gemm, F32_Batched_Gemm_TransposedViews) {
+  for (Device dev : {Device::cpu(), Device::cuda(0)}) {
+    if (dev.is_cuda() && !cuda_available()) continue;
+    // a: (5, 40, 31) viewed transposed; c a strided view into a larger buffer.
+    const Tensor a = test::make_input(InputSpec{Shape{5, 31, 40}, Layout::Contiguous}, 21, dev);
+    const Tensor b = test::make_input(InputSpec{Shape{5, 31, 50}, Layout::Contiguous}, 22, dev);
+    Tensor big = zeros(Shape{5, 40, 64}, DType::F32, dev);
+    Tensor c = big.slice(2, 3, 53);
+    GemmOptions o;
+    gemm(a, b, c, /*trans_a=*/true, false, o);
+    for (int i = 0; i < 5; ++i) {
+      ErrorStats s;
+      double e2 = 0, s2 = 0;
+      MatD ad = to_double(a.select(0, i));
+      ad.transposeInPlace();
+      accumulate_errors(to_double(c.select(0, i)), ad, to_double(b.select(0, i)), nullptr, nullptr, 1.f, 0.f,
+                        Activation::None, 1.0, s, e2, s2);
+      EXPECT_EQ(s.n_bad, 0) << dev << " batch " << i << ": " << s.str();
+    }
+    EXPECT_EQ(to_double(big.slice(2, 0, 3).reshape({-1, 3})).cwiseAbs().maxCoeff(), 0.0) << "wrote outside c";
+  }
+}
+
+TEST(Gemm, F32_Batch64_256Cubed) {
+  MT_REQUIRE_GPU();
+  const Tensor a = test::make_input(InputSpec{Shape{64, 256, 256}}, 31, Device::cuda(0));
+  const Tensor b = test::make_input(InputSpec{Shape{64, 256, 256}}, 32, Device::cuda(0));
+  const Tensor c = matmul(a, b);
+  for (int i : {0, 17, 63}) {
+    ErrorStats s;
+    double e2 = 0, s2 = 0;
+    accumulate_errors(to_double(c.select(0, i)), to_double(a.select(0, i)), to_double(b.select(0, i)), nullptr,
+                      nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
+    EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
+  }
+}
+
+// ---------------------------------------------------------------- fused epilogue == matmul + eager ops
+
+TEST(Gemm, Linear_FusedEpilogueEqualsEagerOps) {
+  for (Device dev : {Device::cpu(), Device::cuda(0)}) {
+    if (dev.is_cuda() && !cuda_available()) continue;
+    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
+      SCOPED_TRACE(detail::str(dev, " act ", static_cast<int>(act)));
+      const Tensor x = test::make_input(InputSpec{Shape{3, 43, 96}}, 41, dev);
+      const Tensor w = test::make_input(InputSpec{Shape{96, 77}}, 42, dev);
+      const Tensor bias = test::make_input(InputSpec{Shape{77}}, 43, dev);
+      const Tensor y = linear(x, w, bias, act);
+      ASSERT_EQ(y.shape(), (Shape{3, 43, 77}));
+      // Eager: matmul, then bias add and activation with the functors (on the host).
+      const std::vector<float> mm = matmul(x, w).to_vector<float>();
+      const std::vector<float> bv = bias.to_vector<float>();
+      std::vector<float> eager(mm.size());
+      for (size_t i = 0; i < mm.size(); ++i) {
+        const float v = mm[i] + bv[i % 77];
+        eager[i] = act == Activation::Relu ? fn::relu(v) : act == Activation::Gelu ? fn::gelu(v) : v;
+      }
+      const Tensor ref = from_vector(eager, Shape{3, 43, 77});
+      // Bit-exact except GELU on the GPU, where the device tanhf may differ from the host's by an ulp or two.
+      const test::Tolerance tol = (dev.is_cuda() && act == Activation::Gelu) ? test::Tolerance::close(1e-6, 1e-6)
+                                                                              : test::Tolerance::exactly();
+      const test::Comparison r = test::compare(y, ref, tol);
+      EXPECT_TRUE(r.ok) << r.summary();
+    }
+  }
+}
+
+TEST(Gemm, Linear_Shapes) {
+  for (Device dev : {Device::cpu(), Device::cuda(0)}) {
+    if (dev.is_cuda() && !cuda_available()) continue;
+    const Tensor w = test::make_input(InputSpec{Shape{8, 5}}, 51, dev);
+    EXPECT_EQ(linear(test::make_input(InputSpec{Shape{8}}, 52, dev), w).shape(), (Shape{5}));
+    // Non-collapsible leading dims (a transposed batch view) still work.
+    const Tensor xt = test::make_input(InputSpec{Shape{4, 3, 8}}, 53, dev).transpose(0, 1);
+    const Tensor y = linear(xt, w);
+    EXPECT_EQ(y.shape(), (Shape{3, 4, 5}));
+    const test::Comparison r = test::compare(y, linear(xt.contiguous(), w), test::Tolerance::exactly());
+    EXPECT_TRUE(r.ok) << r.summary();
+  }
+}
+
+TEST(Gemm, Matmul_OneDimensionalOperands) {
+  for (Device dev : {Device::cpu(), Device::cuda(0)}) {
+    if (dev.is_cuda() && !cuda_available()) continue;
+    const Tensor v = test::make_input(InputSpec{Shape{6}}, 61, dev);
+    const Tensor m = test::make_input(InputSpec{Shape{6, 4}}, 62, dev);
+    const Tensor mt = test::make_input(InputSpec{Shape{4, 6}}, 63, dev);
+    EXPECT_EQ(matmul(v, m).shape(), (Shape{4}));
+    EXPECT_EQ(matmul(mt, v).shape(), (Shape{4}));
+    const Tensor d = matmul(v, v);
+    EXPECT_EQ(d.dim(), 0);
+    const std::vector<float> vv = v.to_vector<float>();
+    double ref = 0;
+    for (float x : vv) ref += double(x) * x;
+    EXPECT_NEAR(d.item<float>(), ref, 1e-5 * ref);
+  }
+}
+
+// ---------------------------------------------------------------- TF32 modes
+
+TEST(Gemm, TF32Modes_ErrorReportedAndBounded) {
+  MT_REQUIRE_GPU();
+  for (std::int64_t k : {64, 256, 1024, 4096}) {
+    GemmCase base{256, 320, k};
+    base.seed = 77 + static_cast<std::uint64_t>(k);
+    GemmCase c32 = base, ctf = base, c3x = base;
+    c32.math = MathMode::FP32;
+    ctf.math = MathMode::TF32;
+    ctf.c_factor = 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON);  // |err| <= 2^-9 |A||B|
+    c3x.math = MathMode::TF32x3;
+    c3x.c_factor = 2.0;
+    const ErrorStats e32 = run_gemm_case(c32, Device::cuda(0));
+    const ErrorStats etf = run_gemm_case(ctf, Device::cuda(0));
+    const ErrorStats e3x = run_gemm_case(c3x, Device::cuda(0));
+    std::printf("[ tf32 err ] K=%5lld  rms/max normalised error: fp32 %.3g / %.3g   tf32 %.3g / %.3g   tf32x3 %.3g / %.3g\n",
+                static_cast<long long>(k), e32.rms_norm, e32.max_norm, etf.rms_norm, etf.max_norm, e3x.rms_norm,
+                e3x.max_norm);
+    if (k >= 256) {
+      EXPECT_LE(e3x.rms_norm, 2.0 * e32.rms_norm) << "3xTF32 must stay within 2x the fp32 error";
+    }
+    EXPECT_GT(etf.rms_norm, e3x.rms_norm) << "TF32 should be visibly less accurate than 3xTF32";
+  }
+}
+
+TEST(Gemm, DefaultMathMode_IsFP32AndSettable) {
+  EXPECT_EQ(default_math_mode(), MathMode::FP32);
+  set_default_math_mode(MathMode::TF32x3);
+  EXPECT_EQ(default_math_mode(), MathMode::TF32x3);
+  if (cuda_available()) {
+    GemmCase c{100, 200, 512};
+    c.c_factor = 2.0;
+    run_gemm_case(c, Device::cuda(0));
+  }
+  set_default_math_mode(MathMode::FP32);
+  EXPECT_STREQ(math_mode_name(MathMode::TF32x3), "tf32x3");
+}
+
+// ---------------------------------------------------------------- errors
+
+template <class E>
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+TEST(Gemm, Errors) {
+  const Tensor a = zeros(Shape{3, 4}), b = zeros(Shape{5, 6});
+  expect_error<ShapeError>([&] { matmul(a, b); }, {"matmul", "(3, 4)", "(5, 6)", "inner dimensions 4 and 5"});
+  expect_error<DTypeError>([&] { matmul(zeros(Shape{3, 4}, DType::I32), zeros(Shape{4, 2})); },
+                           {"matmul", "a", "float32", "int32"});
+  expect_error<ShapeError>([&] { matmul(zeros(Shape{2, 3, 4}), zeros(Shape{3, 4, 5})); },
+                           {"batch dimensions", "(2, 3, 4)", "(3, 4, 5)"});
+  Tensor c = zeros(Shape{3, 7});
+  expect_error<ShapeError>([&] { gemm(a, zeros(Shape{4, 6}), c); }, {"gemm", "c (3, 7)", "(..., 3, 6)"});
+  Tensor c2 = zeros(Shape{3, 6});
+  expect_error<ShapeError>([&] { gemm(a, zeros(Shape{4, 6}), c2, false, false, {}, zeros(Shape{5})); },
+                           {"bias (5)", "(6)"});
+  expect_error<ShapeError>([&] { gemm(a, zeros(Shape{4, 6}), c2, true); }, {"op(a) (4, 3)", "trans_a=1"});
+  Tensor cb = zeros(Shape{1, 6}).expand(Shape{3, 6});
+  expect_error<InvalidArgument>([&] { gemm(a, zeros(Shape{4, 6}), cb); }, {"overlaps itself"});
+  expect_error<ShapeError>([&] { linear(zeros(Shape{2, 3}), zeros(Shape{4, 5})); }, {"linear", "(2, 3)", "(4, 5)"});
+  expect_error<ShapeError>([&] { matmul(zeros(Shape{}), a); }, {"matmul", "at least 1"});
+  expect_error<InvalidArgument>([&] { matmul(Tensor(), a); }, {"undefined"});
+  if (cuda_available()) {
+    expect_error<DeviceError>([&] { matmul(a, zeros(Shape{4, 2}, DType::F32, Device::cuda(0))); },
+                              {"matmul", "cpu", "cuda:0"});
+    using namespace detail::gemm;
+    Problem p;
+    p.m = p.n = p.k = 8;
+    EXPECT_FALSE(can_implement(p, {Kernel::Naive, 2}));
+    EXPECT_FALSE(can_implement(p, {Kernel::Simt128x128, 1, MathMode::TF32}));
+  }
+}
+
+}  // namespace
+}  // namespace mt
