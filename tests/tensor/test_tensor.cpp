@@ -296,7 +296,9 @@ TEST_P(CopyRoundTrip, PageableAndPinnedAndOffset) {
   EXPECT_EQ(back.to_vector<float>(), expect);
   // Device to device, and an offset view on both sides.
   const Tensor dev2 = dev.clone();
-  if (n > 0) EXPECT_NE(dev2.data_ptr(), dev.data_ptr());
+  if (n > 0) {
+    EXPECT_NE(dev2.data_ptr(), dev.data_ptr());
+  }
   EXPECT_EQ(dev2.cpu().to_vector<float>(), expect);
   if (n > 1) {
     const Tensor off = dev.slice(0, 1, n);
