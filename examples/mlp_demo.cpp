@@ -30,7 +30,9 @@ double us_per_run(F&& fn, Device d, int reps) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) fn();
     synchronize(d);
-    best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps);
+    best = std::min(
+        best,
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps);
   }
   return best;
 }
@@ -53,10 +55,12 @@ int main(int argc, char** argv) {
     const double s = 1.0 / std::sqrt(static_cast<double>(hidden));
     Graph g;
     auto x = g.input("x", {batch, hidden});
-    auto w1 = g.parameter("w1", uniform({hidden, hidden}, 2, -s, s));
-    auto b1 = g.parameter("b1", uniform({hidden}, 3, -0.1, 0.1));
-    auto w2 = g.parameter("w2", uniform({hidden, hidden}, 4, -s, s));
-    auto b2 = g.parameter("b2", uniform({hidden}, 5, -0.1, 0.1));
+    const Tensor W1 = uniform({hidden, hidden}, 2, -s, s), B1 = uniform({hidden}, 3, -0.1, 0.1);
+    const Tensor W2 = uniform({hidden, hidden}, 4, -s, s), B2 = uniform({hidden}, 5, -0.1, 0.1);
+    auto w1 = g.parameter("w1", W1);
+    auto b1 = g.parameter("b1", B1);
+    auto w2 = g.parameter("w2", W2);
+    auto b2 = g.parameter("b2", B2);
     auto h = g.relu(g.matmul(x, w1) + b1).named("hidden");
     auto logits = (g.matmul(h, w2) + b2).named("logits");
     auto e = g.exp(logits - g.max(logits, -1, true)).named("e");
@@ -71,7 +75,8 @@ int main(int argc, char** argv) {
       Executor exec(g, base);
       const auto t0 = std::chrono::steady_clock::now();
       const TensorMap out = exec.run({{"x", x_host}});
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       const std::vector<float> y = out.at("y").to_vector<float>();
       double row0 = 0;
       for (std::int64_t j = 0; j < hidden; ++j) row0 += y[static_cast<size_t>(j)];
@@ -89,8 +94,7 @@ int main(int argc, char** argv) {
     std::cout << "== timing (us per run, " << device_properties(0).name << ")\n";
     const Tensor x_dev = x_host.cuda();
     const TensorMap in = {{"x", x_dev}};
-    const Tensor w1d = g.data().at(w1.id()).value.cuda(), b1d = g.data().at(b1.id()).value.cuda();
-    const Tensor w2d = g.data().at(w2.id()).value.cuda(), b2d = g.data().at(b2.id()).value.cuda();
+    const Tensor w1d = W1.cuda(), b1d = B1.cuda(), w2d = W2.cuda(), b2d = B2.cuda();
     const int reps = hidden >= 4096 ? 5 : 100;
     struct Mode {
       const char* name;
@@ -118,7 +122,8 @@ int main(int argc, char** argv) {
     profiled.run({{"x", x_host}});
     std::cout << profiled.profile_table();
     profiled.write_trace(trace_path);
-    std::cout << "trace written to " << trace_path << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
+    std::cout << "trace written to " << trace_path
+              << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
     return report.ok ? 0 : 2;
   } catch (const Error& e) {
     std::cerr << "mlp_demo: " << e.what() << "\n";

@@ -1,9 +1,9 @@
 // check(): the graph on the device against the Eigen reference on the CPU, node by node.
 //
-// Local rows feed the CPU op with the device's own inputs of that step, so each row measures that step's error
-// alone (upstream differences do not pile up). End-to-end rows compare each output with an independent CPU run.
-// A row passes when NaN/Inf positions match and max |got - ref| <= tolerance * scale, where scale is the
-// magnitude the op's rounding errors are proportional to (e.g. k * max|a| * max|b| for a GEMM).
+// Local rows feed the CPU op with the device's own inputs of that step, so each row measures that step's
+// error alone (upstream differences do not pile up). End-to-end rows compare each output with an independent
+// CPU run. A row passes when NaN/Inf positions match and max |got - ref| <= tolerance * scale, where scale is
+// the magnitude the op's rounding errors are proportional to (e.g. k * max|a| * max|b| for a GEMM).
 #include <cmath>
 #include <cstdio>
 #include <ostream>
@@ -24,9 +24,15 @@ std::vector<double> as_doubles(const Tensor& t) {
   std::vector<double> v;
   const Tensor c = t.cpu().contiguous();
   switch (c.dtype()) {
-    case DType::F32: for (float x : c.to_vector<float>()) v.push_back(x); break;
-    case DType::I32: for (std::int32_t x : c.to_vector<std::int32_t>()) v.push_back(x); break;
-    case DType::U8: for (std::uint8_t x : c.to_vector<std::uint8_t>()) v.push_back(x); break;
+    case DType::F32:
+      for (float x : c.to_vector<float>()) v.push_back(x);
+      break;
+    case DType::I32:
+      for (std::int32_t x : c.to_vector<std::int32_t>()) v.push_back(x);
+      break;
+    case DType::U8:
+      for (std::uint8_t x : c.to_vector<std::uint8_t>()) v.push_back(x);
+      break;
   }
   return v;
 }
@@ -71,7 +77,8 @@ double local_scale(const Program& p, const NodeData& n, const std::vector<Tensor
   double scale = std::max(max_ref, 1e-30);
   switch (n.kind) {
     case OpKind::Reduce: {
-      const double r = static_cast<double>(ins[0].numel()) / std::max<double>(1.0, static_cast<double>(n.shape.numel()));
+      const double r =
+          static_cast<double>(ins[0].numel()) / std::max<double>(1.0, static_cast<double>(n.shape.numel()));
       if (n.reduce == ReduceOp::Sum) scale = std::max(scale, in_max * std::sqrt(r));
       if (n.reduce == ReduceOp::Mean) scale = std::max(scale, in_max);
       break;
@@ -84,7 +91,9 @@ double local_scale(const Program& p, const NodeData& n, const std::vector<Tensor
       scale = std::max(scale, a * b * std::sqrt(static_cast<double>(std::max<std::int64_t>(k, 1))));
       break;
     }
-    default: scale = std::max(scale, in_max); break;  // elementwise: rounding relative to the operands
+    default:
+      scale = std::max(scale, in_max);
+      break;  // elementwise: rounding relative to the operands
   }
   (void)p;
   return scale;
@@ -94,11 +103,15 @@ double local_tolerance(const NodeData& n) {
   switch (n.kind) {
     case OpKind::Matmul:
     case OpKind::Linear:
-    case OpKind::Gemm: return default_math_mode() == MathMode::TF32 ? 5e-3 : 2e-5;
-    case OpKind::Reduce: return 1e-5;
+    case OpKind::Gemm:
+      return default_math_mode() == MathMode::TF32 ? 5e-3 : 2e-5;
+    case OpKind::Reduce:
+      return 1e-5;
     case OpKind::Softmax:
-    case OpKind::LogSoftmax: return 1e-5;
-    default: return 4e-6;
+    case OpKind::LogSoftmax:
+      return 1e-5;
+    default:
+      return 4e-6;
   }
 }
 
@@ -144,7 +157,8 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     // The CPU reference of this step, from the device's values of what it reads.
     std::vector<Tensor> local(p.g.nodes.size());
     std::vector<Tensor> root_ins;
-    for (int r : s.reads) local[static_cast<size_t>(r)] = exec.value(r).defined() ? exec.value(r).cpu() : Tensor();
+    for (int r : s.reads)
+      local[static_cast<size_t>(r)] = exec.value(r).defined() ? exec.value(r).cpu() : Tensor();
     for (int r : s.reads) {
       if (local[static_cast<size_t>(r)].defined()) continue;
       // A view (or a leaf) of something the step reads: recompute it from the CPU values.
@@ -196,7 +210,8 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     row.scale = std::max(d.max_ref, 1e-30);
     row.note = "end to end";
     row.pass = d.pattern_ok && d.max_abs <= row.tolerance * row.scale;
-    if (n.dtype != DType::F32 && !row.pass) row.note += " (integer result: any upstream rounding can flip it)";
+    if (n.dtype != DType::F32 && !row.pass)
+      row.note += " (integer result: any upstream rounding can flip it)";
     if (!d.pattern_ok) row.note += "; NaN/Inf positions differ";
     add_row(std::move(row));
   }
@@ -206,19 +221,22 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
 std::string CheckReport::table() const {
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof line, "%-26s %-30s %-14s %11s %11s %11s %9s %s\n", "node", "op", "shape", "max abs",
-                "max rel", "NMSE", "tol", "result");
+  std::snprintf(line, sizeof line, "%-26s %-30s %-14s %11s %11s %11s %9s %s\n", "node", "op", "shape",
+                "max abs", "max rel", "NMSE", "tol", "result");
   os << line;
   for (const CheckRow& r : rows) {
-    std::snprintf(line, sizeof line, "%-26.26s %-30.30s %-14.14s %11.3e %11.3e %11.3e %9.1e %s%s%s\n", r.label.c_str(),
-                  r.op.c_str(), r.shape.c_str(), r.max_abs, r.max_rel, r.nmse, r.tolerance, r.pass ? "pass" : "FAIL",
-                  r.note.empty() ? "" : "  ", r.note.c_str());
+    std::snprintf(line, sizeof line, "%-26.26s %-30.30s %-14.14s %11.3e %11.3e %11.3e %9.1e %s%s%s\n",
+                  r.label.c_str(), r.op.c_str(), r.shape.c_str(), r.max_abs, r.max_rel, r.nmse, r.tolerance,
+                  r.pass ? "pass" : "FAIL", r.note.empty() ? "" : "  ", r.note.c_str());
     os << line;
   }
-  os << (ok ? "all rows pass" : "SOME ROWS FAIL") << " (" << rows.size() << " rows; tol is relative to each row's scale)\n";
+  os << (ok ? "all rows pass" : "SOME ROWS FAIL") << " (" << rows.size()
+     << " rows; tol is relative to each row's scale)\n";
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const CheckReport& report) { return os << report.table(); }
+std::ostream& operator<<(std::ostream& os, const CheckReport& report) {
+  return os << report.table();
+}
 
 }  // namespace mt

@@ -35,7 +35,9 @@ std::string float_literal(double v) {
   return std::string("(") + buf + ")";
 }
 
-std::string value_name(int id) { return str("v", id); }
+std::string value_name(int id) {
+  return str("v", id);
+}
 
 }  // namespace
 
@@ -53,7 +55,8 @@ std::string fused_kernel_source(const Program& p, const Step& step) {
   os << ", float* out) {\n";
   os << "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;"
         " i += (long long)gridDim.x * blockDim.x) {\n";
-  // Broadcast reads: offsets from the output's multi-index (right-aligned shapes, stride 0 on size-1 extents).
+  // Broadcast reads: offsets from the output's multi-index (right-aligned shapes, stride 0 on size-1
+  // extents).
   std::vector<size_t> bcast;
   for (size_t j = 0; j < step.reads.size(); ++j)
     if (p.g.at(step.reads[j]).shape.numel() != n_out) bcast.push_back(j);
@@ -74,20 +77,23 @@ std::string fused_kernel_source(const Program& p, const Step& step) {
       if (d == 0) {
         if (!terms.empty()) os << "    { const long long c_ = r_;" << terms << " }\n";
       } else {
-        os << "    { const long long c_ = r_ % " << out_shape[d] << "LL; r_ /= " << out_shape[d] << "LL;" << terms
-           << " }\n";
+        os << "    { const long long c_ = r_ % " << out_shape[d] << "LL; r_ /= " << out_shape[d] << "LL;"
+           << terms << " }\n";
       }
     }
   }
   for (size_t j = 0; j < step.reads.size(); ++j) {
     const bool b = p.g.at(step.reads[j]).shape.numel() != n_out;
-    os << "    const float " << value_name(step.reads[j]) << " = in" << j << "[" << (b ? str("o", j) : "i") << "];\n";
+    os << "    const float " << value_name(step.reads[j]) << " = in" << j << "[" << (b ? str("o", j) : "i")
+       << "];\n";
   }
   for (int m : step.members) {
     const NodeData& nd = p.g.at(m);
     os << "    const float " << value_name(m) << " = ";
     switch (nd.kind) {
-      case OpKind::Unary: os << "mt::fn::" << unary_name(nd.unary) << "(" << value_name(nd.inputs[0]) << ")"; break;
+      case OpKind::Unary:
+        os << "mt::fn::" << unary_name(nd.unary) << "(" << value_name(nd.inputs[0]) << ")";
+        break;
       case OpKind::Binary:
         os << "mt::fn::" << binary_name(nd.binary) << "(" << value_name(nd.inputs[0]) << ", "
            << value_name(nd.inputs[1]) << ")";
@@ -104,7 +110,8 @@ std::string fused_kernel_source(const Program& p, const Step& step) {
         os << "mt::fn::clamp(" << value_name(nd.inputs[0]) << ", " << float_literal(nd.scalar) << ", "
            << float_literal(nd.scalar2) << ")";
         break;
-      default: MT_THROW(InvalidArgument, "fused_kernel_source: ", node_op_string(nd), " is not elementwise");
+      default:
+        MT_THROW(InvalidArgument, "fused_kernel_source: ", node_op_string(nd), " is not elementwise");
     }
     os << ";\n";
   }
@@ -115,9 +122,15 @@ std::string fused_kernel_source(const Program& p, const Step& step) {
 // ---------------------------------------------------------------- NVRTC
 namespace {
 
+// ops/functors.h of the source tree this file was built from ($MT_SOURCE_DIR overrides, e.g. after installing).
+std::string functors_path() {
+  if (const char* env = std::getenv("MT_SOURCE_DIR"); env && *env) return std::string(env) + "/ops/functors.h";
+  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "ops" / "functors.h").string();
+}
+
 const std::string& functors_header() {
   static const std::string text = [] {
-    std::ifstream f(std::string(MT_SOURCE_DIR) + "/ops/functors.h");
+    std::ifstream f(functors_path());
     std::stringstream ss;
     ss << f.rdbuf();
     return ss.str();
@@ -141,11 +154,13 @@ std::filesystem::path cache_directory(const std::string& configured) {
 
 std::mutex g_cache_mutex;
 std::unordered_map<std::uint64_t, std::shared_ptr<FusedKernel>>& memory_cache() {
-  static auto* cache = new std::unordered_map<std::uint64_t, std::shared_ptr<FusedKernel>>();  // lives to exit
+  static auto* cache =
+      new std::unordered_map<std::uint64_t, std::shared_ptr<FusedKernel>>();  // lives to exit
   return *cache;
 }
 
-std::shared_ptr<FusedKernel> load_cubin(const std::vector<char>& cubin, std::uint64_t hash, std::string& error) {
+std::shared_ptr<FusedKernel> load_cubin(const std::vector<char>& cubin, std::uint64_t hash,
+                                        std::string& error) {
   cudaLibrary_t lib = nullptr;
   cudaError_t st = cudaLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (st != cudaSuccess) {
@@ -169,7 +184,7 @@ std::shared_ptr<FusedKernel> load_cubin(const std::vector<char>& cubin, std::uin
 bool nvrtc_compile(const std::string& source, int arch, std::vector<char>& cubin, std::string& log) {
   const std::string& header = functors_header();
   if (header.empty()) {
-    log = str("ops/functors.h not found under ", MT_SOURCE_DIR);
+    log = str("cannot read ", functors_path(), " (set MT_SOURCE_DIR to the source tree)");
     return false;
   }
   const char* headers[] = {header.c_str()};
@@ -205,7 +220,8 @@ FusedKernel::~FusedKernel() {
   if (m_library) MT_CUDA_CHECK_NOTHROW(cudaLibraryUnload(m_library));
 }
 
-void FusedKernel::launch(std::int64_t n, const std::vector<const void*>& ins, void* out, cudaStream_t stream) const {
+void FusedKernel::launch(std::int64_t n, const std::vector<const void*>& ins, void* out,
+                         cudaStream_t stream) const {
   if (n <= 0) return;
   long long nn = n;
   std::vector<void*> args;
@@ -224,8 +240,8 @@ void FusedKernel::launch(std::int64_t n, const std::vector<const void*>& ins, vo
   }();
   const std::int64_t want = (n + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(std::min<std::int64_t>(want, max_blocks));
-  MT_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(m_kernel), dim3(blocks), dim3(kThreads), args.data(), 0,
-                                 stream));
+  MT_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(m_kernel), dim3(blocks), dim3(kThreads),
+                                 args.data(), 0, stream));
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
-// Fused elementwise kernels: CUDA source generated from a fusion group, compiled at run time with NVRTC, cached
-// in memory and on disk by a hash of the source (and the architecture and NVRTC version).
+// Fused elementwise kernels: CUDA source generated from a fusion group, compiled at run time with NVRTC,
+// cached in memory and on disk by a hash of the source (and the architecture and NVRTC version).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,8 +14,8 @@
 namespace mt::detail {
 
 // The kernel's signature: (long long n, const float* in0, ..., const float* inK-1, float* out), inputs in the
-// order of step.reads. Reads with the output's element count are indexed by the linear index (so a launch over
-// a chunk of them works); the others by broadcasting from the output's shape.
+// order of step.reads. Reads with the output's element count are indexed by the linear index (so a launch
+// over a chunk of them works); the others by broadcasting from the output's shape.
 std::string fused_kernel_source(const Program& p, const Step& step);
 
 inline constexpr const char* kFusedKernelName = "mt_fused";

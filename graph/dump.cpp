@@ -48,9 +48,9 @@ std::string Graph::to_dot() const {
   for (int id = 0; id < static_cast<int>(g.nodes.size()); ++id) {
     const NodeData& n = g.at(id);
     const char* shape = n.kind == OpKind::Input ? "invhouse" : n.is_leaf() ? "box" : "ellipse";
-    const char* color = n.kind == OpKind::Input       ? "lightblue"
-                        : n.is_leaf()                 ? "lightgrey"
-                        : n.is_elementwise()          ? "palegreen"
+    const char* color = n.kind == OpKind::Input ? "lightblue"
+                        : n.is_leaf()           ? "lightgrey"
+                        : n.is_elementwise()    ? "palegreen"
                         : n.kind == OpKind::Matmul || n.kind == OpKind::Linear || n.kind == OpKind::Gemm
                             ? "orange"
                             : "khaki";

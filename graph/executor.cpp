@@ -1,8 +1,8 @@
 // The executor: compile (passes, NVRTC, memory plan, streams), then run, plainly or as a CUDA graph replay.
 //
-// A run allocates nothing and never synchronises the host (except host-output pipelines): intermediates live in
-// one arena, outputs in a persistent buffer, inputs are read in place (or staged into persistent buffers), so a
-// whole run can be captured on the origin stream and replayed while the input pointers stay the same.
+// A run allocates nothing and never synchronises the host (except host-output pipelines): intermediates live
+// in one arena, outputs in a persistent buffer, inputs are read in place (or staged into persistent buffers),
+// so a whole run can be captured on the origin stream and replayed while the input pointers stay the same.
 #include <cstring>
 #include <iostream>
 #include <numeric>
@@ -28,7 +28,8 @@ namespace {
 
 Tensor view_of(const std::shared_ptr<Storage>& storage, std::size_t byte_offset, const NodeData& n) {
   const std::size_t es = dtype_size(n.dtype);
-  return Tensor(storage, n.dtype, n.shape, contiguous_strides(n.shape), static_cast<std::int64_t>(byte_offset / es));
+  return Tensor(storage, n.dtype, n.shape, contiguous_strides(n.shape),
+                static_cast<std::int64_t>(byte_offset / es));
 }
 
 // (outer, n, inner) of a reduction over `axes` when they are consecutive; false otherwise.
@@ -42,9 +43,12 @@ bool split_axes(const Shape& s, const std::vector<std::int64_t>& axes, std::int6
   for (size_t i = 1; i < axes.size(); ++i)
     if (axes[i] != axes[i - 1] + 1) return false;
   for (int d = 0; d < s.rank(); ++d) {
-    if (d < axes.front()) outer *= s[d];
-    else if (d <= axes.back()) n *= s[d];
-    else inner *= s[d];
+    if (d < axes.front())
+      outer *= s[d];
+    else if (d <= axes.back())
+      n *= s[d];
+    else
+      inner *= s[d];
   }
   return true;
 }
@@ -56,7 +60,8 @@ void warn(std::vector<std::string>& warnings, const std::string& msg) {
 
 }  // namespace
 
-ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options) : m_opt(options), m_device(options.device) {
+ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
+    : m_opt(options), m_device(options.device) {
   m_source.nodes = graph.nodes;
   m_source.outputs = graph.outputs;
   require_outputs(m_source, "Executor");
@@ -76,12 +81,13 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options) :
   for (int i = static_cast<int>(m_prog.steps.size()) - 1; i >= 0; --i) {
     const Step& s = m_prog.steps[static_cast<size_t>(i)];
     if (s.kind != Step::Kind::Fused) continue;
-    const CompileResult r = compile_fused_kernel(fused_kernel_source(m_prog, s), arch, options.kernel_cache_dir,
-                                                 options.inject_nvrtc_error);
+    const CompileResult r = compile_fused_kernel(fused_kernel_source(m_prog, s), arch,
+                                                 options.kernel_cache_dir, options.inject_nvrtc_error);
     if (!r.kernel) {
       std::string first_line = r.error.substr(0, r.error.find('\n'));
       const size_t more = r.error.find("error");
-      if (more != std::string::npos) first_line += " | " + r.error.substr(more, r.error.find('\n', more) - more);
+      if (more != std::string::npos)
+        first_line += " | " + r.error.substr(more, r.error.find('\n', more) - more);
       warn(m_warnings, str("NVRTC could not compile the fused group at ", m_prog.node_label(s.root), " (",
                            s.members.size(), " nodes): ", first_line,
                            "; running its nodes through the precompiled eager kernels instead"));
@@ -92,11 +98,12 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options) :
   for (size_t i = 0; i < m_prog.steps.size(); ++i) {
     const Step& s = m_prog.steps[i];
     if (s.kind == Step::Kind::Fused)
-      m_kernels[i] = compile_fused_kernel(fused_kernel_source(m_prog, s), arch, options.kernel_cache_dir, false).kernel;
+      m_kernels[i] =
+          compile_fused_kernel(fused_kernel_source(m_prog, s), arch, options.kernel_cache_dir, false).kernel;
   }
 
-  // Steps the precompiled kernels cannot do without allocating (non-consecutive reduction axes) run the eager op
-  // and copy: correct, but not capturable.
+  // Steps the precompiled kernels cannot do without allocating (non-consecutive reduction axes) run the eager
+  // op and copy: correct, but not capturable.
   m_fallback_reduce.assign(m_prog.steps.size(), false);
   for (size_t i = 0; i < m_prog.steps.size(); ++i) {
     const NodeData& n = m_prog.g.at(m_prog.steps[i].root);
@@ -111,7 +118,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options) :
 
   const bool reuse = options.plan_memory && !options.keep_intermediates;
   m_mem = plan_memory(m_prog, reuse, reuse && options.inplace);
-  m_sched = schedule_streams(m_prog, m_mem, options.multi_stream ? std::min(options.max_streams, kStreamPoolSize) : 1);
+  m_sched = schedule_streams(m_prog, m_mem,
+                             options.multi_stream ? std::min(options.max_streams, kStreamPoolSize) : 1);
   m_plan_stats.arena_bytes = m_mem.arena_bytes;
   m_plan_stats.unplanned_bytes = m_mem.unplanned_bytes;
   m_plan_stats.n_intermediates = m_mem.n_intermediates;
@@ -120,7 +128,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options) :
   // Memory: one arena for the intermediates, one buffer for the outputs; leaves copied to the device once.
   const cudaStream_t origin = current_stream(m_device.index());
   m_arena = std::make_shared<Storage>(cuda_allocator(m_device.index()).allocate(m_mem.arena_bytes, origin));
-  m_persistent = std::make_shared<Storage>(cuda_allocator(m_device.index()).allocate(m_mem.persistent_bytes, origin));
+  m_persistent =
+      std::make_shared<Storage>(cuda_allocator(m_device.index()).allocate(m_mem.persistent_bytes, origin));
   const size_t n_nodes = m_prog.g.nodes.size();
   m_static.assign(n_nodes, Tensor());
   for (int id : m_prog.order) {
@@ -129,11 +138,14 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options) :
       case MemoryPlan::Where::Leaf:
         if (n.kind != OpKind::Input) m_static[static_cast<size_t>(id)] = n.value.to(m_device).contiguous();
         break;
-      case MemoryPlan::Where::Arena: m_static[static_cast<size_t>(id)] = view_of(m_arena, m_mem.offset[static_cast<size_t>(id)], n); break;
+      case MemoryPlan::Where::Arena:
+        m_static[static_cast<size_t>(id)] = view_of(m_arena, m_mem.offset[static_cast<size_t>(id)], n);
+        break;
       case MemoryPlan::Where::Persistent:
         m_static[static_cast<size_t>(id)] = view_of(m_persistent, m_mem.offset[static_cast<size_t>(id)], n);
         break;
-      default: break;
+      default:
+        break;
     }
   }
   synchronize_stream(origin);  // parameters are on the device before any other stream reads them
@@ -148,7 +160,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options) :
   if (m_prog.steps.size() == 1) {
     const Step& s = m_prog.steps[0];
     const NodeData& root = m_prog.g.at(s.root);
-    bool ok = root.is_elementwise() && m_mem.where[static_cast<size_t>(s.root)] == MemoryPlan::Where::Persistent;
+    bool ok =
+        root.is_elementwise() && m_mem.where[static_cast<size_t>(s.root)] == MemoryPlan::Where::Persistent;
     for (int r : s.reads)
       ok = ok && m_prog.g.at(r).kind == OpKind::Input && m_prog.g.at(r).shape.numel() == root.shape.numel();
     for (const auto& o : m_prog.g.outputs) ok = ok && o.second == s.root;
@@ -179,11 +192,21 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
     return;
   }
   switch (n.kind) {
-    case OpKind::Unary: unary(n.unary, in(0), out); break;
-    case OpKind::Binary: binary(n.binary, in(0), in(1), out); break;
-    case OpKind::BinaryScalar: binary_scalar(n.binary, in(0), n.scalar, out); break;
-    case OpKind::ScalarBinary: scalar_binary(n.binary, n.scalar, in(0), out); break;
-    case OpKind::Clamp: clamp(in(0), n.scalar, n.scalar2, out); break;
+    case OpKind::Unary:
+      unary(n.unary, in(0), out);
+      break;
+    case OpKind::Binary:
+      binary(n.binary, in(0), in(1), out);
+      break;
+    case OpKind::BinaryScalar:
+      binary_scalar(n.binary, in(0), n.scalar, out);
+      break;
+    case OpKind::ScalarBinary:
+      scalar_binary(n.binary, n.scalar, in(0), out);
+      break;
+    case OpKind::Clamp:
+      clamp(in(0), n.scalar, n.scalar2, out);
+      break;
     case OpKind::Reduce: {
       const Tensor x = in(0);
       std::int64_t outer, len, inner;
@@ -191,8 +214,8 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
         launch_reduce(n.reduce, x.data<float>(), out.data_ptr(), outer, len, inner, stream);
       } else {
         const Tensor r = reduce(n.reduce, x, n.axes, n.keepdim);
-        launch_copy_strided(out.data_ptr(), out.layout(), r.data_ptr(), r.layout(), r.element_size(), r.numel(),
-                            stream);
+        launch_copy_strided(out.data_ptr(), out.layout(), r.data_ptr(), r.layout(), r.element_size(),
+                            r.numel(), stream);
       }
       break;
     }
@@ -201,12 +224,14 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       const Tensor x = in(0);
       std::int64_t outer, len, inner;
       split_axes(x.shape(), n.axes, outer, len, inner);
-      launch_softmax(x.data<float>(), out.data<float>(), outer, len, inner, n.kind == OpKind::LogSoftmax, stream);
+      launch_softmax(x.data<float>(), out.data<float>(), outer, len, inner, n.kind == OpKind::LogSoftmax,
+                     stream);
       break;
     }
     case OpKind::Permute: {
       const Tensor x = in(0).permute(n.axes);
-      launch_copy_strided(out.data_ptr(), out.layout(), x.data_ptr(), x.layout(), x.element_size(), x.numel(), stream);
+      launch_copy_strided(out.data_ptr(), out.layout(), x.data_ptr(), x.layout(), x.element_size(), x.numel(),
+                          stream);
       break;
     }
     case OpKind::Matmul: {
@@ -254,7 +279,8 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       gemm(in(0), in(1), out, n.gemm.trans_a, n.gemm.trans_b, o, bias);
       break;
     }
-    default: MT_THROW(InvalidArgument, "Executor: no step for ", node_op_string(n));
+    default:
+      MT_THROW(InvalidArgument, "Executor: no step for ", node_op_string(n));
   }
 }
 
@@ -343,7 +369,8 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
     Tensor& dev = m_staging_device[static_cast<size_t>(id)];
     if (!dev.defined()) dev = empty(n.shape, n.dtype, m_device);
     if (t.is_cuda()) {  // strided device input: gather on the origin stream
-      launch_copy_strided(dev.data_ptr(), dev.layout(), t.data_ptr(), t.layout(), t.element_size(), t.numel(), origin);
+      launch_copy_strided(dev.data_ptr(), dev.layout(), t.data_ptr(), t.layout(), t.element_size(), t.numel(),
+                          origin);
     } else {
       // Host input: pinned staging (unless already pinned and contiguous), async copy on a copy stream.
       if (!copy_stream) {
@@ -381,7 +408,8 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
     const NodeData& n = m_prog.g.at(id);
     const int root = m_mem.alias_of[static_cast<size_t>(id)];
     const Tensor base = node_tensor(root);
-    m_bound[static_cast<size_t>(id)] = Tensor(base.storage(), n.dtype, n.shape, contiguous_strides(n.shape), base.offset());
+    m_bound[static_cast<size_t>(id)] =
+        Tensor(base.storage(), n.dtype, n.shape, contiguous_strides(n.shape), base.offset());
   }
 
   if (timed) {
@@ -397,7 +425,8 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
     MT_CUDA_CHECK(cudaGraphLaunch(m_graph.exec, origin));
     ++m_stats.n_replays;
   } else if (use_graph && m_stats.n_plain_runs > 0) {
-    // Capture (thread-local mode: other threads may keep using CUDA). Nothing inside allocates or synchronises.
+    // Capture (thread-local mode: other threads may keep using CUDA). Nothing inside allocates or
+    // synchronises.
     cudaGraph_t g = nullptr;
     MT_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
     try {
@@ -466,9 +495,9 @@ std::string ExecutorImpl::summary() const {
     }
     os << "\n";
   }
-  os << "  memory plan: arena " << m_mem.arena_bytes << " B for " << m_mem.n_intermediates << " intermediates of "
-     << m_mem.unplanned_bytes << " B in all (" << m_mem.n_inplace << " in place); outputs " << m_mem.persistent_bytes
-     << " B\n";
+  os << "  memory plan: arena " << m_mem.arena_bytes << " B for " << m_mem.n_intermediates
+     << " intermediates of " << m_mem.unplanned_bytes << " B in all (" << m_mem.n_inplace
+     << " in place); outputs " << m_mem.persistent_bytes << " B\n";
   return os.str();
 }
 
@@ -481,31 +510,56 @@ Executor::~Executor() = default;
 Executor::Executor(Executor&&) noexcept = default;
 Executor& Executor::operator=(Executor&&) noexcept = default;
 
-TensorMap Executor::run(const TensorMap& inputs) { return m_impl->run(inputs); }
-const PlanStats& Executor::plan_stats() const { return m_impl->m_plan_stats; }
-const ExecStats& Executor::stats() const { return m_impl->m_stats; }
-std::string Executor::summary() const { return m_impl->summary(); }
-const std::vector<std::string>& Executor::warnings() const { return m_impl->m_warnings; }
-int Executor::n_launches() const { return static_cast<int>(m_impl->m_prog.steps.size()); }
+TensorMap Executor::run(const TensorMap& inputs) {
+  return m_impl->run(inputs);
+}
+const PlanStats& Executor::plan_stats() const {
+  return m_impl->m_plan_stats;
+}
+const ExecStats& Executor::stats() const {
+  return m_impl->m_stats;
+}
+std::string Executor::summary() const {
+  return m_impl->summary();
+}
+const std::vector<std::string>& Executor::warnings() const {
+  return m_impl->m_warnings;
+}
+int Executor::n_launches() const {
+  return static_cast<int>(m_impl->m_prog.steps.size());
+}
 Tensor Executor::value(int node_id) const {
   const auto& impl = *m_impl;
-  if (impl.m_device.is_cpu() || node_id < 0 || node_id >= static_cast<int>(impl.m_static.size())) return Tensor();
+  if (impl.m_device.is_cpu() || node_id < 0 || node_id >= static_cast<int>(impl.m_static.size()))
+    return Tensor();
   const int step = impl.m_prog.step_of[static_cast<size_t>(node_id)];
-  if (step >= 0 && impl.m_prog.steps[static_cast<size_t>(step)].root != node_id) return Tensor();  // fused away
+  if (step >= 0 && impl.m_prog.steps[static_cast<size_t>(step)].root != node_id)
+    return Tensor();  // fused away
   if (!impl.m_prog.live[static_cast<size_t>(node_id)]) return Tensor();
   return impl.node_tensor(node_id);
 }
 int Executor::root_of(int node_id) const {
   const auto& impl = *m_impl;
-  if (impl.m_device.is_cpu() || node_id < 0 || node_id >= static_cast<int>(impl.m_prog.step_of.size())) return -1;
+  if (impl.m_device.is_cpu() || node_id < 0 || node_id >= static_cast<int>(impl.m_prog.step_of.size()))
+    return -1;
   const int step = impl.m_prog.step_of[static_cast<size_t>(node_id)];
   return step < 0 ? -1 : impl.m_prog.steps[static_cast<size_t>(step)].root;
 }
-const std::vector<NodeTiming>& Executor::last_profile() const { return m_impl->m_profile; }
-std::string Executor::profile_table() const { return m_impl->profile_table(); }
-void Executor::write_trace(const std::string& path) const { m_impl->write_trace(path); }
+const std::vector<NodeTiming>& Executor::last_profile() const {
+  return m_impl->m_profile;
+}
+std::string Executor::profile_table() const {
+  return m_impl->profile_table();
+}
+void Executor::write_trace(const std::string& path) const {
+  m_impl->write_trace(path);
+}
 
-Executor Graph::compile(const ExecOptions& options) const { return Executor(*this, options); }
-Executor Graph::compile() const { return Executor(*this, ExecOptions{}); }
+Executor Graph::compile(const ExecOptions& options) const {
+  return Executor(*this, options);
+}
+Executor Graph::compile() const {
+  return Executor(*this, ExecOptions{});
+}
 
 }  // namespace mt

@@ -9,98 +9,150 @@ namespace detail {
 
 const char* kind_name(OpKind k) {
   switch (k) {
-    case OpKind::Input: return "input";
-    case OpKind::Parameter: return "parameter";
-    case OpKind::Constant: return "constant";
-    case OpKind::Unary: return "unary";
-    case OpKind::Binary: return "binary";
-    case OpKind::BinaryScalar: return "binary_scalar";
-    case OpKind::ScalarBinary: return "scalar_binary";
-    case OpKind::Clamp: return "clamp";
-    case OpKind::Reduce: return "reduce";
-    case OpKind::Softmax: return "softmax";
-    case OpKind::LogSoftmax: return "log_softmax";
-    case OpKind::Permute: return "permute";
-    case OpKind::View: return "view";
-    case OpKind::Matmul: return "matmul";
-    case OpKind::Linear: return "linear";
-    case OpKind::Gemm: return "gemm";
+    case OpKind::Input:
+      return "input";
+    case OpKind::Parameter:
+      return "parameter";
+    case OpKind::Constant:
+      return "constant";
+    case OpKind::Unary:
+      return "unary";
+    case OpKind::Binary:
+      return "binary";
+    case OpKind::BinaryScalar:
+      return "binary_scalar";
+    case OpKind::ScalarBinary:
+      return "scalar_binary";
+    case OpKind::Clamp:
+      return "clamp";
+    case OpKind::Reduce:
+      return "reduce";
+    case OpKind::Softmax:
+      return "softmax";
+    case OpKind::LogSoftmax:
+      return "log_softmax";
+    case OpKind::Permute:
+      return "permute";
+    case OpKind::View:
+      return "view";
+    case OpKind::Matmul:
+      return "matmul";
+    case OpKind::Linear:
+      return "linear";
+    case OpKind::Gemm:
+      return "gemm";
   }
   return "?";
 }
 
 const char* unary_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Abs: return "abs";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::Sigmoid: return "sigmoid";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Rsqrt: return "rsqrt";
-    case UnaryOp::Gelu: return "gelu";
-    case UnaryOp::Square: return "square";
-    case UnaryOp::Reciprocal: return "reciprocal";
+    case UnaryOp::Neg:
+      return "neg";
+    case UnaryOp::Abs:
+      return "abs";
+    case UnaryOp::Relu:
+      return "relu";
+    case UnaryOp::Sigmoid:
+      return "sigmoid";
+    case UnaryOp::Tanh:
+      return "tanh";
+    case UnaryOp::Exp:
+      return "exp";
+    case UnaryOp::Log:
+      return "log";
+    case UnaryOp::Sqrt:
+      return "sqrt";
+    case UnaryOp::Rsqrt:
+      return "rsqrt";
+    case UnaryOp::Gelu:
+      return "gelu";
+    case UnaryOp::Square:
+      return "square";
+    case UnaryOp::Reciprocal:
+      return "reciprocal";
   }
   return "?";
 }
 
 const char* binary_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-    case BinaryOp::Maximum: return "maximum";
-    case BinaryOp::Minimum: return "minimum";
-    case BinaryOp::Pow: return "pow";
+    case BinaryOp::Add:
+      return "add";
+    case BinaryOp::Sub:
+      return "sub";
+    case BinaryOp::Mul:
+      return "mul";
+    case BinaryOp::Div:
+      return "div";
+    case BinaryOp::Maximum:
+      return "maximum";
+    case BinaryOp::Minimum:
+      return "minimum";
+    case BinaryOp::Pow:
+      return "pow";
   }
   return "?";
 }
 
 const char* reduce_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::ArgMax: return "argmax";
-    case ReduceOp::ArgMin: return "argmin";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Mean:
+      return "mean";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::ArgMax:
+      return "argmax";
+    case ReduceOp::ArgMin:
+      return "argmin";
   }
   return "?";
 }
 
 const char* activation_name(Activation a) {
   switch (a) {
-    case Activation::None: return "none";
-    case Activation::Relu: return "relu";
-    case Activation::Gelu: return "gelu";
+    case Activation::None:
+      return "none";
+    case Activation::Relu:
+      return "relu";
+    case Activation::Gelu:
+      return "gelu";
   }
   return "?";
 }
 
 std::string node_op_string(const NodeData& n) {
   switch (n.kind) {
-    case OpKind::Unary: return unary_name(n.unary);
-    case OpKind::Binary: return binary_name(n.binary);
-    case OpKind::BinaryScalar: return str(binary_name(n.binary), "(x, ", n.scalar, ")");
-    case OpKind::ScalarBinary: return str(binary_name(n.binary), "(", n.scalar, ", x)");
-    case OpKind::Clamp: return str("clamp(", n.scalar, ", ", n.scalar2, ")");
+    case OpKind::Unary:
+      return unary_name(n.unary);
+    case OpKind::Binary:
+      return binary_name(n.binary);
+    case OpKind::BinaryScalar:
+      return str(binary_name(n.binary), "(x, ", n.scalar, ")");
+    case OpKind::ScalarBinary:
+      return str(binary_name(n.binary), "(", n.scalar, ", x)");
+    case OpKind::Clamp:
+      return str("clamp(", n.scalar, ", ", n.scalar2, ")");
     case OpKind::Reduce: {
       std::string s = str(reduce_name(n.reduce), "(axes=");
       for (size_t i = 0; i < n.axes.size(); ++i) s += str(i ? "," : "", n.axes[i]);
       return s + (n.keepdim ? ", keepdim)" : ")");
     }
-    case OpKind::Softmax: return str("softmax(", n.axes[0], ")");
-    case OpKind::LogSoftmax: return str("log_softmax(", n.axes[0], ")");
+    case OpKind::Softmax:
+      return str("softmax(", n.axes[0], ")");
+    case OpKind::LogSoftmax:
+      return str("log_softmax(", n.axes[0], ")");
     case OpKind::Permute: {
       std::string s = "permute(";
       for (size_t i = 0; i < n.axes.size(); ++i) s += str(i ? "," : "", n.axes[i]);
       return s + ")";
     }
-    case OpKind::View: return n.is_reshape ? "reshape" : "view";
+    case OpKind::View:
+      return n.is_reshape ? "reshape" : "view";
     case OpKind::Linear:
     case OpKind::Gemm: {
       std::string s = n.kind == OpKind::Linear ? "linear" : "gemm";
@@ -110,7 +162,8 @@ std::string node_op_string(const NodeData& n) {
       if (n.gemm.activation != Activation::None) s += str("+", activation_name(n.gemm.activation));
       return s;
     }
-    default: return kind_name(n.kind);
+    default:
+      return kind_name(n.kind);
   }
 }
 
@@ -149,14 +202,15 @@ Shape broadcast_shape(const Shape& a, const Shape& b, const std::string& ctx) {
 }
 
 Shape matmul_shape(const Shape& a_in, const Shape& b_in, const std::string& ctx) {
-  MT_CHECK(a_in.rank() >= 1 && b_in.rank() >= 1, ShapeError, ctx, ": operands must have rank >= 1, got ", a_in,
-           " and ", b_in);
+  MT_CHECK(a_in.rank() >= 1 && b_in.rank() >= 1, ShapeError, ctx, ": operands must have rank >= 1, got ",
+           a_in, " and ", b_in);
   Shape a = a_in, b = b_in;
   const bool a_vec = a.rank() == 1, b_vec = b.rank() == 1;
   if (a_vec) a.insert(0, 1);
   if (b_vec) b.push_back(1);
   const std::int64_t m = a[a.rank() - 2], k = a.back(), kb = b[b.rank() - 2], n = b.back();
-  MT_CHECK(k == kb, ShapeError, ctx, ": inner dimensions differ: ", a_in, " x ", b_in, " (", k, " != ", kb, ")");
+  MT_CHECK(k == kb, ShapeError, ctx, ": inner dimensions differ: ", a_in, " x ", b_in, " (", k, " != ", kb,
+           ")");
   Shape ba, bb;
   for (int i = 0; i < a.rank() - 2; ++i) ba.push_back(a[i]);
   for (int i = 0; i < b.rank() - 2; ++i) bb.push_back(b[i]);
@@ -172,7 +226,8 @@ bool float_only(UnaryOp op) {
   return !(op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Square);
 }
 
-Shape infer_view_shape(const Shape& requested, std::int64_t numel, const Shape& from, const std::string& ctx) {
+Shape infer_view_shape(const Shape& requested, std::int64_t numel, const Shape& from,
+                       const std::string& ctx) {
   Shape out = requested;
   int infer = -1;
   std::int64_t known = 1;
@@ -189,8 +244,8 @@ Shape infer_view_shape(const Shape& requested, std::int64_t numel, const Shape& 
     MT_CHECK(known != 0 && numel % known == 0, ShapeError, ctx, ": cannot view ", from, " as ", requested);
     out[infer] = numel / known;
   }
-  MT_CHECK(out.numel() == numel, ShapeError, ctx, ": cannot view ", from, " (", numel, " elements) as ", requested,
-           " (", out.numel(), " elements)");
+  MT_CHECK(out.numel() == numel, ShapeError, ctx, ": cannot view ", from, " (", numel, " elements) as ",
+           requested, " (", out.numel(), " elements)");
   return out;
 }
 
@@ -198,8 +253,8 @@ Shape infer_view_shape(const Shape& requested, std::int64_t numel, const Shape& 
 }  // namespace detail
 
 using detail::NodeData;
-using detail::OpKind;
 using detail::op_context;
+using detail::OpKind;
 
 // ---------------------------------------------------------------- Node
 const Shape& Node::shape() const {
@@ -221,7 +276,9 @@ Node Node::named(const std::string& name) const {
 }
 
 // ---------------------------------------------------------------- Graph
-Graph::Graph() : m_data(std::make_unique<detail::GraphData>()) { m_data->owner = this; }
+Graph::Graph() : m_data(std::make_unique<detail::GraphData>()) {
+  m_data->owner = this;
+}
 Graph::~Graph() = default;
 Graph::Graph(Graph&& other) noexcept : m_data(std::move(other.m_data)) {
   if (m_data) m_data->owner = this;
@@ -232,13 +289,15 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   return *this;
 }
 
-int Graph::size() const { return static_cast<int>(m_data->nodes.size()); }
+int Graph::size() const {
+  return static_cast<int>(m_data->nodes.size());
+}
 
 Node Graph::input(const std::string& name, const Shape& shape, DType dtype) {
   MT_CHECK(!name.empty(), InvalidArgument, "input: a graph input needs a name");
   for (const NodeData& n : m_data->nodes)
-    MT_CHECK(!(n.kind == OpKind::Input && n.name == name), InvalidArgument, "input: there is already an input named '",
-             name, "'");
+    MT_CHECK(!(n.kind == OpKind::Input && n.name == name), InvalidArgument,
+             "input: there is already an input named '", name, "'");
   validate_shape(shape, dtype_size(dtype), op_context("input", name).c_str());
   NodeData n;
   n.kind = OpKind::Input;
@@ -273,8 +332,8 @@ Node Graph::constant(const Tensor& value, const std::string& name) {
 Node Graph::unary(UnaryOp op, Node x, const std::string& name) {
   const std::string ctx = op_context(detail::unary_name(op), name);
   const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
-  MT_CHECK(!detail::float_only(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", in.dtype,
-           " ", in.shape);
+  MT_CHECK(!detail::float_only(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
+           in.dtype, " ", in.shape);
   NodeData n;
   n.kind = OpKind::Unary;
   n.unary = op;
@@ -289,8 +348,8 @@ Node Graph::binary(BinaryOp op, Node a, Node b, const std::string& name) {
   const std::string ctx = op_context(detail::binary_name(op), name);
   const NodeData& na = m_data->at(m_data->own(a, ctx.c_str()));
   const NodeData& nb = m_data->at(m_data->own(b, ctx.c_str()));
-  MT_CHECK(na.dtype == nb.dtype, DTypeError, ctx, ": dtypes differ: ", na.dtype, " ", na.shape, " and ", nb.dtype, " ",
-           nb.shape);
+  MT_CHECK(na.dtype == nb.dtype, DTypeError, ctx, ": dtypes differ: ", na.dtype, " ", na.shape, " and ",
+           nb.dtype, " ", nb.shape);
   MT_CHECK(op != BinaryOp::Pow || na.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", na.dtype);
   NodeData n;
   n.kind = OpKind::Binary;
@@ -338,7 +397,8 @@ Node Graph::clamp(Node x, double lo, double hi, const std::string& name) {
   return m_data->handle(m_data->add(std::move(n)));
 }
 
-Node Graph::reduce(ReduceOp op, Node x, std::vector<std::int64_t> axes, bool keepdim, const std::string& name) {
+Node Graph::reduce(ReduceOp op, Node x, std::vector<std::int64_t> axes, bool keepdim,
+                   const std::string& name) {
   const std::string ctx = op_context(detail::reduce_name(op), name);
   const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
   MT_CHECK(in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", in.dtype, " ", in.shape);
@@ -357,8 +417,10 @@ Node Graph::reduce(ReduceOp op, Node x, std::vector<std::int64_t> axes, bool kee
   for (int d = 0; d < rank; ++d) {
     const bool reduced = std::find(wrapped.begin(), wrapped.end(), d) != wrapped.end();
     if (reduced) r *= in.shape[d];
-    if (!reduced) out.push_back(in.shape[d]);
-    else if (keepdim) out.push_back(1);
+    if (!reduced)
+      out.push_back(in.shape[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   MT_CHECK(r > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean, ShapeError, ctx,
            ": cannot reduce an empty extent of ", in.shape);
@@ -417,7 +479,8 @@ Node Graph::permute(Node x, std::vector<std::int64_t> dims, const std::string& n
   const std::string ctx = op_context("permute", name);
   const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
   const int rank = in.shape.rank();
-  MT_CHECK(static_cast<int>(dims.size()) == rank, ShapeError, ctx, ": ", dims.size(), " dims for shape ", in.shape);
+  MT_CHECK(static_cast<int>(dims.size()) == rank, ShapeError, ctx, ": ", dims.size(), " dims for shape ",
+           in.shape);
   std::vector<bool> seen(static_cast<size_t>(rank), false);
   Shape out;
   for (auto& d : dims) {
@@ -458,8 +521,8 @@ Node Graph::matmul(Node a, Node b, const std::string& name) {
   const std::string ctx = op_context("matmul", name);
   const NodeData& na = m_data->at(m_data->own(a, ctx.c_str()));
   const NodeData& nb = m_data->at(m_data->own(b, ctx.c_str()));
-  MT_CHECK(na.dtype == DType::F32 && nb.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", na.dtype,
-           " and ", nb.dtype);
+  MT_CHECK(na.dtype == DType::F32 && nb.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
+           na.dtype, " and ", nb.dtype);
   NodeData n;
   n.kind = OpKind::Matmul;
   n.inputs = {a.id(), b.id()};
@@ -472,8 +535,8 @@ Node Graph::linear(Node x, Node w, Node bias, Activation activation, const std::
   const std::string ctx = op_context("linear", name);
   const NodeData& nx = m_data->at(m_data->own(x, ctx.c_str()));
   const NodeData& nw = m_data->at(m_data->own(w, ctx.c_str()));
-  MT_CHECK(nx.dtype == DType::F32 && nw.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", nx.dtype,
-           " and ", nw.dtype);
+  MT_CHECK(nx.dtype == DType::F32 && nw.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
+           nx.dtype, " and ", nw.dtype);
   MT_CHECK(nx.shape.rank() >= 1 && nw.shape.rank() == 2 && nx.shape.back() == nw.shape[0], ShapeError, ctx,
            ": x (..., in) and w (in, out) do not fit: ", nx.shape, " and ", nw.shape);
   NodeData n;
@@ -485,8 +548,9 @@ Node Graph::linear(Node x, Node w, Node bias, Activation activation, const std::
   if (bias.valid()) {
     const NodeData& nbias = m_data->at(m_data->own(bias, ctx.c_str()));
     MT_CHECK(nbias.dtype == DType::F32, DTypeError, ctx, ": bias needs float32, got ", nbias.dtype);
-    MT_CHECK(nbias.shape.numel() == nw.shape[1] && nbias.shape.rank() >= 1 && nbias.shape.back() == nw.shape[1],
-             ShapeError, ctx, ": bias must have shape (", nw.shape[1], "), got ", nbias.shape);
+    MT_CHECK(
+        nbias.shape.numel() == nw.shape[1] && nbias.shape.rank() >= 1 && nbias.shape.back() == nw.shape[1],
+        ShapeError, ctx, ": bias must have shape (", nw.shape[1], "), got ", nbias.shape);
     n.inputs.push_back(bias.id());
     n.has_bias = true;
   }
@@ -498,10 +562,10 @@ Node Graph::gemm(Node a, Node b, const GemmNodeOptions& options, Node c, Node bi
   const std::string ctx = op_context("gemm", name);
   const NodeData& na = m_data->at(m_data->own(a, ctx.c_str()));
   const NodeData& nb = m_data->at(m_data->own(b, ctx.c_str()));
-  MT_CHECK(na.dtype == DType::F32 && nb.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", na.dtype,
-           " and ", nb.dtype);
-  MT_CHECK(na.shape.rank() >= 2 && nb.shape.rank() >= 2, ShapeError, ctx, ": operands must have rank >= 2, got ",
-           na.shape, " and ", nb.shape);
+  MT_CHECK(na.dtype == DType::F32 && nb.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
+           na.dtype, " and ", nb.dtype);
+  MT_CHECK(na.shape.rank() >= 2 && nb.shape.rank() >= 2, ShapeError, ctx,
+           ": operands must have rank >= 2, got ", na.shape, " and ", nb.shape);
   Shape sa = na.shape, sb = nb.shape;
   if (options.trans_a) std::swap(sa[sa.rank() - 1], sa[sa.rank() - 2]);
   if (options.trans_b) std::swap(sb[sb.rank() - 1], sb[sb.rank() - 2]);
@@ -521,8 +585,8 @@ Node Graph::gemm(Node a, Node b, const GemmNodeOptions& options, Node c, Node bi
   if (bias.valid()) {
     const NodeData& nbias = m_data->at(m_data->own(bias, ctx.c_str()));
     MT_CHECK(nbias.dtype == DType::F32, DTypeError, ctx, ": bias needs float32, got ", nbias.dtype);
-    MT_CHECK(nbias.shape.rank() == 1 && nbias.shape[0] == n.shape.back(), ShapeError, ctx, ": bias must have shape (",
-             n.shape.back(), "), got ", nbias.shape);
+    MT_CHECK(nbias.shape.rank() == 1 && nbias.shape[0] == n.shape.back(), ShapeError, ctx,
+             ": bias must have shape (", n.shape.back(), "), got ", nbias.shape);
     n.inputs.push_back(bias.id());
     n.has_bias = true;
   }
@@ -545,15 +609,23 @@ Graph& Graph::of(const Node& node) {
   return *node.graph_data()->owner;
 }
 
-#define MT_NODE_BINOP(sym, op)                                                                              \
-  Node operator sym(Node a, Node b) { return Graph::of(a).binary(op, a, b); }                              \
-  Node operator sym(Node a, double s) { return Graph::of(a).binary_scalar(op, a, s); }                     \
-  Node operator sym(double s, Node a) { return Graph::of(a).scalar_binary(op, s, a); }
+#define MT_NODE_BINOP(sym, op)                   \
+  Node operator sym(Node a, Node b) {            \
+    return Graph::of(a).binary(op, a, b);        \
+  }                                              \
+  Node operator sym(Node a, double s) {          \
+    return Graph::of(a).binary_scalar(op, a, s); \
+  }                                              \
+  Node operator sym(double s, Node a) {          \
+    return Graph::of(a).scalar_binary(op, s, a); \
+  }
 MT_NODE_BINOP(+, BinaryOp::Add)
 MT_NODE_BINOP(-, BinaryOp::Sub)
 MT_NODE_BINOP(*, BinaryOp::Mul)
 MT_NODE_BINOP(/, BinaryOp::Div)
 #undef MT_NODE_BINOP
-Node operator-(Node x) { return Graph::of(x).neg(x); }
+Node operator-(Node x) {
+  return Graph::of(x).neg(x);
+}
 
 }  // namespace mt

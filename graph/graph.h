@@ -45,7 +45,8 @@ class Node {
   const Shape& shape() const;
   DType dtype() const;
   const std::string& name() const;
-  Node named(const std::string& name) const;  // sets the node's name (for errors, dumps, traces); returns *this
+  Node named(
+      const std::string& name) const;  // sets the node's name (for errors, dumps, traces); returns *this
   detail::GraphData* graph_data() const noexcept { return m_graph; }
 
  private:
@@ -104,10 +105,18 @@ class Graph {
   // --- reductions (axes empty = all), softmax
   Node reduce(ReduceOp op, Node x, std::vector<std::int64_t> axes = {}, bool keepdim = false,
               const std::string& name = "");
-  Node sum(Node x, std::int64_t axis, bool keepdim = false) { return reduce(ReduceOp::Sum, x, {axis}, keepdim); }
-  Node mean(Node x, std::int64_t axis, bool keepdim = false) { return reduce(ReduceOp::Mean, x, {axis}, keepdim); }
-  Node max(Node x, std::int64_t axis, bool keepdim = false) { return reduce(ReduceOp::Max, x, {axis}, keepdim); }
-  Node min(Node x, std::int64_t axis, bool keepdim = false) { return reduce(ReduceOp::Min, x, {axis}, keepdim); }
+  Node sum(Node x, std::int64_t axis, bool keepdim = false) {
+    return reduce(ReduceOp::Sum, x, {axis}, keepdim);
+  }
+  Node mean(Node x, std::int64_t axis, bool keepdim = false) {
+    return reduce(ReduceOp::Mean, x, {axis}, keepdim);
+  }
+  Node max(Node x, std::int64_t axis, bool keepdim = false) {
+    return reduce(ReduceOp::Max, x, {axis}, keepdim);
+  }
+  Node min(Node x, std::int64_t axis, bool keepdim = false) {
+    return reduce(ReduceOp::Min, x, {axis}, keepdim);
+  }
   Node argmax(Node x, std::int64_t axis) { return reduce(ReduceOp::ArgMax, x, {axis}, false); }
   Node softmax(Node x, std::int64_t axis = -1, const std::string& name = "");
   Node log_softmax(Node x, std::int64_t axis = -1, const std::string& name = "");
@@ -133,9 +142,9 @@ class Graph {
   Executor compile(const ExecOptions& options) const;
   Executor compile() const;
 
-  int size() const;                // number of nodes
-  std::string dump() const;        // one line per node: id, name, op, inputs, shape, dtype
-  std::string to_dot() const;      // Graphviz DOT
+  int size() const;            // number of nodes
+  std::string dump() const;    // one line per node: id, name, op, inputs, shape, dtype
+  std::string to_dot() const;  // Graphviz DOT
   const detail::GraphData& data() const { return *m_data; }
 
  private:
@@ -160,17 +169,18 @@ Node operator/(double s, Node a);
 using TensorMap = std::map<std::string, Tensor>;
 
 struct ExecOptions {
-  Device device = Device::cuda(0);  // Device::cpu(): run through the Eigen reference ops, nothing else applies
-  bool fuse_elementwise = true;     // elementwise chains/trees -> one NVRTC kernel
-  bool fuse_gemm_epilogue = true;   // matmul + bias + relu/gelu -> GEMM epilogue
-  bool fuse_softmax = true;         // max/sub/exp/sum/div -> softmax
-  bool plan_memory = true;          // false: every intermediate gets its own buffer (nothing is reused)
-  bool inplace = true;              // elementwise ops may overwrite a dying input of their shape
-  bool multi_stream = true;         // false: everything on one stream (debugging)
+  Device device =
+      Device::cuda(0);             // Device::cpu(): run through the Eigen reference ops, nothing else applies
+  bool fuse_elementwise = true;    // elementwise chains/trees -> one NVRTC kernel
+  bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu -> GEMM epilogue
+  bool fuse_softmax = true;        // max/sub/exp/sum/div -> softmax
+  bool plan_memory = true;         // false: every intermediate gets its own buffer (nothing is reused)
+  bool inplace = true;             // elementwise ops may overwrite a dying input of their shape
+  bool multi_stream = true;        // false: everything on one stream (debugging)
   int max_streams = 4;
-  bool cuda_graph = true;           // capture a run and replay it while input pointers stay the same
-  bool profile = false;             // per-node CUDA event timing (turns CUDA graph replay off)
-  bool host_pipeline = true;        // host inputs to an elementwise graph: chunked, overlapped copies
+  bool cuda_graph = true;     // capture a run and replay it while input pointers stay the same
+  bool profile = false;       // per-node CUDA event timing (turns CUDA graph replay off)
+  bool host_pipeline = true;  // host inputs to an elementwise graph: chunked, overlapped copies
   std::int64_t pipeline_chunk = std::int64_t(1) << 22;  // elements per chunk
   int pipeline_streams = 4;
   bool keep_intermediates = false;  // every node keeps its value after run() (check() uses it)
@@ -180,14 +190,15 @@ struct ExecOptions {
 
 // Bytes of the memory plan (intermediates only: inputs, parameters, constants and outputs are not planned).
 struct PlanStats {
-  std::size_t arena_bytes = 0;        // planned peak: the arena's size
-  std::size_t unplanned_bytes = 0;    // sum of all intermediates' sizes (what one buffer each would take)
+  std::size_t arena_bytes = 0;      // planned peak: the arena's size
+  std::size_t unplanned_bytes = 0;  // sum of all intermediates' sizes (what one buffer each would take)
   int n_intermediates = 0;
-  int n_inplace = 0;                  // intermediates written over a dying input
+  int n_inplace = 0;  // intermediates written over a dying input
 };
 
 struct ExecStats {
-  int n_runs = 0, n_plain_runs = 0, n_captures = 0, n_graph_updates = 0, n_reinstantiations = 0, n_replays = 0;
+  int n_runs = 0, n_plain_runs = 0, n_captures = 0, n_graph_updates = 0, n_reinstantiations = 0,
+      n_replays = 0;
   int n_pipelined_runs = 0;
 };
 
@@ -209,16 +220,16 @@ class Executor {
   Executor(Executor&&) noexcept;
   Executor& operator=(Executor&&) noexcept;
 
-  // Inputs by name (device or host tensors of the declared shape and dtype). Returns the outputs by name. On the
-  // GPU the outputs are the executor's own buffers, overwritten by the next run (clone() to keep one); work is
-  // ordered on current_stream(device). Host inputs with a pipelined graph give host outputs.
+  // Inputs by name (device or host tensors of the declared shape and dtype). Returns the outputs by name. On
+  // the GPU the outputs are the executor's own buffers, overwritten by the next run (clone() to keep one);
+  // work is ordered on current_stream(device). Host inputs with a pipelined graph give host outputs.
   TensorMap run(const TensorMap& inputs);
 
   const PlanStats& plan_stats() const;
   const ExecStats& stats() const;
-  std::string summary() const;                      // steps, fusion decisions, streams, memory plan
+  std::string summary() const;                       // steps, fusion decisions, streams, memory plan
   const std::vector<std::string>& warnings() const;  // e.g. NVRTC fallbacks
-  int n_launches() const;                           // kernels (steps) per run
+  int n_launches() const;                            // kernels (steps) per run
   // The value of graph node `id` after the last run (keep_intermediates, or an output / input); undefined
   // tensor when it was fused away or its memory was reused.
   Tensor value(int node_id) const;
@@ -253,9 +264,9 @@ struct CheckReport {
 };
 std::ostream& operator<<(std::ostream& os, const CheckReport& report);
 
-// Runs the graph on the device (options.device) and on the CPU; compares every materialised node. Each node is
-// checked locally (the CPU op fed with the device's inputs of that node; fused groups as one op) and every output
-// end to end (independent CPU run). A row passes when max_abs <= tolerance * scale, NaN/Inf matching.
+// Runs the graph on the device (options.device) and on the CPU; compares every materialised node. Each node
+// is checked locally (the CPU op fed with the device's inputs of that node; fused groups as one op) and every
+// output end to end (independent CPU run). A row passes when max_abs <= tolerance * scale, NaN/Inf matching.
 CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions options = {});
 
 }  // namespace mt

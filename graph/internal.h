@@ -8,8 +8,8 @@
 namespace mt::detail {
 
 // Checks `inputs` against the graph's Input nodes: missing, unknown (misnamed) names, shapes and dtypes; and,
-// when `device` is a CUDA device, that each input lives on the host or on that device. Returns the tensor of each
-// Input node, indexed by node id (undefined for other nodes).
+// when `device` is a CUDA device, that each input lives on the host or on that device. Returns the tensor of
+// each Input node, indexed by node id (undefined for other nodes).
 std::vector<Tensor> bind_inputs(const GraphData& g, const TensorMap& inputs, Device device, const char* op);
 
 // Throws InvalidArgument when the graph declares no outputs.

@@ -1,5 +1,5 @@
-// The graph's internal representation: a flat vector of nodes in creation order (which is a topological order,
-// since a node can only name nodes that exist). Shared by the builder, the passes and the executors.
+// The graph's internal representation: a flat vector of nodes in creation order (which is a topological
+// order, since a node can only name nodes that exist). Shared by the builder, the passes and the executors.
 #pragma once
 
 #include <cstdint>
@@ -11,11 +11,22 @@
 namespace mt::detail {
 
 enum class OpKind : std::uint8_t {
-  Input, Parameter, Constant,
-  Unary, Binary, BinaryScalar, ScalarBinary, Clamp,
-  Reduce, Softmax, LogSoftmax,
-  Permute, View,
-  Matmul, Linear, Gemm,
+  Input,
+  Parameter,
+  Constant,
+  Unary,
+  Binary,
+  BinaryScalar,
+  ScalarBinary,
+  Clamp,
+  Reduce,
+  Softmax,
+  LogSoftmax,
+  Permute,
+  View,
+  Matmul,
+  Linear,
+  Gemm,
 };
 const char* kind_name(OpKind k);
 
@@ -30,15 +41,17 @@ struct NodeData {
   UnaryOp unary = UnaryOp::Neg;
   BinaryOp binary = BinaryOp::Add;
   ReduceOp reduce = ReduceOp::Sum;
-  double scalar = 0, scalar2 = 0;        // BinaryScalar / ScalarBinary: scalar; Clamp: lo, hi
-  std::vector<std::int64_t> axes;        // Reduce: wrapped, sorted; Softmax: axis; Permute: dims
+  double scalar = 0, scalar2 = 0;  // BinaryScalar / ScalarBinary: scalar; Clamp: lo, hi
+  std::vector<std::int64_t> axes;  // Reduce: wrapped, sorted; Softmax: axis; Permute: dims
   bool keepdim = false;
   bool is_reshape = false;               // View made by reshape()
   GemmNodeOptions gemm;                  // Gemm / Linear (activation)
   bool has_c = false, has_bias = false;  // Gemm / Linear
   Tensor value;                          // Parameter / Constant
 
-  bool is_leaf() const { return kind == OpKind::Input || kind == OpKind::Parameter || kind == OpKind::Constant; }
+  bool is_leaf() const {
+    return kind == OpKind::Input || kind == OpKind::Parameter || kind == OpKind::Constant;
+  }
   bool is_elementwise() const {
     return kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::BinaryScalar ||
            kind == OpKind::ScalarBinary || kind == OpKind::Clamp;

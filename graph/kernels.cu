@@ -1,8 +1,8 @@
 // Reductions and softmax over the middle extent of a contiguous (outer, n, inner) float32 tensor.
 //
-// Napkin maths: both are bandwidth bound. Reduce reads 4 B per input element and writes 4 B per output; softmax
-// reads a row twice (the second read mostly hits L2/L1 for rows up to a few hundred KB) and writes it once:
-// ~12 B per element, no FLOP worth counting.
+// Napkin maths: both are bandwidth bound. Reduce reads 4 B per input element and writes 4 B per output;
+// softmax reads a row twice (the second read mostly hits L2/L1 for rows up to a few hundred KB) and writes it
+// once: ~12 B per element, no FLOP worth counting.
 #include <cfloat>
 #include <cmath>
 
@@ -34,7 +34,8 @@ __device__ __forceinline__ T shfl_xor(T v, int lane_mask) {
   T out;
   const auto* pv = reinterpret_cast<const unsigned*>(&v);
   auto* po = reinterpret_cast<unsigned*>(&out);
-  for (int k = 0; k < static_cast<int>(sizeof(T) / 4); ++k) po[k] = __shfl_xor_sync(0xffffffffu, pv[k], lane_mask);
+  for (int k = 0; k < static_cast<int>(sizeof(T) / 4); ++k)
+    po[k] = __shfl_xor_sync(0xffffffffu, pv[k], lane_mask);
   return out;
 }
 
@@ -99,8 +100,8 @@ __global__ void softmax_strided_kernel(const float* __restrict__ x, float* __res
   }
 }
 
-// Reduction state: sums in double (accurate for long rows), extrema with the first index reaching them. NaN wins
-// for max/min and their arg forms (the first NaN).
+// Reduction state: sums in double (accurate for long rows), extrema with the first index reaching them. NaN
+// wins for max/min and their arg forms (the first NaN).
 struct Acc {
   double sum;
   float val;
@@ -129,10 +130,14 @@ __device__ __forceinline__ Acc acc_merge(Acc a, Acc b) {
 
 template <int OP>
 __device__ __forceinline__ void acc_store(Acc a, void* out, std::int64_t k, std::int64_t n) {
-  if (OP == int(ReduceOp::Sum)) static_cast<float*>(out)[k] = static_cast<float>(a.sum);
-  else if (OP == int(ReduceOp::Mean)) static_cast<float*>(out)[k] = static_cast<float>(a.sum / double(n));
-  else if (OP == int(ReduceOp::Max) || OP == int(ReduceOp::Min)) static_cast<float*>(out)[k] = a.val;
-  else static_cast<int*>(out)[k] = a.idx == 0x7fffffff ? 0 : a.idx;
+  if (OP == int(ReduceOp::Sum))
+    static_cast<float*>(out)[k] = static_cast<float>(a.sum);
+  else if (OP == int(ReduceOp::Mean))
+    static_cast<float*>(out)[k] = static_cast<float>(a.sum / double(n));
+  else if (OP == int(ReduceOp::Max) || OP == int(ReduceOp::Min))
+    static_cast<float*>(out)[k] = a.val;
+  else
+    static_cast<int*>(out)[k] = a.idx == 0x7fffffff ? 0 : a.idx;
 }
 
 template <int OP>
@@ -142,7 +147,8 @@ __device__ __forceinline__ Acc acc_of(float v, std::int64_t j) {
 }
 
 template <int OP>
-__global__ void reduce_rows_kernel(const float* __restrict__ x, void* out, std::int64_t outer, std::int64_t n) {
+__global__ void reduce_rows_kernel(const float* __restrict__ x, void* out, std::int64_t outer,
+                                   std::int64_t n) {
   for (std::int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const float* xr = x + row * n;
     Acc acc = acc_init<OP>();
@@ -153,8 +159,8 @@ __global__ void reduce_rows_kernel(const float* __restrict__ x, void* out, std::
 }
 
 template <int OP>
-__global__ void reduce_strided_kernel(const float* __restrict__ x, void* out, std::int64_t outer, std::int64_t n,
-                                      std::int64_t inner) {
+__global__ void reduce_strided_kernel(const float* __restrict__ x, void* out, std::int64_t outer,
+                                      std::int64_t n, std::int64_t inner) {
   const std::int64_t total = outer * inner;
   for (std::int64_t t = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; t < total;
        t += std::int64_t(gridDim.x) * blockDim.x) {
@@ -184,30 +190,41 @@ void reduce_as(const float* x, void* out, std::int64_t outer, std::int64_t n, st
 
 }  // namespace
 
-void launch_softmax(const float* x, float* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log,
-                    cudaStream_t stream) {
+void launch_softmax(const float* x, float* y, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                    bool log, cudaStream_t stream) {
   if (outer * n * inner == 0) return;
   if (inner == 1) {
     const int threads = n >= 1024 ? 256 : 128;
-    if (log) softmax_rows_kernel<true><<<blocks_for(outer, 1), threads, 0, stream>>>(x, y, outer, n);
-    else softmax_rows_kernel<false><<<blocks_for(outer, 1), threads, 0, stream>>>(x, y, outer, n);
+    if (log)
+      softmax_rows_kernel<true><<<blocks_for(outer, 1), threads, 0, stream>>>(x, y, outer, n);
+    else
+      softmax_rows_kernel<false><<<blocks_for(outer, 1), threads, 0, stream>>>(x, y, outer, n);
   } else {
-    if (log) softmax_strided_kernel<true><<<blocks_for(outer * inner, 256), 256, 0, stream>>>(x, y, outer, n, inner);
-    else softmax_strided_kernel<false><<<blocks_for(outer * inner, 256), 256, 0, stream>>>(x, y, outer, n, inner);
+    if (log)
+      softmax_strided_kernel<true><<<blocks_for(outer * inner, 256), 256, 0, stream>>>(x, y, outer, n, inner);
+    else
+      softmax_strided_kernel<false>
+          <<<blocks_for(outer * inner, 256), 256, 0, stream>>>(x, y, outer, n, inner);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
 
-void launch_reduce(ReduceOp op, const float* x, void* out, std::int64_t outer, std::int64_t n, std::int64_t inner,
-                   cudaStream_t stream) {
+void launch_reduce(ReduceOp op, const float* x, void* out, std::int64_t outer, std::int64_t n,
+                   std::int64_t inner, cudaStream_t stream) {
   if (outer * inner == 0) return;
   switch (op) {
-    case ReduceOp::Sum: return reduce_as<int(ReduceOp::Sum)>(x, out, outer, n, inner, stream);
-    case ReduceOp::Mean: return reduce_as<int(ReduceOp::Mean)>(x, out, outer, n, inner, stream);
-    case ReduceOp::Max: return reduce_as<int(ReduceOp::Max)>(x, out, outer, n, inner, stream);
-    case ReduceOp::Min: return reduce_as<int(ReduceOp::Min)>(x, out, outer, n, inner, stream);
-    case ReduceOp::ArgMax: return reduce_as<int(ReduceOp::ArgMax)>(x, out, outer, n, inner, stream);
-    case ReduceOp::ArgMin: return reduce_as<int(ReduceOp::ArgMin)>(x, out, outer, n, inner, stream);
+    case ReduceOp::Sum:
+      return reduce_as<int(ReduceOp::Sum)>(x, out, outer, n, inner, stream);
+    case ReduceOp::Mean:
+      return reduce_as<int(ReduceOp::Mean)>(x, out, outer, n, inner, stream);
+    case ReduceOp::Max:
+      return reduce_as<int(ReduceOp::Max)>(x, out, outer, n, inner, stream);
+    case ReduceOp::Min:
+      return reduce_as<int(ReduceOp::Min)>(x, out, outer, n, inner, stream);
+    case ReduceOp::ArgMax:
+      return reduce_as<int(ReduceOp::ArgMax)>(x, out, outer, n, inner, stream);
+    case ReduceOp::ArgMin:
+      return reduce_as<int(ReduceOp::ArgMin)>(x, out, outer, n, inner, stream);
   }
 }
 

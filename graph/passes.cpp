@@ -1,7 +1,7 @@
 // Compile passes: CSE, dead-node elimination, pattern fusion (softmax, GEMM epilogue), elementwise grouping.
 //
-// Node ids are a topological order (a node only names earlier nodes) and every rewrite keeps it so: a rewritten
-// node's new inputs come from below it.
+// Node ids are a topological order (a node only names earlier nodes) and every rewrite keeps it so: a
+// rewritten node's new inputs come from below it.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -10,7 +10,9 @@
 
 namespace mt::detail {
 
-std::string Program::node_label(int id) const { return str(g.label(id), " ", node_op_string(g.at(id))); }
+std::string Program::node_label(int id) const {
+  return str(g.label(id), " ", node_op_string(g.at(id)));
+}
 
 namespace {
 
@@ -22,10 +24,11 @@ std::string bits(double v) {
 
 // Everything that makes two nodes compute the same value.
 std::string cse_key(const NodeData& n) {
-  std::string k = str(static_cast<int>(n.kind), "|", static_cast<int>(n.unary), "|", static_cast<int>(n.binary), "|",
-                      static_cast<int>(n.reduce), "|", bits(n.scalar), "|", bits(n.scalar2), "|", n.keepdim, "|",
-                      n.has_c, n.has_bias, "|", n.gemm.trans_a, n.gemm.trans_b, bits(n.gemm.alpha),
-                      bits(n.gemm.beta), static_cast<int>(n.gemm.activation), "|", n.shape.str(), "|");
+  std::string k =
+      str(static_cast<int>(n.kind), "|", static_cast<int>(n.unary), "|", static_cast<int>(n.binary), "|",
+          static_cast<int>(n.reduce), "|", bits(n.scalar), "|", bits(n.scalar2), "|", n.keepdim, "|", n.has_c,
+          n.has_bias, "|", n.gemm.trans_a, n.gemm.trans_b, bits(n.gemm.alpha), bits(n.gemm.beta),
+          static_cast<int>(n.gemm.activation), "|", n.shape.str(), "|");
   for (auto a : n.axes) k += str(a, ",");
   k += "|";
   for (int in : n.inputs) k += str(in, ",");
@@ -101,7 +104,8 @@ bool fuse_epilogue_at(Program& p, int y) {
       const NodeData &nx = p.g.at(nm.inputs[0]), &nw = p.g.at(nm.inputs[1]);
       if (nx.shape.rank() < 2 || nw.shape.rank() != 2) continue;
       const std::int64_t n_out = nw.shape[1];
-      if (nb.dtype != DType::F32 || nb.shape.rank() < 1 || nb.shape.back() != n_out || nb.shape.numel() != n_out)
+      if (nb.dtype != DType::F32 || nb.shape.rank() < 1 || nb.shape.back() != n_out ||
+          nb.shape.numel() != n_out)
         continue;
       if (!(ny.shape == nm.shape)) continue;
       const int x = nm.inputs[0], w = nm.inputs[1];
@@ -109,8 +113,8 @@ bool fuse_epilogue_at(Program& p, int y) {
       ny.inputs = {x, w, bias};
       ny.has_bias = true;
       ny.gemm = GemmNodeOptions{};
-      p.log.push_back(str("gemm epilogue: ", p.g.label(mm), " matmul + ", p.g.label(y), " add(", p.g.label(bias),
-                          ") -> linear+bias"));
+      p.log.push_back(str("gemm epilogue: ", p.g.label(mm), " matmul + ", p.g.label(y), " add(",
+                          p.g.label(bias), ") -> linear+bias"));
       return true;
     }
     return false;
@@ -191,8 +195,9 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
     }
   }
 
-  // Elementwise grouping, from the outputs down: a node joins the group of its consumers when all its consumers
-  // are in one group, it has the group's shape (no recomputation under broadcasting) and it is not an output.
+  // Elementwise grouping, from the outputs down: a node joins the group of its consumers when all its
+  // consumers are in one group, it has the group's shape (no recomputation under broadcasting) and it is not
+  // an output.
   std::vector<int> group(static_cast<size_t>(n), -1);  // group id = its root's node id
   std::vector<std::vector<int>> consumers(static_cast<size_t>(n));
   for (int id : p.order)
@@ -210,8 +215,8 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
     for (int c : cons) same = same && group[static_cast<size_t>(c)] == g0;
     if (!same) continue;
     if (!(p.g.at(id).shape == p.g.at(g0).shape)) {
-      p.log.push_back(str("no fusion: ", p.g.label(id), " ", p.g.at(id).shape, " broadcasts into ", p.g.label(g0),
-                          " ", p.g.at(g0).shape, " (would be recomputed)"));
+      p.log.push_back(str("no fusion: ", p.g.label(id), " ", p.g.at(id).shape, " broadcasts into ",
+                          p.g.label(g0), " ", p.g.at(g0).shape, " (would be recomputed)"));
       continue;
     }
     if (group_size[g0] + 1 >= flags.max_fused_nodes) continue;

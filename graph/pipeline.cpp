@@ -1,8 +1,8 @@
 // The host pipeline: an elementwise graph over large host arrays runs in chunks, round robin over streams, so
 // the host-to-device copies of one chunk overlap the kernel and the device-to-host copy of the previous ones.
 //
-// Napkin maths: with H2D and D2H on separate copy engines, a run takes about max(total H2D, total D2H) plus one
-// chunk's other copy and kernel at the ends. Chunks of 4 M floats (16 MB) keep that tail near 0.3 ms at
+// Napkin maths: with H2D and D2H on separate copy engines, a run takes about max(total H2D, total D2H) plus
+// one chunk's other copy and kernel at the ends. Chunks of 4 M floats (16 MB) keep that tail near 0.3 ms at
 // ~55 GB/s while amortising the per-copy overhead.
 #include <algorithm>
 #include <cstring>
@@ -36,7 +36,8 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
   const std::size_t chunk_bytes = align_up(static_cast<std::size_t>(chunk) * es, kArenaAlignment);
   const std::size_t device_bytes = chunk_bytes * static_cast<std::size_t>(n_slots * (n_in + 1));
   if (!m_pipe_device || m_pipe_device->nbytes() < device_bytes)
-    m_pipe_device = std::make_shared<Storage>(cuda_allocator(m_device.index()).allocate(device_bytes, origin));
+    m_pipe_device =
+        std::make_shared<Storage>(cuda_allocator(m_device.index()).allocate(device_bytes, origin));
   if (m_pipe_out_host.empty() || !(m_pipe_out_host[0].shape() == root.shape))
     m_pipe_out_host = {empty_pinned(root.shape, root.dtype)};
   if (!all_pinned && static_cast<int>(m_pipe_stage.size()) != n_slots * n_in) {
@@ -45,7 +46,8 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
   }
   m_pipe_slot_free.resize(static_cast<size_t>(n_slots));
   auto device_chunk = [&](int slot, int j) {  // j == n_in: the output
-    return static_cast<char*>(m_pipe_device->data()) + chunk_bytes * static_cast<std::size_t>(slot * (n_in + 1) + j);
+    return static_cast<char*>(m_pipe_device->data()) +
+           chunk_bytes * static_cast<std::size_t>(slot * (n_in + 1) + j);
   };
 
   std::vector<cudaStream_t> streams;
@@ -74,9 +76,11 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
     };
     PipeEvent* ev = timed ? &mark("H2D") : nullptr;
     if (ev) ev->start.record(st);
-    if (!all_pinned) m_pipe_slot_free[static_cast<size_t>(slot)].synchronize();  // staging of this slot is free
+    if (!all_pinned)
+      m_pipe_slot_free[static_cast<size_t>(slot)].synchronize();  // staging of this slot is free
     for (int j = 0; j < n_in; ++j) {
-      const char* src = static_cast<const char*>(inputs[static_cast<size_t>(j)].data_ptr()) + static_cast<std::size_t>(off) * es;
+      const char* src = static_cast<const char*>(inputs[static_cast<size_t>(j)].data_ptr()) +
+                        static_cast<std::size_t>(off) * es;
       if (!all_pinned) {
         char* stage = static_cast<char*>(m_pipe_stage[static_cast<size_t>(slot * n_in + j)].data_ptr());
         std::memcpy(stage, src, bytes);
@@ -95,24 +99,37 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
     } else {
       StreamGuard guard(st, m_device.index());
       auto chunk_tensor = [&](int j) {
-        const std::size_t byte_off = static_cast<std::size_t>(device_chunk(slot, j) - static_cast<char*>(m_pipe_device->data()));
-        return Tensor(m_pipe_device, root.dtype, Shape{len}, Shape{1}, static_cast<std::int64_t>(byte_off / es));
+        const std::size_t byte_off =
+            static_cast<std::size_t>(device_chunk(slot, j) - static_cast<char*>(m_pipe_device->data()));
+        return Tensor(m_pipe_device, root.dtype, Shape{len}, Shape{1},
+                      static_cast<std::int64_t>(byte_off / es));
       };
       Tensor out = chunk_tensor(n_in);
       switch (root.kind) {
-        case OpKind::Unary: unary(root.unary, chunk_tensor(0), out); break;
-        case OpKind::Binary: binary(root.binary, chunk_tensor(0), chunk_tensor(n_in > 1 ? 1 : 0), out); break;
-        case OpKind::BinaryScalar: binary_scalar(root.binary, chunk_tensor(0), root.scalar, out); break;
-        case OpKind::ScalarBinary: scalar_binary(root.binary, root.scalar, chunk_tensor(0), out); break;
-        case OpKind::Clamp: clamp(chunk_tensor(0), root.scalar, root.scalar2, out); break;
-        default: MT_THROW(InvalidArgument, "host pipeline: ", node_op_string(root), " is not elementwise");
+        case OpKind::Unary:
+          unary(root.unary, chunk_tensor(0), out);
+          break;
+        case OpKind::Binary:
+          binary(root.binary, chunk_tensor(0), chunk_tensor(n_in > 1 ? 1 : 0), out);
+          break;
+        case OpKind::BinaryScalar:
+          binary_scalar(root.binary, chunk_tensor(0), root.scalar, out);
+          break;
+        case OpKind::ScalarBinary:
+          scalar_binary(root.binary, root.scalar, chunk_tensor(0), out);
+          break;
+        case OpKind::Clamp:
+          clamp(chunk_tensor(0), root.scalar, root.scalar2, out);
+          break;
+        default:
+          MT_THROW(InvalidArgument, "host pipeline: ", node_op_string(root), " is not elementwise");
       }
     }
     if (ev) ev->end.record(st);
     ev = timed ? &mark("D2H") : nullptr;
     if (ev) ev->start.record(st);
-    MT_CUDA_CHECK(cudaMemcpyAsync(out_host + static_cast<std::size_t>(off) * es, device_chunk(slot, n_in), bytes,
-                                  cudaMemcpyDeviceToHost, st));
+    MT_CUDA_CHECK(cudaMemcpyAsync(out_host + static_cast<std::size_t>(off) * es, device_chunk(slot, n_in),
+                                  bytes, cudaMemcpyDeviceToHost, st));
     if (ev) ev->end.record(st);
   }
   for (size_t k = 0; k < streams.size(); ++k) {

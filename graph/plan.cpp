@@ -2,8 +2,8 @@
 // over a merging free list, in place where an elementwise step may overwrite a dying input of its size.
 //
 // Multi-stream safety: a freed block remembers the steps that used it (its producer and readers). A step that
-// reuses the block records them as extra dependencies, so the scheduler orders it after them even when they run
-// on other streams.
+// reuses the block records them as extra dependencies, so the scheduler orders it after them even when they
+// run on other streams.
 #include <algorithm>
 
 #include "graph/program.h"
@@ -24,7 +24,8 @@ void merge_into(std::vector<int>& a, const std::vector<int>& b) {
 
 void add_free(std::vector<FreeBlock>& list, FreeBlock b) {
   list.push_back(std::move(b));
-  std::sort(list.begin(), list.end(), [](const FreeBlock& x, const FreeBlock& y) { return x.offset < y.offset; });
+  std::sort(list.begin(), list.end(),
+            [](const FreeBlock& x, const FreeBlock& y) { return x.offset < y.offset; });
   std::vector<FreeBlock> merged;
   for (auto& f : list) {
     if (!merged.empty() && merged.back().offset + merged.back().size == f.offset) {
@@ -50,7 +51,8 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
   m.extra_deps.assign(static_cast<size_t>(n_steps), {});
 
   auto storage_root = [&](int id) {
-    return m.where[static_cast<size_t>(id)] == MemoryPlan::Where::Alias ? m.alias_of[static_cast<size_t>(id)] : id;
+    return m.where[static_cast<size_t>(id)] == MemoryPlan::Where::Alias ? m.alias_of[static_cast<size_t>(id)]
+                                                                        : id;
   };
   for (int id : p.order) {
     const NodeData& nd = p.g.at(id);
@@ -61,7 +63,8 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
       m.alias_of[static_cast<size_t>(id)] = storage_root(nd.inputs[0]);
     } else {
       const int s = p.step_of[static_cast<size_t>(id)];
-      if (s >= 0 && p.steps[static_cast<size_t>(s)].root == id) m.where[static_cast<size_t>(id)] = MemoryPlan::Where::Arena;
+      if (s >= 0 && p.steps[static_cast<size_t>(s)].root == id)
+        m.where[static_cast<size_t>(id)] = MemoryPlan::Where::Arena;
     }
   }
   for (const auto& o : p.g.outputs) {
@@ -109,8 +112,8 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
       if (!placed && inplace && p.g.at(r).is_elementwise()) {
         for (int x : s.reads) {
           const int rx = storage_root(x);
-          if (m.where[static_cast<size_t>(rx)] != MemoryPlan::Where::Arena || taken[static_cast<size_t>(rx)] ||
-              last[static_cast<size_t>(rx)] != i || bytes_of(rx) != size ||
+          if (m.where[static_cast<size_t>(rx)] != MemoryPlan::Where::Arena ||
+              taken[static_cast<size_t>(rx)] || last[static_cast<size_t>(rx)] != i || bytes_of(rx) != size ||
               p.g.at(x).shape.numel() != p.g.at(r).shape.numel() || p.g.at(x).dtype != p.g.at(r).dtype)
             continue;
           m.offset[static_cast<size_t>(r)] = m.offset[static_cast<size_t>(rx)];
@@ -127,9 +130,11 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
         int best = -1;
         for (int b = 0; b < static_cast<int>(free_list.size()); ++b)
           if (free_list[static_cast<size_t>(b)].size >= size &&
-              (best < 0 || free_list[static_cast<size_t>(b)].size < free_list[static_cast<size_t>(best)].size))
+              (best < 0 ||
+               free_list[static_cast<size_t>(b)].size < free_list[static_cast<size_t>(best)].size))
             best = b;
-        if (best < 0 && !free_list.empty() && free_list.back().offset + free_list.back().size == m.arena_bytes) {
+        if (best < 0 && !free_list.empty() &&
+            free_list.back().offset + free_list.back().size == m.arena_bytes) {
           best = static_cast<int>(free_list.size()) - 1;  // the block at the end grows
           m.arena_bytes = free_list.back().offset + size;
           free_list.back().size = size;
@@ -158,7 +163,8 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
           last[static_cast<size_t>(rx)] != i)
         continue;
       taken[static_cast<size_t>(rx)] = true;  // freed once
-      add_free(free_list, FreeBlock{m.offset[static_cast<size_t>(rx)], bytes_of(rx), users[static_cast<size_t>(rx)]});
+      add_free(free_list,
+               FreeBlock{m.offset[static_cast<size_t>(rx)], bytes_of(rx), users[static_cast<size_t>(rx)]});
     }
   }
   for (auto& d : m.extra_deps) std::sort(d.begin(), d.end());
@@ -174,7 +180,9 @@ Schedule schedule_streams(const Program& p, const MemoryPlan& m, int max_streams
   max_streams = std::max(1, max_streams);
 
   auto producer = [&](int id) {
-    const int r = m.where[static_cast<size_t>(id)] == MemoryPlan::Where::Alias ? m.alias_of[static_cast<size_t>(id)] : id;
+    const int r = m.where[static_cast<size_t>(id)] == MemoryPlan::Where::Alias
+                      ? m.alias_of[static_cast<size_t>(id)]
+                      : id;
     return p.step_of[static_cast<size_t>(r)];
   };
   std::vector<int> tail(static_cast<size_t>(max_streams), -1);  // last step on each stream
@@ -194,10 +202,14 @@ Schedule schedule_streams(const Program& p, const MemoryPlan& m, int max_streams
       if (tail[static_cast<size_t>(ds)] == d && (s < 0 || ds < s)) s = ds;
     }
     if (s < 0) {
-      if (tail[0] < 0) s = 0;
-      else if (n_used < max_streams) s = n_used++;
-      else if (!deps.empty()) s = sch.stream[static_cast<size_t>(deps[0])];
-      else s = i % max_streams;
+      if (tail[0] < 0)
+        s = 0;
+      else if (n_used < max_streams)
+        s = n_used++;
+      else if (!deps.empty())
+        s = sch.stream[static_cast<size_t>(deps[0])];
+      else
+        s = i % max_streams;
     }
     sch.stream[static_cast<size_t>(i)] = s;
     for (int d : deps) {

@@ -55,16 +55,18 @@ std::string ExecutorImpl::profile_table() const {
     last = std::max(last, t.start_us + t.duration_us);
   }
   char line[256];
-  std::snprintf(line, sizeof line, "%-5s %-22s %-34s %6s %10s %10s %6s\n", "step", "node", "op", "stream", "start us",
-                "time us", "%");
+  std::snprintf(line, sizeof line, "%-5s %-22s %-34s %6s %10s %10s %6s\n", "step", "node", "op", "stream",
+                "start us", "time us", "%");
   os << line;
   for (size_t i = 0; i < m_profile.size(); ++i) {
     const auto& t = m_profile[i];
     std::snprintf(line, sizeof line, "%-5zu %-22.22s %-34.34s %6d %10.2f %10.2f %6.1f\n", i, t.label.c_str(),
-                  t.op.c_str(), t.stream, t.start_us, t.duration_us, total > 0 ? 100.0 * t.duration_us / total : 0.0);
+                  t.op.c_str(), t.stream, t.start_us, t.duration_us,
+                  total > 0 ? 100.0 * t.duration_us / total : 0.0);
     os << line;
   }
-  std::snprintf(line, sizeof line, "sum of step times %.2f us; first start to last end %.2f us\n", total, last - first);
+  std::snprintf(line, sizeof line, "sum of step times %.2f us; first start to last end %.2f us\n", total,
+                last - first);
   os << line;
   return os.str();
 }
@@ -79,14 +81,16 @@ void ExecutorImpl::write_trace(const std::string& path) const {
   int tid = 0;
   for (auto& [name, id] : tracks) id = tid++;
   f << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-  f << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"minitensor " << m_device.str() << "\"}}";
+  f << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"minitensor " << m_device.str()
+    << "\"}}";
   for (const auto& [name, id] : tracks)
     f << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << id << ",\"args\":{\"name\":\""
       << json_escape(name) << "\"}}";
   for (const auto& e : m_trace) {
     char num[96];
     std::snprintf(num, sizeof num, "\"ts\":%.3f,\"dur\":%.3f", e.ts_us - t0, e.dur_us);
-    f << ",\n{\"name\":\"" << json_escape(e.name) << "\",\"cat\":\"" << json_escape(e.cat) << "\",\"ph\":\"X\",\"pid\":0,"
+    f << ",\n{\"name\":\"" << json_escape(e.name) << "\",\"cat\":\"" << json_escape(e.cat)
+      << "\",\"ph\":\"X\",\"pid\":0,"
       << "\"tid\":" << tracks.at(e.track) << "," << num << "}";
   }
   f << "\n]}\n";

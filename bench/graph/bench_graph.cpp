@@ -6,9 +6,9 @@
 //   MLP/<batch>x<hidden>/exec_fused_graph executor, fused, replayed as a CUDA graph
 //   HostAdd/<n>/{ideal_h2d,ideal_d2h,serial,pipelined}: c = a + b over pinned host arrays, back to the host
 //
-// Time is per run (wall clock over a batch of back-to-back runs, then one synchronise), which is what a serving
-// loop sees. PyTorch's numbers for the same MLP come from bench/graph/torch_mlp.py, run in the same session;
-// it reads this binary's JSON and prints the ratios. FLOPs per MLP run: 2 * 2 * batch * hidden^2.
+// Time is per run (wall clock over a batch of back-to-back runs, then one synchronise), which is what a
+// serving loop sees. PyTorch's numbers for the same MLP come from bench/graph/torch_mlp.py, run in the same
+// session; it reads this binary's JSON and prints the ratios. FLOPs per MLP run: 2 * 2 * batch * hidden^2.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -98,9 +98,12 @@ void bm_mlp(benchmark::State& state, std::int64_t batch, std::int64_t hidden, in
     state.counters["launches"] = exec->n_launches();
   }
   const TensorMap in = {{"x", m.x}};
-  if (mode == 0) time_runs(state, reps, [&] { benchmark::DoNotOptimize(eager_mlp(m)); });
-  else time_runs(state, reps, [&] { benchmark::DoNotOptimize(exec->run(in)); });
-  const double flops = 4.0 * static_cast<double>(batch) * static_cast<double>(hidden) * static_cast<double>(hidden);
+  if (mode == 0)
+    time_runs(state, reps, [&] { benchmark::DoNotOptimize(eager_mlp(m)); });
+  else
+    time_runs(state, reps, [&] { benchmark::DoNotOptimize(exec->run(in)); });
+  const double flops =
+      4.0 * static_cast<double>(batch) * static_cast<double>(hidden) * static_cast<double>(hidden);
   state.counters["TFLOPS"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -173,7 +176,8 @@ void bm_host(benchmark::State& state, int mode) {
     }
   }
   time_runs(state, 1, run);
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(3 * bytes), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(3 * bytes), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void register_all() {
@@ -182,7 +186,8 @@ void register_all() {
   for (auto [b, h] : sizes) {
     for (int mode = 0; mode < 4; ++mode) {
       const std::string name = "MLP/" + std::to_string(b) + "x" + std::to_string(h) + "/" + modes[mode];
-      benchmark::RegisterBenchmark(name.c_str(), [b, h, mode](benchmark::State& st) { bm_mlp(st, b, h, mode); })
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [b, h, mode](benchmark::State& st) { bm_mlp(st, b, h, mode); })
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)
           ->MinTime(0.5);

@@ -59,7 +59,8 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
     }
     if (!ok.empty() && pick(3) != 0) return ok[static_cast<size_t>(pick(static_cast<int>(ok.size())))];
     const Shape s = broadcastable(a.shape());
-    return pick(2) ? g.parameter("p" + std::to_string(pool.size()), random_tensor(s)) : g.constant(random_tensor(s));
+    return pick(2) ? g.parameter("p" + std::to_string(pool.size()), random_tensor(s))
+                   : g.constant(random_tensor(s));
   };
   const int n_ops = 3 + pick(10);
   for (int k = 0; k < n_ops; ++k) {
@@ -70,21 +71,28 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
     Node r;
     switch (pick(14)) {
       case 0: {
-        const UnaryOp ops[] = {UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu, UnaryOp::Sigmoid, UnaryOp::Tanh,
-                               UnaryOp::Gelu, UnaryOp::Square};
+        const UnaryOp ops[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Relu,  UnaryOp::Sigmoid,
+                               UnaryOp::Tanh, UnaryOp::Gelu, UnaryOp::Square};
         r = g.unary(ops[pick(7)], a);
         break;
       }
       case 1:
       case 2: {
-        const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Maximum, BinaryOp::Minimum};
+        const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Maximum,
+                                BinaryOp::Minimum};
         const Node b = partner(a);
         r = pick(2) ? g.binary(ops[pick(5)], a, b) : g.binary(ops[pick(5)], b, a);
         break;
       }
-      case 3: r = pick(2) ? a * 0.5 + 0.25 : 1.5 - a; break;
-      case 4: r = g.exp(g.tanh(a)); break;
-      case 5: r = g.clamp(a, -1.0, 1.5); break;
+      case 3:
+        r = pick(2) ? a * 0.5 + 0.25 : 1.5 - a;
+        break;
+      case 4:
+        r = g.exp(g.tanh(a));
+        break;
+      case 5:
+        r = g.clamp(a, -1.0, 1.5);
+        break;
       case 6: {
         const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min};
         if (s.rank() == 0) continue;

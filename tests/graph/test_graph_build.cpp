@@ -163,7 +163,7 @@ TEST(GraphPasses, MlpFusesToTwoGemmsAndSoftmax) {
 TEST(GraphPasses, TopologicalOrderDeadNodesAndCse) {
   Graph g;
   auto x = g.input("x", {4});
-  auto dead = g.exp(x);  // never reaches an output
+  auto dead = g.exp(x);                     // never reaches an output
   auto a = g.sigmoid(x), b = g.sigmoid(x);  // identical: merged
   auto y = a * b;
   g.output("y", y);
@@ -194,7 +194,8 @@ TEST(GraphPasses, ElementwiseFusionRules) {
   EXPECT_EQ(p.step_of[static_cast<size_t>(small.id())], p.step_of[static_cast<size_t>(small.id())]);
   EXPECT_NE(p.step_of[static_cast<size_t>(small.id())], p.step_of[static_cast<size_t>(t.id())]);
   EXPECT_NE(p.step_of[static_cast<size_t>(t.id())], p.step_of[static_cast<size_t>(u.id())]);
-  EXPECT_EQ(p.g.at(p.steps[static_cast<size_t>(p.step_of[static_cast<size_t>(u.id())])].root).kind, OpKind::Binary);
+  EXPECT_EQ(p.g.at(p.steps[static_cast<size_t>(p.step_of[static_cast<size_t>(u.id())])].root).kind,
+            OpKind::Binary);
   const Step& su = p.steps[static_cast<size_t>(p.step_of[static_cast<size_t>(u.id())])];
   EXPECT_EQ(su.members.size(), 2u);  // relu, mul
   const Step& st = p.steps[static_cast<size_t>(p.step_of[static_cast<size_t>(t.id())])];
@@ -222,11 +223,14 @@ void expect_plan_sound(const Program& p, const detail::MemoryPlan& m, const std:
   const int n_steps = static_cast<int>(p.steps.size());
   std::vector<int> def(p.g.nodes.size(), -1), last(p.g.nodes.size(), -1);
   auto root = [&](int id) {
-    return m.where[static_cast<size_t>(id)] == detail::MemoryPlan::Where::Alias ? m.alias_of[static_cast<size_t>(id)] : id;
+    return m.where[static_cast<size_t>(id)] == detail::MemoryPlan::Where::Alias
+               ? m.alias_of[static_cast<size_t>(id)]
+               : id;
   };
   for (int i = 0; i < n_steps; ++i) {
     def[static_cast<size_t>(p.steps[static_cast<size_t>(i)].root)] = i;
-    for (int r : p.steps[static_cast<size_t>(i)].reads) last[static_cast<size_t>(root(r))] = std::max(last[static_cast<size_t>(root(r))], i);
+    for (int r : p.steps[static_cast<size_t>(i)].reads)
+      last[static_cast<size_t>(root(r))] = std::max(last[static_cast<size_t>(root(r))], i);
   }
   std::vector<int> arena;
   for (int id : p.order)
@@ -241,13 +245,14 @@ void expect_plan_sound(const Program& p, const detail::MemoryPlan& m, const std:
       if (a >= b) continue;
       const int da = def[static_cast<size_t>(a)], la = std::max(last[static_cast<size_t>(a)], da);
       const int db = def[static_cast<size_t>(b)], lb = std::max(last[static_cast<size_t>(b)], db);
-      const bool inplace = m.inplace_of[static_cast<size_t>(b)] == a || m.inplace_of[static_cast<size_t>(a)] == b;
+      const bool inplace =
+          m.inplace_of[static_cast<size_t>(b)] == a || m.inplace_of[static_cast<size_t>(a)] == b;
       const bool live_together = inplace ? (da < db ? la > db : lb > da) : !(la < db || lb < da);
       const bool share = m.offset[static_cast<size_t>(a)] < m.offset[static_cast<size_t>(b)] + bytes(b) &&
                          m.offset[static_cast<size_t>(b)] < m.offset[static_cast<size_t>(a)] + bytes(a);
       EXPECT_FALSE(live_together && share && bytes(a) > 0 && bytes(b) > 0)
-          << what << ": " << p.g.label(a) << " [" << da << ", " << la << "] and " << p.g.label(b) << " [" << db
-          << ", " << lb << "] overlap in memory";
+          << what << ": " << p.g.label(a) << " [" << da << ", " << la << "] and " << p.g.label(b) << " ["
+          << db << ", " << lb << "] overlap in memory";
     }
   }
 }
@@ -256,7 +261,8 @@ TEST(GraphPlan, DisjointLifetimesShareMemoryAndPeakIsBelowSum) {
   Graph g;
   auto x = g.input("x", {256});
   Node h = x;
-  for (int i = 0; i < 6; ++i) h = g.sum(g.reshape(g.exp(h), {16, 16}), 1, false) + g.reshape(h, {16, 16}).named("");
+  for (int i = 0; i < 6; ++i)
+    h = g.sum(g.reshape(g.exp(h), {16, 16}), 1, false) + g.reshape(h, {16, 16}).named("");
   g.output("y", h);
   CompileFlags none;
   none.fuse_elementwise = false;
@@ -274,8 +280,8 @@ TEST(GraphPlan, InPlaceOverDyingInput) {
   Graph g;
   auto x = g.input("x", {1024});
   auto a = g.sum(g.reshape(x, {32, 32}), 1, true);  // (32, 1)
-  auto b = g.exp(g.reshape(x, {32, 32}) - a);        // (32, 32), its own buffer
-  auto c = g.relu(b);                                // may overwrite b (b dies here)
+  auto b = g.exp(g.reshape(x, {32, 32}) - a);       // (32, 32), its own buffer
+  auto c = g.relu(b);                               // may overwrite b (b dies here)
   g.output("y", g.sum(c, 0));
   CompileFlags none;
   none.fuse_elementwise = false;
@@ -374,7 +380,8 @@ TEST(GraphCodegen, SameExpressionSameSource) {
     return g;
   };
   Graph a = make(), b = make();
-  const Program pa = detail::build_program(a.data(), CompileFlags{}), pb = detail::build_program(b.data(), CompileFlags{});
+  const Program pa = detail::build_program(a.data(), CompileFlags{}),
+                pb = detail::build_program(b.data(), CompileFlags{});
   EXPECT_EQ(detail::fused_kernel_source(pa, pa.steps[0]), detail::fused_kernel_source(pb, pb.steps[0]));
 }
 

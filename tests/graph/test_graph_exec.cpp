@@ -49,7 +49,8 @@ double max_diff(const Tensor& a, const Tensor& b) {
   const auto va = a.cpu().contiguous().to_vector<float>(), vb = b.cpu().contiguous().to_vector<float>();
   EXPECT_EQ(va.size(), vb.size());
   double m = 0;
-  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) m = std::max(m, static_cast<double>(std::fabs(va[i] - vb[i])));
+  for (size_t i = 0; i < va.size() && i < vb.size(); ++i)
+    m = std::max(m, static_cast<double>(std::fabs(va[i] - vb[i])));
   return m;
 }
 
@@ -114,7 +115,8 @@ TEST(GraphCuda, MlpFusedEqualsUnfusedEqualsEager) {
   EXPECT_EQ(eu.n_launches(), 10) << eu.summary();
   const Tensor yf = ef.run({{"x", x}}).at("y").clone();
   const Tensor yu = eu.run({{"x", x}}).at("y").clone();
-  const Tensor eager = softmax(linear(relu(linear(x, m.w1.cuda(), m.b1.cuda())), m.w2.cuda(), m.b2.cuda()), -1);
+  const Tensor eager =
+      softmax(linear(relu(linear(x, m.w1.cuda(), m.b1.cuda())), m.w2.cuda(), m.b2.cuda()), -1);
   EXPECT_LT(max_diff(yf, yu), 1e-5);
   EXPECT_LT(max_diff(yf, eager), 1e-5);
   EXPECT_LT(max_diff(yf, run_cpu(m.g, {{"x", x.cpu()}}).at("y")), 1e-4);
@@ -251,7 +253,8 @@ TEST(GraphCuda, CheckReportOnMlp) {
   EXPECT_TRUE(r.ok) << r;
   EXPECT_EQ(r.rows.size(), 4u) << r;  // linear+relu, linear, softmax, output y
   const std::string t = r.table();
-  for (const char* col : {"max abs", "max rel", "NMSE", "tol", "pass"}) EXPECT_NE(t.find(col), std::string::npos) << t;
+  for (const char* col : {"max abs", "max rel", "NMSE", "tol", "pass"})
+    EXPECT_NE(t.find(col), std::string::npos) << t;
 }
 
 TEST(GraphCuda, CheckMatchesNanPositions) {
@@ -329,7 +332,8 @@ TEST(GraphCuda, RandomGraphsCudaGraphEqualsPlain) {
     for (int rep = 0; rep < 3; ++rep) {
       const TensorMap a = eg.run(in), b = ep.run(in);
       for (const auto& [name, t] : a)
-        if (t.dtype() == DType::F32) EXPECT_EQ(max_diff(t, b.at(name)), 0.0) << "seed " << seed << " " << name;
+        if (t.dtype() == DType::F32)
+          EXPECT_EQ(max_diff(t, b.at(name)), 0.0) << "seed " << seed << " " << name;
     }
   }
 }
