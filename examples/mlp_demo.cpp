@@ -100,15 +100,17 @@ int main(int argc, char** argv) {
       const char* name;
       ExecOptions o;
     };
-    ExecOptions unfused = base, fused = base, graphed = base;
+    ExecOptions unfused = base, fused = base, graphed = base, graphed_x3 = base;
+    graphed_x3.math = MathMode::TF32x3;
     unfused.fuse_elementwise = unfused.fuse_gemm_epilogue = unfused.fuse_softmax = false;
     unfused.cuda_graph = fused.cuda_graph = false;
     std::printf("%-34s %10s %9s\n", "mode", "us/run", "launches");
     const double eager_us = us_per_run(
         [&] { (void)softmax(matmul(relu(matmul(x_dev, w1d) + b1d), w2d) + b2d, -1); }, device, reps);
     std::printf("%-34s %10.1f %9d\n", "eager ops", eager_us, 6);
-    for (const Mode& m : {Mode{"executor, no fusion", unfused}, Mode{"executor, fused", fused},
-                          Mode{"executor, fused + CUDA graph", graphed}}) {
+    for (const Mode& m :
+         {Mode{"executor, no fusion", unfused}, Mode{"executor, fused", fused},
+          Mode{"executor, fused + CUDA graph", graphed}, Mode{"  ... with TF32x3 GEMMs", graphed_x3}}) {
       Executor e(g, m.o);
       const double us = us_per_run([&] { (void)e.run(in); }, device, reps);
       std::printf("%-34s %10.1f %9d\n", m.name, us, e.n_launches());

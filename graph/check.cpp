@@ -99,12 +99,12 @@ double local_scale(const Program& p, const NodeData& n, const std::vector<Tensor
   return scale;
 }
 
-double local_tolerance(const NodeData& n) {
+double local_tolerance(const NodeData& n, MathMode math) {
   switch (n.kind) {
     case OpKind::Matmul:
     case OpKind::Linear:
     case OpKind::Gemm:
-      return default_math_mode() == MathMode::TF32 ? 5e-3 : 2e-5;
+      return math == MathMode::TF32 ? 5e-3 : 2e-5;
     case OpKind::Reduce:
       return 1e-5;
     case OpKind::Softmax:
@@ -186,7 +186,7 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     row.max_abs = d.max_abs;
     row.max_rel = d.max_rel;
     row.nmse = d.nmse;
-    row.tolerance = local_tolerance(root);
+    row.tolerance = local_tolerance(root, options.math.value_or(default_math_mode()));
     row.scale = local_scale(p, root, root_ins, d.max_ref);
     if (root.dtype != DType::F32) row.tolerance = 0;  // argmax and integer ops: exact
     row.pass = d.pattern_ok && d.max_abs <= row.tolerance * row.scale;
@@ -206,7 +206,9 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     row.max_abs = d.max_abs;
     row.max_rel = d.max_rel;
     row.nmse = d.nmse;
-    row.tolerance = n.dtype == DType::F32 ? (default_math_mode() == MathMode::TF32 ? 1e-2 : 1e-4) : 0;
+    row.tolerance = n.dtype == DType::F32
+                        ? (options.math.value_or(default_math_mode()) == MathMode::TF32 ? 1e-2 : 1e-4)
+                        : 0;
     row.scale = std::max(d.max_ref, 1e-30);
     row.note = "end to end";
     row.pass = d.pattern_ok && d.max_abs <= row.tolerance * row.scale;

@@ -122,9 +122,11 @@ std::string fused_kernel_source(const Program& p, const Step& step) {
 // ---------------------------------------------------------------- NVRTC
 namespace {
 
-// ops/functors.h of the source tree this file was built from ($MT_SOURCE_DIR overrides, e.g. after installing).
+// ops/functors.h of the source tree this file was built from ($MT_SOURCE_DIR overrides, e.g. after
+// installing).
 std::string functors_path() {
-  if (const char* env = std::getenv("MT_SOURCE_DIR"); env && *env) return std::string(env) + "/ops/functors.h";
+  if (const char* env = std::getenv("MT_SOURCE_DIR"); env && *env)
+    return std::string(env) + "/ops/functors.h";
   return (std::filesystem::path(__FILE__).parent_path().parent_path() / "ops" / "functors.h").string();
 }
 

@@ -117,9 +117,11 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
     warn(m_warnings, "a reduction over non-consecutive axes allocates its result: CUDA graph capture is off");
 
   const bool reuse = options.plan_memory && !options.keep_intermediates;
-  m_mem = plan_memory(m_prog, reuse, reuse && options.inplace);
-  m_sched = schedule_streams(m_prog, m_mem,
-                             options.multi_stream ? std::min(options.max_streams, kStreamPoolSize) : 1);
+  // Streams from the data dependencies first, then memory that never makes one stream wait for another.
+  const int max_streams = options.multi_stream ? std::min(options.max_streams, kStreamPoolSize) : 1;
+  const Schedule data_only = schedule_streams(m_prog, plan_memory(m_prog, false, false), max_streams);
+  m_mem = plan_memory(m_prog, reuse, reuse && options.inplace, &data_only.stream);
+  m_sched = schedule_streams(m_prog, m_mem, max_streams, &data_only.stream);
   m_plan_stats.arena_bytes = m_mem.arena_bytes;
   m_plan_stats.unplanned_bytes = m_mem.unplanned_bytes;
   m_plan_stats.n_intermediates = m_mem.n_intermediates;
@@ -253,7 +255,9 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
         b = b.expand(bs);
         c = out.view(cs);
       }
-      gemm(a, b, c);
+      GemmOptions o;
+      o.math = m_opt.math;
+      gemm(a, b, c, false, false, o);
       break;
     }
     case OpKind::Linear: {
@@ -263,6 +267,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       const Tensor bias = n.has_bias ? in(2).view({w.size(1)}) : Tensor();
       GemmOptions o;
       o.activation = n.gemm.activation;
+      o.math = m_opt.math;
       gemm(x2, w, c, false, false, o, bias);
       break;
     }
@@ -271,6 +276,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       o.alpha = n.gemm.alpha;
       o.beta = n.has_c ? n.gemm.beta : 0.0f;
       o.activation = n.gemm.activation;
+      o.math = m_opt.math;
       if (n.has_c) {
         const Tensor c = in(2).expand(n.shape);
         launch_copy_strided(out.data_ptr(), out.layout(), c.data_ptr(), c.layout(), 4, c.numel(), stream);

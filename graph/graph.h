@@ -16,6 +16,7 @@
 #include <iosfwd>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -178,6 +179,7 @@ struct ExecOptions {
   bool inplace = true;             // elementwise ops may overwrite a dying input of their shape
   bool multi_stream = true;        // false: everything on one stream (debugging)
   int max_streams = 4;
+  std::optional<MathMode> math;  // the GEMMs' math mode; unset: default_math_mode()
   bool cuda_graph = true;     // capture a run and replay it while input pointers stay the same
   bool profile = false;       // per-node CUDA event timing (turns CUDA graph replay off)
   bool host_pipeline = true;  // host inputs to an elementwise graph: chunked, overlapped copies

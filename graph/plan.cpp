@@ -40,7 +40,7 @@ void add_free(std::vector<FreeBlock>& list, FreeBlock b) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
+MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace, const std::vector<int>* step_stream) {
   const int n = static_cast<int>(p.g.nodes.size());
   const int n_steps = static_cast<int>(p.steps.size());
   MemoryPlan m;
@@ -91,6 +91,12 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
     return align_up(static_cast<std::size_t>(nd.shape.numel()) * dtype_size(nd.dtype), kArenaAlignment);
   };
 
+  auto same_stream = [&](int i, const std::vector<int>& users) {
+    if (!step_stream) return true;
+    for (int u : users)
+      if ((*step_stream)[static_cast<size_t>(u)] != (*step_stream)[static_cast<size_t>(i)]) return false;
+    return true;
+  };
   std::vector<FreeBlock> free_list;
   std::vector<bool> taken(static_cast<size_t>(n), false);  // memory handed over to an in-place successor
   for (int i = 0; i < n_steps; ++i) {
@@ -114,7 +120,8 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
           const int rx = storage_root(x);
           if (m.where[static_cast<size_t>(rx)] != MemoryPlan::Where::Arena ||
               taken[static_cast<size_t>(rx)] || last[static_cast<size_t>(rx)] != i || bytes_of(rx) != size ||
-              p.g.at(x).shape.numel() != p.g.at(r).shape.numel() || p.g.at(x).dtype != p.g.at(r).dtype)
+              p.g.at(x).shape.numel() != p.g.at(r).shape.numel() || p.g.at(x).dtype != p.g.at(r).dtype ||
+              !same_stream(i, users[static_cast<size_t>(rx)]))
             continue;
           m.offset[static_cast<size_t>(r)] = m.offset[static_cast<size_t>(rx)];
           taken[static_cast<size_t>(rx)] = true;
@@ -130,11 +137,13 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
         int best = -1;
         for (int b = 0; b < static_cast<int>(free_list.size()); ++b)
           if (free_list[static_cast<size_t>(b)].size >= size &&
+              same_stream(i, free_list[static_cast<size_t>(b)].deps) &&
               (best < 0 ||
                free_list[static_cast<size_t>(b)].size < free_list[static_cast<size_t>(best)].size))
             best = b;
         if (best < 0 && !free_list.empty() &&
-            free_list.back().offset + free_list.back().size == m.arena_bytes) {
+            free_list.back().offset + free_list.back().size == m.arena_bytes &&
+            free_list.back().size < size && same_stream(i, free_list.back().deps)) {
           best = static_cast<int>(free_list.size()) - 1;  // the block at the end grows
           m.arena_bytes = free_list.back().offset + size;
           free_list.back().size = size;
@@ -171,7 +180,8 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace) {
   return m;
 }
 
-Schedule schedule_streams(const Program& p, const MemoryPlan& m, int max_streams) {
+Schedule schedule_streams(const Program& p, const MemoryPlan& m, int max_streams,
+                          const std::vector<int>* fixed) {
   const int n_steps = static_cast<int>(p.steps.size());
   Schedule sch;
   sch.stream.assign(static_cast<size_t>(n_steps), 0);
@@ -195,9 +205,10 @@ Schedule schedule_streams(const Program& p, const MemoryPlan& m, int max_streams
     }
     for (int d : m.extra_deps[static_cast<size_t>(i)])
       if (std::find(deps.begin(), deps.end(), d) == deps.end()) deps.push_back(d);
-    int s = -1;
+    int s = fixed ? (*fixed)[static_cast<size_t>(i)] : -1;
+    if (fixed) n_used = std::max(n_used, s + 1);
     // Continue the stream of a dependency that ends there (a chain stays on one stream).
-    for (int d : deps) {
+    for (int d : fixed ? std::vector<int>() : deps) {
       const int ds = sch.stream[static_cast<size_t>(d)];
       if (tail[static_cast<size_t>(ds)] == d && (s < 0 || ds < s)) s = ds;
     }

@@ -55,7 +55,11 @@ struct MemoryPlan {
   std::size_t arena_bytes = 0, persistent_bytes = 0, unplanned_bytes = 0;
   int n_intermediates = 0, n_inplace = 0;
 };
-MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace);
+// With `step_stream` (the stream of each step), a step reuses only memory whose earlier users all ran on its
+// own stream, so reuse never adds a cross-stream wait (independent branches stay concurrent, at some memory
+// cost).
+MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace,
+                       const std::vector<int>* step_stream = nullptr);
 
 // ---- streams
 struct Schedule {
@@ -64,7 +68,10 @@ struct Schedule {
   std::vector<std::vector<int>> waits;  // per step: steps on other streams it waits for
   std::vector<bool> records;            // per step: another stream waits for it
 };
-Schedule schedule_streams(const Program& p, const MemoryPlan& m, int max_streams);
+// Chains stay on one stream; independent branches take new streams (up to max_streams). `fixed` keeps a
+// stream assignment made earlier and only computes the waits (data and memory dependencies across streams).
+Schedule schedule_streams(const Program& p, const MemoryPlan& m, int max_streams,
+                          const std::vector<int>* fixed = nullptr);
 
 inline constexpr std::size_t kArenaAlignment = 256;
 inline std::size_t align_up(std::size_t n, std::size_t a) {

@@ -14,7 +14,7 @@ timeout "${MT_TEST_TIMEOUT:-110}" ./build/tests/mt_tests_graph > "$O/tests.log" 
 grep -E "^\[  FAILED  \]|^\[  PASSED|^\[  SKIPPED \] [0-9]|Failure" -A6 "$O/tests.log" | head -70
 grep -E "^\[       OK \]" "$O/tests.log" | grep -E "[0-9]{4,} ms" | head
 echo "== bench"
-timeout 90 ./build/bench/bench_graph --benchmark_out="$O/bench_graph.json" --benchmark_out_format=json > "$O/bench.log" 2>&1
+timeout 130 ./build/bench/bench_graph --benchmark_out="$O/bench_graph.json" --benchmark_out_format=json > "$O/bench.log" 2>&1
 echo "rc=$?"; grep -E "MLP|HostAdd|ERROR|error" "$O/bench.log" | head -30
 echo "== torch"
 timeout 60 python3 bench/graph/torch_mlp.py --mt-json "$O/bench_graph.json" > "$O/torch.log" 2>&1; echo "rc=$?"; cat "$O/torch.log" | tail -25

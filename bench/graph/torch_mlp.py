@@ -72,8 +72,12 @@ def host_add():
 
 
 def mt_times(path):
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"cannot read {path}: {e}")
+        return {}
     out = {}
     for b in data.get("benchmarks", []):
         if b.get("error_occurred"):
@@ -103,13 +107,13 @@ def main():
     if args.mt_json:
         mt = mt_times(args.mt_json)
         print("\nminitensor vs PyTorch (per run, us; ratio = minitensor / best PyTorch; < 1 is faster)")
-        print(f"{'size':>11} {'mode':>18} {'mt us':>10} {'torch eager':>12} {'torch graph':>12} {'ratio':>7}")
+        print(f"{'size':>11} {'mode':>24} {'mt us':>10} {'torch eager':>12} {'torch graph':>12} {'ratio':>7}")
         for batch, hidden, eager, graphed in rows:
-            for mode in ["eager", "exec_unfused", "exec_fused", "exec_fused_graph"]:
+            for mode in ["eager", "exec_unfused", "exec_fused", "exec_fused_graph", "exec_fused_graph_tf32x3"]:
                 key = f"MLP/{batch}x{hidden}/{mode}"
                 if key in mt:
                     best = min(eager, graphed)
-                    print(f"{batch:>5}x{hidden:<5} {mode:>18} {mt[key]:10.1f} {eager:12.1f} {graphed:12.1f} "
+                    print(f"{batch:>5}x{hidden:<5} {mode:>24} {mt[key]:10.1f} {eager:12.1f} {graphed:12.1f} "
                           f"{mt[key] / best:7.2f}")
         h2d, d2h = mt.get("HostAdd/100M/ideal_h2d"), mt.get("HostAdd/100M/ideal_d2h")
         ser, pipe = mt.get("HostAdd/100M/serial"), mt.get("HostAdd/100M/pipelined")

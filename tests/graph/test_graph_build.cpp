@@ -318,6 +318,11 @@ TEST(GraphSchedule, IndependentBranchesGetTheirOwnStreams) {
   const detail::Schedule multi = detail::schedule_streams(p, m, 4);
   const detail::Schedule single = detail::schedule_streams(p, m, 1);
   EXPECT_EQ(multi.n_streams, 2);
+  // Memory planned after the streams keeps the branches apart (no cross-stream reuse waits).
+  const detail::Schedule data = detail::schedule_streams(p, detail::plan_memory(p, false, false), 4);
+  const detail::MemoryPlan ms = detail::plan_memory(p, true, true, &data.stream);
+  const detail::Schedule fixed = detail::schedule_streams(p, ms, 4, &data.stream);
+  EXPECT_EQ(fixed.n_streams, 2);
   EXPECT_EQ(single.n_streams, 1);
   for (const auto& w : single.waits) EXPECT_TRUE(w.empty());
   const int last = static_cast<int>(p.steps.size()) - 1;
@@ -347,6 +352,14 @@ TEST(GraphPlan, RandomGraphsPlansAreSound) {
       const detail::Schedule s = detail::schedule_streams(p, m, 4);
       for (size_t i = 0; i < s.waits.size(); ++i)
         for (int w : s.waits[i]) EXPECT_LT(w, static_cast<int>(i));
+      // The executor's order: streams from data dependencies, then a plan that reuses memory within a stream.
+      const detail::Schedule data = detail::schedule_streams(p, detail::plan_memory(p, false, false), 4);
+      const detail::MemoryPlan ms = detail::plan_memory(p, true, true, &data.stream);
+      expect_plan_sound(p, ms, "stream-aware, seed " + std::to_string(seed) + "\n" + rg.description);
+      for (size_t i = 0; i < ms.extra_deps.size(); ++i)
+        for (int d : ms.extra_deps[i]) EXPECT_EQ(data.stream[static_cast<size_t>(d)], data.stream[i]);
+      const detail::Schedule fixed = detail::schedule_streams(p, ms, 4, &data.stream);
+      EXPECT_EQ(fixed.stream, data.stream);
     }
   }
 }

@@ -257,6 +257,15 @@ TEST(GraphCuda, CheckReportOnMlp) {
     EXPECT_NE(t.find(col), std::string::npos) << t;
 }
 
+TEST(GraphCuda, CheckReportOnMlpTf32x3) {
+  MT_REQUIRE_GPU();
+  Mlp m = make_mlp(64, 256);
+  ExecOptions o = gpu_options();
+  o.math = MathMode::TF32x3;  // float32-class accuracy: the FP32 tolerances hold
+  const CheckReport r = check(m.g, {{"x", uniform({64, 256}, 3)}}, o);
+  EXPECT_TRUE(r.ok) << r;
+}
+
 TEST(GraphCuda, CheckMatchesNanPositions) {
   MT_REQUIRE_GPU();
   // log of negative numbers is NaN on both sides: the report passes because the NaN positions match.
