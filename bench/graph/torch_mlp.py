@@ -85,7 +85,9 @@ def mt_times(path):
         t = b["real_time"]
         unit = b.get("time_unit", "us")
         scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[unit]
-        out[b["name"].split("/manual_time")[0]] = t * scale
+        # "MLP/64x512/eager/iterations:20/manual_time" -> "MLP/64x512/eager"
+        name = "/".join(p for p in b["name"].split("/") if not p.startswith(("iterations:", "manual_time")))
+        out[name] = t * scale
     return out
 
 
