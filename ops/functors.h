@@ -7,6 +7,7 @@
 
 #if !defined(__CUDACC_RTC__)
 #include <cmath>
+#include <cstring>
 #endif
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -40,6 +41,7 @@ template <class T>
 MT_FN T neg(T x) { return static_cast<T>(-x); }
 template <class T>
 MT_FN T abs(T x) { return x < 0 ? static_cast<T>(-x) : x; }
+MT_FN unsigned char abs(unsigned char x) { return x; }
 template <class T>
 MT_FN T relu(T x) { return x > 0 ? x : T(0); }
 template <class T>
@@ -64,5 +66,53 @@ MT_FN float pow(float a, float b) { return powf(a, b); }
 MT_FN float clamp(float x, float lo, float hi) { return x != x ? x : (x < lo ? lo : (x > hi ? hi : x)); }
 template <class T>
 MT_FN T clamp(T x, T lo, T hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+// ---- RGBA pixels packed little-endian in a 32-bit word (r in the low byte): 255 - v == v ^ 0xff per colour byte.
+MT_FN unsigned int invert_rgba(unsigned int pixel) { return pixel ^ 0x00ffffffu; }
+
+// ---- reduction combines. Order-independent, so a tree in any shape gives the bits a sequential loop gives:
+// NaN wins (propagates); equal values are merged bitwise, which makes max(-0, +0) = +0 and min(-0, +0) = -0
+// whichever comes first.
+MT_FN unsigned int float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  unsigned int u;
+  memcpy(&u, &x, sizeof(u));
+  return u;
+#endif
+}
+MT_FN float bits_float(unsigned int u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  memcpy(&x, &u, sizeof(x));
+  return x;
+#endif
+}
+MT_FN float max_combine(float a, float b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if (a != b) return a > b ? a : b;
+  return bits_float(float_bits(a) & float_bits(b));
+}
+MT_FN float min_combine(float a, float b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if (a != b) return a < b ? a : b;
+  return bits_float(float_bits(a) | float_bits(b));
+}
+// Arg-reduction: is (va, ia) the winner over (vb, ib)? NaN beats everything; ties go to the smaller index.
+MT_FN bool argmax_wins(float va, long long ia, float vb, long long ib) {
+  const bool na = va != va, nb = vb != vb;
+  if (na || nb) return na && (!nb || ia < ib);
+  return va > vb || (va == vb && ia < ib);
+}
+MT_FN bool argmin_wins(float va, long long ia, float vb, long long ib) {
+  const bool na = va != va, nb = vb != vb;
+  if (na || nb) return na && (!nb || ia < ib);
+  return va < vb || (va == vb && ia < ib);
+}
 
 }  // namespace mt::fn

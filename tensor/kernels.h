@@ -1,4 +1,4 @@
-// Launchers of tensor/'s data-movement kernels (tensor/copy.cu) and their CPU counterparts (tensor/copy_cpu.cpp).
+// Launchers of tensor/'s data-movement kernels (tensor/copy.cu, tensor/transpose.cu) and their CPU counterparts (tensor/copy_cpu.cpp).
 // Raw pointers and layouts; the Tensor methods validate and call these.
 #pragma once
 
@@ -16,6 +16,21 @@ void launch_copy_strided(void* dst, const StridedLayout& dl, const void* src, co
                          std::size_t elem_size, std::int64_t n, cudaStream_t stream);
 void cpu_copy_strided(void* dst, const StridedLayout& dl, const void* src, const StridedLayout& sl,
                       std::size_t elem_size, std::int64_t n);
+
+// Tiled copy for layouts whose unit-stride dims differ (a transpose or a permute that moves the innermost
+// dim): a shared-memory tile transpose batched over the other dims. dl and sl: one shape, coalesced together
+// (coalesce_layouts). Returns false, launching nothing, when the layouts do not call for it (then use
+// launch_copy_strided).
+bool launch_copy_tiled(void* dst, const StridedLayout& dl, const void* src, const StridedLayout& sl,
+                       std::size_t elem_size, std::int64_t n, cudaStream_t stream);
+
+// The 2-D transposes one by one, for benchmarks and tests: dst (n_cols, n_rows) = src (n_rows, n_cols)^T, both
+// contiguous, 4-byte elements. Naive: a thread per element, strided writes. SharedNoPad: 32 x 32 shared tile
+// without padding (bank conflicts). SharedPadded: padded tile, scalar accesses. Best: what copies use (padded,
+// 16-byte accesses where the alignment allows).
+enum class TransposeKernel { Naive, SharedNoPad, SharedPadded, Best };
+void launch_transpose_2d(TransposeKernel kernel, void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols,
+                         cudaStream_t stream);
 
 // Every element of the layout set to `value` (converted to dtype).
 void launch_fill(void* dst, const StridedLayout& l, std::int64_t n, DType dtype, double value, cudaStream_t stream);

@@ -341,7 +341,20 @@ Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
     if (is_contiguous() && src.is_contiguous()) {
       MT_CUDA_CHECK(cudaMemcpyAsync(data_ptr(), src.data_ptr(), nbytes(), cudaMemcpyDeviceToDevice, stream));
     } else {
-      detail::launch_copy_strided(data_ptr(), layout(), src.data_ptr(), src.layout(), element_size(), numel(), stream);
+      // Both layouts coalesced together, so that a transpose shows as one: then a tiled copy, else element-wise.
+      StridedLayout ls[2];
+      for (int k = 0; k < 2; ++k) {
+        const Tensor& t = k == 0 ? *this : src;
+        ls[k].rank = t.dim();
+        for (int d = 0; d < t.dim(); ++d) {
+          ls[k].shape[d] = t.shape()[d];
+          ls[k].stride[d] = t.strides()[d];
+        }
+      }
+      coalesce_layouts(ls, 2);
+      if (!detail::launch_copy_tiled(data_ptr(), ls[0], src.data_ptr(), ls[1], element_size(), numel(), stream)) {
+        detail::launch_copy_strided(data_ptr(), ls[0], src.data_ptr(), ls[1], element_size(), numel(), stream);
+      }
     }
     detail::record_stream(*this, stream);
     detail::record_stream(src, stream);

@@ -1,0 +1,222 @@
+// bench_graph: the MLP y = softmax(relu(x W1 + b1) W2 + b2) end to end in four modes, and the host pipeline.
+//
+//   MLP/<batch>x<hidden>/eager            the eager ops, one call per op (6 launches)
+//   MLP/<batch>x<hidden>/exec_unfused     executor, no fusion (10 launches), no CUDA graph
+//   MLP/<batch>x<hidden>/exec_fused       executor, fused (3 launches: 2 GEMMs with epilogues, softmax)
+//   MLP/<batch>x<hidden>/exec_fused_graph executor, fused, replayed as a CUDA graph
+//   MLP/<batch>x<hidden>/exec_fused_graph_tf32x3  the same with the GEMMs in TF32x3 (3 tensor-core products
+//   per
+//                                         operand pair: float32-class accuracy, checked against the eager
+//                                         ops)
+//   HostAdd/<n>/{ideal_h2d,ideal_d2h,serial,pipelined}: c = a + b over pinned host arrays, back to the host
+//
+// Time is per run (wall clock over a batch of back-to-back runs, then one synchronise), which is what a
+// serving loop sees. PyTorch's numbers for the same MLP come from bench/graph/torch_mlp.py, run in the same
+// session; it reads this binary's JSON and prints the ratios. FLOPs per MLP run: 2 * 2 * batch * hidden^2.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "graph/graph.h"
+#include "minitensor.h"
+
+namespace {
+
+using namespace mt;
+using Clock = std::chrono::steady_clock;
+
+Tensor uniform(const Shape& s, std::uint64_t seed, double lo, double hi, Device d) {
+  std::vector<float> v = rand(s, seed).to_vector<float>();
+  for (float& f : v) f = static_cast<float>(lo + (hi - lo) * f);
+  return from_vector(v, s, d);
+}
+
+struct MlpSetup {
+  std::int64_t batch, hidden;
+  Tensor x, w1, b1, w2, b2;
+  Graph g;
+  MlpSetup(std::int64_t b, std::int64_t h) : batch(b), hidden(h) {
+    const Device d = Device::cuda(0);
+    const double s = 1.0 / std::sqrt(static_cast<double>(h));
+    x = uniform({b, h}, 1, -1, 1, d);
+    w1 = uniform({h, h}, 2, -s, s, d);
+    b1 = uniform({h}, 3, -0.1, 0.1, d);
+    w2 = uniform({h, h}, 4, -s, s, d);
+    b2 = uniform({h}, 5, -0.1, 0.1, d);
+    auto xn = g.input("x", {b, h});
+    auto hn = g.relu(g.matmul(xn, g.parameter("w1", w1)) + g.parameter("b1", b1));
+    auto logits = g.matmul(hn, g.parameter("w2", w2)) + g.parameter("b2", b2);
+    auto e = g.exp(logits - g.max(logits, -1, true));
+    g.output("y", e / g.sum(e, -1, true));
+  }
+};
+
+Tensor eager_mlp(const MlpSetup& m) {
+  const Tensor h = relu(matmul(m.x, m.w1) + m.b1);
+  return softmax(matmul(h, m.w2) + m.b2, -1);
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  const auto va = a.to_vector<float>(), vb = b.to_vector<float>();
+  double m = 0;
+  for (size_t i = 0; i < va.size(); ++i) m = std::max(m, static_cast<double>(std::fabs(va[i] - vb[i])));
+  return m;
+}
+
+// Runs `fn` `reps` times back to back, synchronises, and reports the time per run.
+template <class F>
+void time_runs(benchmark::State& state, int reps, F&& fn) {
+  for (int i = 0; i < 3; ++i) fn();  // warm-up (the CUDA graph captures on the second run)
+  synchronize(Device::cuda(0));
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) fn();
+    synchronize(Device::cuda(0));
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    state.SetIterationTime(s / reps);
+  }
+}
+
+void bm_mlp(benchmark::State& state, std::int64_t batch, std::int64_t hidden, int mode) {
+  if (!cuda_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  MlpSetup m(batch, hidden);
+  const int reps = hidden >= 4096 ? 5 : 200;
+  const Tensor ref = eager_mlp(m);
+  ExecOptions o;
+  o.cuda_graph = mode >= 3;
+  if (mode == 4) o.math = MathMode::TF32x3;
+  if (mode == 1) o.fuse_elementwise = o.fuse_gemm_epilogue = o.fuse_softmax = false;
+  std::unique_ptr<Executor> exec;
+  if (mode > 0) {
+    exec = std::make_unique<Executor>(m.g, o);
+    const double err = max_abs_diff(exec->run({{"x", m.x}}).at("y"), ref);  // validate before timing
+    if (err > 1e-4) {
+      state.SkipWithError(("result differs from the eager ops by " + std::to_string(err)).c_str());
+      return;
+    }
+    state.counters["launches"] = exec->n_launches();
+  }
+  const TensorMap in = {{"x", m.x}};
+  if (mode == 0)
+    time_runs(state, reps, [&] { benchmark::DoNotOptimize(eager_mlp(m)); });
+  else
+    time_runs(state, reps, [&] { benchmark::DoNotOptimize(exec->run(in)); });
+  const double flops =
+      4.0 * static_cast<double>(batch) * static_cast<double>(hidden) * static_cast<double>(hidden);
+  state.counters["TFLOPS"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---------------------------------------------------------------- host pipeline
+constexpr std::int64_t kHostN = 100'000'000;
+
+struct HostAdd {
+  Tensor a, b;
+  Graph g;
+  HostAdd() {
+    a = empty_pinned({kHostN});
+    b = empty_pinned({kHostN});
+    float* pa = a.data<float>();
+    float* pb = b.data<float>();
+    for (std::int64_t i = 0; i < kHostN; ++i) {
+      pa[i] = static_cast<float>(i % 1000) * 0.001f;
+      pb[i] = 1.0f - static_cast<float>(i % 7);
+    }
+    auto an = g.input("a", {kHostN});
+    auto bn = g.input("b", {kHostN});
+    g.output("c", an + bn);
+  }
+};
+HostAdd& host_add() {
+  static HostAdd h;
+  return h;
+}
+
+void bm_host(benchmark::State& state, int mode) {
+  if (!cuda_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  HostAdd& h = host_add();
+  const cudaStream_t s = current_stream(0);
+  const std::size_t bytes = static_cast<std::size_t>(kHostN) * 4;
+  if (mode <= 1) {  // the ideal: the copies alone, at full pinned bandwidth
+    Tensor d = empty({2 * kHostN}, DType::F32, Device::cuda(0));
+    Tensor out = empty_pinned({kHostN});
+    time_runs(state, 1, [&] {
+      if (mode == 0) {
+        MT_CUDA_CHECK(cudaMemcpyAsync(d.data_ptr(), h.a.data_ptr(), bytes, cudaMemcpyHostToDevice, s));
+        MT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(d.data_ptr()) + bytes, h.b.data_ptr(), bytes,
+                                      cudaMemcpyHostToDevice, s));
+      } else {
+        MT_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), d.data_ptr(), bytes, cudaMemcpyDeviceToHost, s));
+      }
+    });
+    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(mode == 0 ? 2 * bytes : bytes),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+    return;
+  }
+  ExecOptions o;
+  o.host_pipeline = mode == 3;
+  o.cuda_graph = false;
+  Executor exec(h.g, o);
+  Tensor out_host = empty_pinned({kHostN});
+  auto run = [&] {
+    const TensorMap r = exec.run({{"a", h.a}, {"b", h.b}});
+    if (mode == 2) out_host.copy_(r.at("c"));  // serial: all in, compute, all out
+  };
+  run();
+  const Tensor c = mode == 2 ? out_host : exec.run({{"a", h.a}, {"b", h.b}}).at("c");
+  const float* pc = c.data<float>();
+  for (std::int64_t i = 0; i < kHostN; i += 9973) {
+    const float want = static_cast<float>(i % 1000) * 0.001f + (1.0f - static_cast<float>(i % 7));
+    if (pc[i] != want) {
+      state.SkipWithError("host pipeline result is wrong");
+      return;
+    }
+  }
+  time_runs(state, 1, run);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(3 * bytes), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_all() {
+  const std::pair<std::int64_t, std::int64_t> sizes[] = {{64, 512}, {256, 1024}, {4096, 4096}};
+  const char* modes[] = {"eager", "exec_unfused", "exec_fused", "exec_fused_graph",
+                         "exec_fused_graph_tf32x3"};
+  for (auto [b, h] : sizes) {
+    for (int mode = 0; mode < 5; ++mode) {
+      const std::string name = "MLP/" + std::to_string(b) + "x" + std::to_string(h) + "/" + modes[mode];
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [b, h, mode](benchmark::State& st) { bm_mlp(st, b, h, mode); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(h >= 4096 ? 3 : 20);  // each iteration is a batch of runs (see time_runs)
+    }
+  }
+  const char* host_modes[] = {"ideal_h2d", "ideal_d2h", "serial", "pipelined"};
+  for (int mode = 0; mode < 4; ++mode) {
+    const std::string name = std::string("HostAdd/100M/") + host_modes[mode];
+    benchmark::RegisterBenchmark(name.c_str(), [mode](benchmark::State& st) { bm_host(st, mode); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(10);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::cout << device_report() << "\n";
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""PyTorch baseline for bench_graph: the MLP y = softmax(relu(x W1 + b1) W2 + b2), eager and as a CUDA graph,
+and the pinned host add c = a + b (2 x 100 M floats, back to the host).
+
+    python3 bench/graph/torch_mlp.py [--mt-json bench_graph.json] [--no-host]
+
+Prints per-run microseconds; with --mt-json (bench_graph's --benchmark_out) it also prints minitensor / PyTorch
+ratios. float32 throughout, TF32 off (PyTorch's default for matmul), same shapes and init ranges as bench_graph.
+"""
+import argparse
+import json
+import time
+
+import torch
+
+SIZES = [(64, 512), (256, 1024), (4096, 4096)]
+
+
+def per_run_us(fn, reps, warmup=5):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):  # median-ish: best of 5 batches, each reps back-to-back runs then one sync
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best * 1e6
+
+
+def mlp(batch, hidden):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = "cuda"
+    s = hidden ** -0.5
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = (torch.rand(batch, hidden, generator=g) * 2 - 1).to(dev)
+    w1 = ((torch.rand(hidden, hidden, generator=g) * 2 - 1) * s).to(dev)
+    b1 = ((torch.rand(hidden, generator=g) * 2 - 1) * 0.1).to(dev)
+    w2 = ((torch.rand(hidden, hidden, generator=g) * 2 - 1) * s).to(dev)
+    b2 = ((torch.rand(hidden, generator=g) * 2 - 1) * 0.1).to(dev)
+
+    def f():
+        return torch.softmax(torch.relu(x @ w1 + b1) @ w2 + b2, dim=-1)
+
+    reps = 5 if hidden >= 4096 else 200
+    eager = per_run_us(f, reps)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            f()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = f()
+    graphed = per_run_us(graph.replay, reps)
+    return eager, graphed
+
+
+def host_add():
+    n = 100_000_000
+    a = torch.rand(n).pin_memory()
+    b = torch.rand(n).pin_memory()
+    c = torch.empty(n).pin_memory()
+
+    def f():
+        c.copy_((a.to("cuda", non_blocking=True) + b.to("cuda", non_blocking=True)), non_blocking=True)
+
+    return per_run_us(f, 3, warmup=2) / 1000.0
+
+
+def mt_times(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"cannot read {path}: {e}")
+        return {}
+    out = {}
+    for b in data.get("benchmarks", []):
+        if b.get("error_occurred"):
+            continue
+        t = b["real_time"]
+        unit = b.get("time_unit", "us")
+        scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[unit]
+        # "MLP/64x512/eager/iterations:20/manual_time" -> "MLP/64x512/eager"
+        name = "/".join(p for p in b["name"].split("/") if not p.startswith(("iterations:", "manual_time")))
+        out[name] = t * scale
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mt-json")
+    ap.add_argument("--no-host", action="store_true")
+    args = ap.parse_args()
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
+    rows = []
+    for batch, hidden in SIZES:
+        eager, graphed = mlp(batch, hidden)
+        rows.append((batch, hidden, eager, graphed))
+        print(f"torch MLP {batch}x{hidden}: eager {eager:9.1f} us/run   cuda graph {graphed:9.1f} us/run")
+    host_ms = None
+    if not args.no_host:
+        host_ms = host_add()
+        print(f"torch pinned host add 2 x 100M floats -> host: {host_ms:.2f} ms")
+    if args.mt_json:
+        mt = mt_times(args.mt_json)
+        print("\nminitensor vs PyTorch (per run, us; ratio = minitensor / best PyTorch; < 1 is faster)")
+        print(f"{'size':>11} {'mode':>24} {'mt us':>10} {'torch eager':>12} {'torch graph':>12} {'ratio':>7}")
+        for batch, hidden, eager, graphed in rows:
+            for mode in ["eager", "exec_unfused", "exec_fused", "exec_fused_graph", "exec_fused_graph_tf32x3"]:
+                key = f"MLP/{batch}x{hidden}/{mode}"
+                if key in mt:
+                    best = min(eager, graphed)
+                    print(f"{batch:>5}x{hidden:<5} {mode:>24} {mt[key]:10.1f} {eager:12.1f} {graphed:12.1f} "
+                          f"{mt[key] / best:7.2f}")
+        h2d, d2h = mt.get("HostAdd/100M/ideal_h2d"), mt.get("HostAdd/100M/ideal_d2h")
+        ser, pipe = mt.get("HostAdd/100M/serial"), mt.get("HostAdd/100M/pipelined")
+        if h2d and d2h and pipe:
+            ideal = max(h2d, d2h) / 1000.0
+            print(f"\nhost add: ideal max(H2D {h2d / 1000:.2f}, D2H {d2h / 1000:.2f}) = {ideal:.2f} ms; "
+                  f"pipelined {pipe / 1000:.2f} ms ({pipe / 1000 / ideal:.3f}x ideal, target <= 1.15x); "
+                  f"serial {ser / 1000 if ser else float('nan'):.2f} ms"
+                  + (f"; torch {host_ms:.2f} ms" if host_ms else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+// The CPU path: every node through the eager ops on CPU tensors (the Eigen reference), no fusion or planning.
+#include <algorithm>
+
+#include "graph/internal.h"
+#include "ops/ops.h"
+
+namespace mt {
+namespace detail {
+
+void require_outputs(const GraphData& g, const char* op) {
+  MT_CHECK(!g.outputs.empty(), InvalidArgument, op,
+           ": the graph has no outputs (declare them with Graph::output)");
+}
+
+std::vector<Tensor> bind_inputs(const GraphData& g, const TensorMap& inputs, Device device, const char* op) {
+  std::vector<Tensor> bound(g.nodes.size());
+  std::string expected;
+  for (const NodeData& n : g.nodes)
+    if (n.kind == OpKind::Input) expected += str(expected.empty() ? "" : ", ", "'", n.name, "'");
+  for (const auto& [name, t] : inputs) {
+    const auto it = std::find_if(g.nodes.begin(), g.nodes.end(), [&](const NodeData& n) {
+      return n.kind == OpKind::Input && n.name == name;
+    });
+    MT_CHECK(it != g.nodes.end(), InvalidArgument, op, ": unknown input '", name,
+             "'; the graph's inputs are ", expected.empty() ? "(none)" : expected);
+  }
+  for (int id = 0; id < static_cast<int>(g.nodes.size()); ++id) {
+    const NodeData& n = g.at(id);
+    if (n.kind != OpKind::Input) continue;
+    const auto it = inputs.find(n.name);
+    MT_CHECK(it != inputs.end(), InvalidArgument, op, ": missing input '", n.name, "' (", n.shape, " ",
+             n.dtype, ")");
+    const Tensor& t = it->second;
+    MT_CHECK(t.defined(), InvalidArgument, op, ": input '", n.name, "' is an undefined tensor");
+    MT_CHECK(t.shape() == n.shape, ShapeError, op, ": input '", n.name, "' has shape ", t.shape(),
+             ", the graph expects ", n.shape);
+    MT_CHECK(t.dtype() == n.dtype, DTypeError, op, ": input '", n.name, "' has dtype ", t.dtype(),
+             ", the graph expects ", n.dtype);
+    MT_CHECK(!(device.is_cuda() && t.is_cuda() && t.device() != device), DeviceError, op, ": input '", n.name,
+             "' lives on ", t.device(), " but the graph runs on ", device);
+    bound[static_cast<size_t>(id)] = t;
+  }
+  return bound;
+}
+
+Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
+  switch (n.kind) {
+    case OpKind::Input:
+    case OpKind::Parameter:
+    case OpKind::Constant:
+      MT_THROW(InvalidArgument, "eval_node: a leaf has no op");
+    case OpKind::Unary:
+      return unary(n.unary, ins[0]);
+    case OpKind::Binary:
+      return binary(n.binary, ins[0], ins[1]);
+    case OpKind::BinaryScalar:
+      return binary_scalar(n.binary, ins[0], n.scalar);
+    case OpKind::ScalarBinary:
+      return scalar_binary(n.binary, n.scalar, ins[0]);
+    case OpKind::Clamp:
+      return clamp(ins[0], n.scalar, n.scalar2);
+    case OpKind::Reduce:
+      return reduce(n.reduce, ins[0], n.axes, n.keepdim);
+    case OpKind::Softmax:
+      return softmax(ins[0], n.axes[0]);
+    case OpKind::LogSoftmax:
+      return log_softmax(ins[0], n.axes[0]);
+    case OpKind::Permute:
+      return permute(ins[0], n.axes);
+    case OpKind::View:
+      return ins[0].reshape(n.shape);
+    case OpKind::Matmul:
+      return matmul(ins[0], ins[1]);
+    case OpKind::Linear:
+      return linear(ins[0], ins[1], n.has_bias ? ins[2] : Tensor(), n.gemm.activation);
+    case OpKind::Gemm: {
+      Tensor c;
+      if (n.has_c)
+        c = ins[2].expand(n.shape).contiguous().clone();
+      else
+        c = empty(n.shape, DType::F32, ins[0].device());
+      GemmOptions o;
+      o.alpha = n.gemm.alpha;
+      o.beta = n.has_c ? n.gemm.beta : 0.0f;
+      o.activation = n.gemm.activation;
+      const Tensor bias = n.has_bias ? ins[n.has_c ? 3 : 2] : Tensor();
+      gemm(ins[0], ins[1], c, n.gemm.trans_a, n.gemm.trans_b, o, bias);
+      return c;
+    }
+  }
+  MT_THROW(InvalidArgument, "eval_node: unknown op");
+}
+
+}  // namespace detail
+
+std::vector<Tensor> run_cpu_all(const Graph& graph, const TensorMap& inputs) {
+  const detail::GraphData& g = graph.data();
+  detail::require_outputs(g, "run_cpu");
+  std::vector<Tensor> values = detail::bind_inputs(g, inputs, Device::cpu(), "run_cpu");
+  for (int id = 0; id < static_cast<int>(g.nodes.size()); ++id) {
+    const detail::NodeData& n = g.at(id);
+    Tensor& v = values[static_cast<size_t>(id)];
+    if (n.kind == detail::OpKind::Input) {
+      v = v.cpu();
+      continue;
+    }
+    if (n.kind == detail::OpKind::Parameter || n.kind == detail::OpKind::Constant) {
+      v = n.value.cpu();
+      continue;
+    }
+    std::vector<Tensor> ins;
+    for (int in : n.inputs) ins.push_back(values[static_cast<size_t>(in)]);
+    v = detail::eval_node(n, ins);
+  }
+  return values;
+}
+
+TensorMap run_cpu(const Graph& graph, const TensorMap& inputs) {
+  const std::vector<Tensor> values = run_cpu_all(graph, inputs);
+  TensorMap out;
+  for (const auto& [name, id] : graph.data().outputs) out[name] = values[static_cast<size_t>(id)];
+  return out;
+}
+
+}  // namespace mt

@@ -1,0 +1,571 @@
+// The executor: compile (passes, NVRTC, memory plan, streams), then run, plainly or as a CUDA graph replay.
+//
+// A run allocates nothing and never synchronises the host (except host-output pipelines): intermediates live
+// in one arena, outputs in a persistent buffer, inputs are read in place (or staged into persistent buffers),
+// so a whole run can be captured on the origin stream and replayed while the input pointers stay the same.
+#include <cstring>
+#include <iostream>
+#include <numeric>
+#include <sstream>
+
+#include "graph/executor_impl.h"
+#include "graph/kernels.h"
+#include "ops/ops.h"
+#include "runtime/stream.h"
+#include "tensor/kernels.h"
+
+namespace mt {
+namespace detail {
+
+void CudaGraphExec::reset() noexcept {
+  if (exec) MT_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(exec));
+  if (graph) MT_CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));
+  exec = nullptr;
+  graph = nullptr;
+}
+
+namespace {
+
+Tensor view_of(const std::shared_ptr<Storage>& storage, std::size_t byte_offset, const NodeData& n) {
+  const std::size_t es = dtype_size(n.dtype);
+  return Tensor(storage, n.dtype, n.shape, contiguous_strides(n.shape),
+                static_cast<std::int64_t>(byte_offset / es));
+}
+
+// (outer, n, inner) of a reduction over `axes` when they are consecutive; false otherwise.
+bool split_axes(const Shape& s, const std::vector<std::int64_t>& axes, std::int64_t& outer, std::int64_t& n,
+                std::int64_t& inner) {
+  outer = n = inner = 1;
+  if (axes.empty()) {  // flat
+    n = s.numel();
+    return true;
+  }
+  for (size_t i = 1; i < axes.size(); ++i)
+    if (axes[i] != axes[i - 1] + 1) return false;
+  for (int d = 0; d < s.rank(); ++d) {
+    if (d < axes.front())
+      outer *= s[d];
+    else if (d <= axes.back())
+      n *= s[d];
+    else
+      inner *= s[d];
+  }
+  return true;
+}
+
+void warn(std::vector<std::string>& warnings, const std::string& msg) {
+  warnings.push_back(msg);
+  std::cerr << "[minitensor] warning: " << msg << "\n";
+}
+
+}  // namespace
+
+ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
+    : m_opt(options), m_device(options.device) {
+  m_source.nodes = graph.nodes;
+  m_source.outputs = graph.outputs;
+  require_outputs(m_source, "Executor");
+  if (m_device.is_cpu()) return;
+  check_device(m_device);
+  DeviceGuard device_guard(m_device);
+
+  CompileFlags flags;
+  flags.fuse_elementwise = options.fuse_elementwise;
+  flags.fuse_gemm_epilogue = options.fuse_gemm_epilogue;
+  flags.fuse_softmax = options.fuse_softmax;
+  m_prog = build_program(m_source, flags);
+
+  // NVRTC for every fused group; a failure splits the group back into eager ops (and warns).
+  const DeviceProperties& props = device_properties(m_device.index());
+  const int arch = props.cc_major * 10 + props.cc_minor;
+  for (int i = static_cast<int>(m_prog.steps.size()) - 1; i >= 0; --i) {
+    const Step& s = m_prog.steps[static_cast<size_t>(i)];
+    if (s.kind != Step::Kind::Fused) continue;
+    const CompileResult r = compile_fused_kernel(fused_kernel_source(m_prog, s), arch,
+                                                 options.kernel_cache_dir, options.inject_nvrtc_error);
+    if (!r.kernel) {
+      std::string first_line = r.error.substr(0, r.error.find('\n'));
+      const size_t more = r.error.find("error");
+      if (more != std::string::npos)
+        first_line += " | " + r.error.substr(more, r.error.find('\n', more) - more);
+      warn(m_warnings, str("NVRTC could not compile the fused group at ", m_prog.node_label(s.root), " (",
+                           s.members.size(), " nodes): ", first_line,
+                           "; running its nodes through the precompiled eager kernels instead"));
+      unfuse_step(m_prog, i);
+    }
+  }
+  m_kernels.assign(m_prog.steps.size(), nullptr);
+  for (size_t i = 0; i < m_prog.steps.size(); ++i) {
+    const Step& s = m_prog.steps[i];
+    if (s.kind == Step::Kind::Fused)
+      m_kernels[i] =
+          compile_fused_kernel(fused_kernel_source(m_prog, s), arch, options.kernel_cache_dir, false).kernel;
+  }
+
+  // Steps the precompiled kernels cannot do without allocating (non-consecutive reduction axes) run the eager
+  // op and copy: correct, but not capturable.
+  m_fallback_reduce.assign(m_prog.steps.size(), false);
+  for (size_t i = 0; i < m_prog.steps.size(); ++i) {
+    const NodeData& n = m_prog.g.at(m_prog.steps[i].root);
+    std::int64_t a, b, c;
+    if (n.kind == OpKind::Reduce && !split_axes(m_prog.g.at(n.inputs[0]).shape, n.axes, a, b, c)) {
+      m_fallback_reduce[i] = true;
+      m_capturable = false;
+    }
+  }
+  if (!m_capturable && options.cuda_graph)
+    warn(m_warnings, "a reduction over non-consecutive axes allocates its result: CUDA graph capture is off");
+
+  const bool reuse = options.plan_memory && !options.keep_intermediates;
+  // Streams from the data dependencies first, then memory that never makes one stream wait for another.
+  const int max_streams = options.multi_stream ? std::min(options.max_streams, kStreamPoolSize) : 1;
+  const Schedule data_only = schedule_streams(m_prog, plan_memory(m_prog, false, false), max_streams);
+  m_mem = plan_memory(m_prog, reuse, reuse && options.inplace, &data_only.stream);
+  m_sched = schedule_streams(m_prog, m_mem, max_streams, &data_only.stream);
+  m_plan_stats.arena_bytes = m_mem.arena_bytes;
+  m_plan_stats.unplanned_bytes = m_mem.unplanned_bytes;
+  m_plan_stats.n_intermediates = m_mem.n_intermediates;
+  m_plan_stats.n_inplace = m_mem.n_inplace;
+
+  // Memory: one arena for the intermediates, one buffer for the outputs; leaves copied to the device once.
+  const cudaStream_t origin = current_stream(m_device.index());
+  m_arena = std::make_shared<Storage>(cuda_allocator(m_device.index()).allocate(m_mem.arena_bytes, origin));
+  m_persistent =
+      std::make_shared<Storage>(cuda_allocator(m_device.index()).allocate(m_mem.persistent_bytes, origin));
+  const size_t n_nodes = m_prog.g.nodes.size();
+  m_static.assign(n_nodes, Tensor());
+  for (int id : m_prog.order) {
+    const NodeData& n = m_prog.g.at(id);
+    switch (m_mem.where[static_cast<size_t>(id)]) {
+      case MemoryPlan::Where::Leaf:
+        if (n.kind != OpKind::Input) m_static[static_cast<size_t>(id)] = n.value.to(m_device).contiguous();
+        break;
+      case MemoryPlan::Where::Arena:
+        m_static[static_cast<size_t>(id)] = view_of(m_arena, m_mem.offset[static_cast<size_t>(id)], n);
+        break;
+      case MemoryPlan::Where::Persistent:
+        m_static[static_cast<size_t>(id)] = view_of(m_persistent, m_mem.offset[static_cast<size_t>(id)], n);
+        break;
+      default:
+        break;
+    }
+  }
+  synchronize_stream(origin);  // parameters are on the device before any other stream reads them
+  m_bound.assign(n_nodes, Tensor());
+  m_staging_device.assign(n_nodes, Tensor());
+  m_staging_host.assign(n_nodes, Tensor());
+  m_staging_done.resize(n_nodes);
+  m_step_done.resize(m_prog.steps.size());
+  m_join.resize(static_cast<size_t>(kStreamPoolSize));
+
+  // Host pipeline: one elementwise step over inputs of the output's size, one output node.
+  if (m_prog.steps.size() == 1) {
+    const Step& s = m_prog.steps[0];
+    const NodeData& root = m_prog.g.at(s.root);
+    bool ok =
+        root.is_elementwise() && m_mem.where[static_cast<size_t>(s.root)] == MemoryPlan::Where::Persistent;
+    for (int r : s.reads)
+      ok = ok && m_prog.g.at(r).kind == OpKind::Input && m_prog.g.at(r).shape.numel() == root.shape.numel();
+    for (const auto& o : m_prog.g.outputs) ok = ok && o.second == s.root;
+    m_pipeline_ok = ok;
+  }
+}
+
+ExecutorImpl::~ExecutorImpl() {
+  // The arena goes back to the allocator: no queued work may still use it.
+  if (m_last_origin) MT_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(m_last_origin));
+}
+
+Tensor ExecutorImpl::node_tensor(int id) const {
+  const Tensor& b = m_bound[static_cast<size_t>(id)];
+  return b.defined() ? b : m_static[static_cast<size_t>(id)];
+}
+
+void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
+  const Step& s = m_prog.steps[static_cast<size_t>(i)];
+  const NodeData& n = m_prog.g.at(s.root);
+  Tensor out = node_tensor(s.root);
+  StreamGuard guard(stream, m_device.index());  // the eager ops run on current_stream
+  auto in = [&](int k) { return node_tensor(n.inputs[static_cast<size_t>(k)]); };
+  if (s.kind == Step::Kind::Fused) {
+    std::vector<const void*> ptrs;
+    for (int r : s.reads) ptrs.push_back(node_tensor(r).data_ptr());
+    m_kernels[static_cast<size_t>(i)]->launch(n.shape.numel(), ptrs, out.data_ptr(), stream);
+    return;
+  }
+  switch (n.kind) {
+    case OpKind::Unary:
+      unary(n.unary, in(0), out);
+      break;
+    case OpKind::Binary:
+      binary(n.binary, in(0), in(1), out);
+      break;
+    case OpKind::BinaryScalar:
+      binary_scalar(n.binary, in(0), n.scalar, out);
+      break;
+    case OpKind::ScalarBinary:
+      scalar_binary(n.binary, n.scalar, in(0), out);
+      break;
+    case OpKind::Clamp:
+      clamp(in(0), n.scalar, n.scalar2, out);
+      break;
+    case OpKind::Reduce: {
+      const Tensor x = in(0);
+      std::int64_t outer, len, inner;
+      if (!m_fallback_reduce[static_cast<size_t>(i)] && split_axes(x.shape(), n.axes, outer, len, inner)) {
+        launch_reduce(n.reduce, x.data<float>(), out.data_ptr(), outer, len, inner, stream);
+      } else {
+        const Tensor r = reduce(n.reduce, x, n.axes, n.keepdim);
+        launch_copy_strided(out.data_ptr(), out.layout(), r.data_ptr(), r.layout(), r.element_size(),
+                            r.numel(), stream);
+      }
+      break;
+    }
+    case OpKind::Softmax:
+    case OpKind::LogSoftmax: {
+      const Tensor x = in(0);
+      std::int64_t outer, len, inner;
+      split_axes(x.shape(), n.axes, outer, len, inner);
+      launch_softmax(x.data<float>(), out.data<float>(), outer, len, inner, n.kind == OpKind::LogSoftmax,
+                     stream);
+      break;
+    }
+    case OpKind::Permute: {
+      const Tensor x = in(0).permute(n.axes);
+      launch_copy_strided(out.data_ptr(), out.layout(), x.data_ptr(), x.layout(), x.element_size(), x.numel(),
+                          stream);
+      break;
+    }
+    case OpKind::Matmul: {
+      Tensor a = in(0), b = in(1);
+      const bool a_vec = a.dim() == 1;
+      if (a_vec) a = a.view({1, a.size(0)});
+      if (b.dim() == 1) b = b.view({b.size(0), 1});
+      Tensor c;
+      if (b.dim() == 2) {  // fold a's batch dims into its rows
+        a = a.view({-1, a.size(-1)});
+        c = out.view({a.size(0), b.size(1)});
+      } else {  // batched: broadcast the batch dims (stride-0 views) and let gemm walk them
+        Shape cs = n.shape;
+        if (a_vec) cs.insert(cs.rank() - 1, 1);
+        Shape as = cs, bs = cs;
+        as[as.rank() - 1] = a.size(-1);
+        bs[bs.rank() - 2] = b.size(-2);
+        a = a.expand(as);
+        b = b.expand(bs);
+        c = out.view(cs);
+      }
+      GemmOptions o;
+      o.math = m_opt.math;
+      gemm(a, b, c, false, false, o);
+      break;
+    }
+    case OpKind::Linear: {
+      const Tensor x = in(0), w = in(1);
+      const Tensor x2 = x.view({-1, w.size(0)});
+      Tensor c = out.view({x2.size(0), w.size(1)});
+      const Tensor bias = n.has_bias ? in(2).view({w.size(1)}) : Tensor();
+      GemmOptions o;
+      o.activation = n.gemm.activation;
+      o.math = m_opt.math;
+      gemm(x2, w, c, false, false, o, bias);
+      break;
+    }
+    case OpKind::Gemm: {
+      GemmOptions o;
+      o.alpha = n.gemm.alpha;
+      o.beta = n.has_c ? n.gemm.beta : 0.0f;
+      o.activation = n.gemm.activation;
+      o.math = m_opt.math;
+      if (n.has_c) {
+        const Tensor c = in(2).expand(n.shape);
+        launch_copy_strided(out.data_ptr(), out.layout(), c.data_ptr(), c.layout(), 4, c.numel(), stream);
+      }
+      const Tensor bias = n.has_bias ? in(n.has_c ? 3 : 2) : Tensor();
+      gemm(in(0), in(1), out, n.gemm.trans_a, n.gemm.trans_b, o, bias);
+      break;
+    }
+    default:
+      MT_THROW(InvalidArgument, "Executor: no step for ", node_op_string(n));
+  }
+}
+
+void ExecutorImpl::launch_all(cudaStream_t origin, bool timed) {
+  const int n_streams = m_sched.n_streams;
+  m_streams.assign(1, origin);
+  for (int slot = 0; static_cast<int>(m_streams.size()) < n_streams && slot < kStreamPoolSize; ++slot) {
+    cudaStream_t s = pool_stream(m_device.index(), slot);
+    if (s != origin) m_streams.push_back(s);
+  }
+  if (n_streams > 1) {
+    m_fork.record(origin);
+    for (int k = 1; k < n_streams; ++k) m_fork.wait(m_streams[static_cast<size_t>(k)]);
+  }
+  if (timed) {
+    m_prof_start.resize(m_prog.steps.size());
+    m_prof_end.resize(m_prog.steps.size());
+    for (size_t i = 0; i < m_prog.steps.size(); ++i) {
+      if (!m_prof_start[i].recorded()) m_prof_start[i] = Event(true), m_prof_end[i] = Event(true);
+    }
+  }
+  for (int i = 0; i < static_cast<int>(m_prog.steps.size()); ++i) {
+    cudaStream_t s = m_streams[static_cast<size_t>(m_sched.stream[static_cast<size_t>(i)])];
+    for (int w : m_sched.waits[static_cast<size_t>(i)]) m_step_done[static_cast<size_t>(w)].wait(s);
+    if (timed) m_prof_start[static_cast<size_t>(i)].record(s);
+    launch_step(i, s);
+    if (timed) m_prof_end[static_cast<size_t>(i)].record(s);
+    if (m_sched.records[static_cast<size_t>(i)]) m_step_done[static_cast<size_t>(i)].record(s);
+  }
+  for (int k = 1; k < n_streams; ++k) {
+    m_join[static_cast<size_t>(k)].record(m_streams[static_cast<size_t>(k)]);
+    m_join[static_cast<size_t>(k)].wait(origin);
+  }
+}
+
+TensorMap ExecutorImpl::run_cpu_path(const TensorMap& inputs) {
+  std::vector<Tensor> values = bind_inputs(m_source, inputs, Device::cpu(), "run");
+  for (int id = 0; id < static_cast<int>(m_source.nodes.size()); ++id) {
+    const NodeData& n = m_source.at(id);
+    Tensor& v = values[static_cast<size_t>(id)];
+    if (n.kind == OpKind::Input) {
+      v = v.cpu();
+    } else if (n.is_leaf()) {
+      v = n.value.cpu();
+    } else {
+      std::vector<Tensor> ins;
+      for (int in : n.inputs) ins.push_back(values[static_cast<size_t>(in)]);
+      v = eval_node(n, ins);
+    }
+  }
+  TensorMap out;
+  for (const auto& [name, id] : m_source.outputs) out[name] = values[static_cast<size_t>(id)];
+  ++m_stats.n_runs;
+  ++m_stats.n_plain_runs;
+  return out;
+}
+
+TensorMap ExecutorImpl::run(const TensorMap& inputs) {
+  if (m_device.is_cpu()) return run_cpu_path(inputs);
+  std::vector<Tensor> bound = bind_inputs(m_prog.g, inputs, m_device, "Executor::run");
+  DeviceGuard device_guard(m_device);
+  bool all_host = true;
+  for (int id : m_prog.order)
+    if (m_prog.g.at(id).kind == OpKind::Input) all_host = all_host && bound[static_cast<size_t>(id)].is_cpu();
+  if (m_opt.host_pipeline && m_pipeline_ok && all_host &&
+      m_prog.g.at(m_prog.steps[0].root).shape.numel() >= 2 * m_opt.pipeline_chunk)
+    return run_pipeline(bound);
+
+  const cudaStream_t origin = current_stream(m_device.index());
+  m_last_origin = origin;
+  const bool timed = m_opt.profile;
+
+  // Inputs: contiguous device tensors are read in place; the others go through persistent staging buffers.
+  std::fill(m_bound.begin(), m_bound.end(), Tensor());
+  m_copy_events.clear();
+  bool any_copy = false;
+  cudaStream_t copy_stream = nullptr;
+  for (int id : m_prog.order) {
+    const NodeData& n = m_prog.g.at(id);
+    if (n.kind != OpKind::Input) continue;
+    const Tensor& t = bound[static_cast<size_t>(id)];
+    if (t.is_cuda() && t.is_contiguous()) {
+      m_bound[static_cast<size_t>(id)] = t;
+      continue;
+    }
+    Tensor& dev = m_staging_device[static_cast<size_t>(id)];
+    if (!dev.defined()) dev = empty(n.shape, n.dtype, m_device);
+    if (t.is_cuda()) {  // strided device input: gather on the origin stream
+      launch_copy_strided(dev.data_ptr(), dev.layout(), t.data_ptr(), t.layout(), t.element_size(), t.numel(),
+                          origin);
+    } else {
+      // Host input: pinned staging (unless already pinned and contiguous), async copy on a copy stream.
+      if (!copy_stream) {
+        copy_stream = pool_stream(m_device.index(), kStreamPoolSize - 1);
+        if (copy_stream == origin) copy_stream = pool_stream(m_device.index(), kStreamPoolSize - 2);
+        m_run_done.wait(copy_stream);  // the staging buffers are free once the last run is done
+      }
+      const void* src = t.data_ptr();
+      if (!(t.is_pinned() && t.is_contiguous())) {
+        Tensor& host = m_staging_host[static_cast<size_t>(id)];
+        if (!host.defined()) host = empty_pinned(n.shape, n.dtype);
+        m_staging_done[static_cast<size_t>(id)].synchronize();  // the previous copy out of it has finished
+        Tensor host_view = host;
+        host_view.copy_(t);  // host to host (strided gather when needed)
+        src = host.data_ptr();
+      }
+      if (timed) {
+        m_copy_events.emplace_back(id, std::make_pair(Event(true), Event(true)));
+        m_copy_events.back().second.first.record(copy_stream);
+      }
+      MT_CUDA_CHECK(cudaMemcpyAsync(dev.data_ptr(), src, t.nbytes(), cudaMemcpyHostToDevice, copy_stream));
+      if (timed) m_copy_events.back().second.second.record(copy_stream);
+      m_staging_done[static_cast<size_t>(id)].record(copy_stream);
+      any_copy = true;
+    }
+    m_bound[static_cast<size_t>(id)] = dev;
+  }
+  if (any_copy) {
+    m_copy_ready.record(copy_stream);
+    m_copy_ready.wait(origin);
+  }
+  // Views of inputs follow the inputs.
+  for (int id : m_prog.order) {
+    if (m_mem.where[static_cast<size_t>(id)] != MemoryPlan::Where::Alias) continue;
+    const NodeData& n = m_prog.g.at(id);
+    const int root = m_mem.alias_of[static_cast<size_t>(id)];
+    const Tensor base = node_tensor(root);
+    m_bound[static_cast<size_t>(id)] =
+        Tensor(base.storage(), n.dtype, n.shape, contiguous_strides(n.shape), base.offset());
+  }
+
+  if (timed) {
+    m_prof_base = Event(true);
+    m_prof_base.record(origin);
+  }
+  const bool use_graph = m_opt.cuda_graph && m_capturable && !timed;
+  std::vector<const void*> key;
+  if (use_graph)
+    for (int id : m_prog.order)
+      if (m_prog.g.at(id).kind == OpKind::Input) key.push_back(m_bound[static_cast<size_t>(id)].data_ptr());
+  if (use_graph && m_graph_valid && key == m_graph_key) {
+    MT_CUDA_CHECK(cudaGraphLaunch(m_graph.exec, origin));
+    ++m_stats.n_replays;
+  } else if (use_graph && m_stats.n_plain_runs > 0) {
+    // Capture (thread-local mode: other threads may keep using CUDA). Nothing inside allocates or
+    // synchronises.
+    cudaGraph_t g = nullptr;
+    MT_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
+    try {
+      launch_all(origin, false);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      (void)cudaStreamEndCapture(origin, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      (void)cudaGetLastError();
+      throw;
+    }
+    MT_CUDA_CHECK(cudaStreamEndCapture(origin, &g));
+    bool updated = false;
+    if (m_graph.exec) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(m_graph.exec, g, &info) == cudaSuccess) {
+        updated = true;
+        if (m_graph.graph) cudaGraphDestroy(m_graph.graph);
+        m_graph.graph = g;
+        ++m_stats.n_graph_updates;
+      } else {
+        (void)cudaGetLastError();
+        m_graph.reset();
+        ++m_stats.n_reinstantiations;
+      }
+    }
+    if (!updated) {
+      m_graph.graph = g;
+      MT_CUDA_CHECK(cudaGraphInstantiate(&m_graph.exec, g, 0));
+      ++m_stats.n_captures;
+    }
+    m_graph_key = key;
+    m_graph_valid = true;
+    MT_CUDA_CHECK(cudaGraphLaunch(m_graph.exec, origin));
+  } else {
+    launch_all(origin, timed);
+    ++m_stats.n_plain_runs;
+  }
+  m_run_done.record(origin);
+  ++m_stats.n_runs;
+  if (timed) collect_profile(origin);
+
+  TensorMap out;
+  for (const auto& [name, id] : m_prog.g.outputs) out[name] = node_tensor(id);
+  return out;
+}
+
+std::string ExecutorImpl::summary() const {
+  std::ostringstream os;
+  os << "executor on " << m_device << ": " << m_prog.steps.size() << " steps (" << m_prog.order.size()
+     << " live nodes of " << m_source.nodes.size() << "), " << m_sched.n_streams << " stream(s), CUDA graph "
+     << (m_opt.cuda_graph && m_capturable ? "on" : "off") << "\n";
+  for (const auto& l : m_prog.log) os << "  " << l << "\n";
+  for (size_t i = 0; i < m_prog.steps.size(); ++i) {
+    const Step& s = m_prog.steps[i];
+    os << "  step " << i << " [stream " << m_sched.stream[i] << "] " << m_prog.node_label(s.root);
+    if (s.kind == Step::Kind::Fused) os << " (fused kernel, " << s.members.size() << " nodes)";
+    const auto w = m_mem.where[static_cast<size_t>(s.root)];
+    if (w == MemoryPlan::Where::Arena) os << " @arena+" << m_mem.offset[static_cast<size_t>(s.root)];
+    if (w == MemoryPlan::Where::Persistent) os << " @output+" << m_mem.offset[static_cast<size_t>(s.root)];
+    if (m_mem.inplace_of[static_cast<size_t>(s.root)] >= 0)
+      os << " (in place over " << m_prog.g.label(m_mem.inplace_of[static_cast<size_t>(s.root)]) << ")";
+    if (!m_sched.waits[i].empty()) {
+      os << " waits";
+      for (int w2 : m_sched.waits[i]) os << " " << w2;
+    }
+    os << "\n";
+  }
+  os << "  memory plan: arena " << m_mem.arena_bytes << " B for " << m_mem.n_intermediates
+     << " intermediates of " << m_mem.unplanned_bytes << " B in all (" << m_mem.n_inplace
+     << " in place); outputs " << m_mem.persistent_bytes << " B\n";
+  return os.str();
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------- public API
+Executor::Executor(const Graph& graph, const ExecOptions& options)
+    : m_impl(std::make_unique<detail::ExecutorImpl>(graph.data(), options)) {}
+Executor::~Executor() = default;
+Executor::Executor(Executor&&) noexcept = default;
+Executor& Executor::operator=(Executor&&) noexcept = default;
+
+TensorMap Executor::run(const TensorMap& inputs) {
+  return m_impl->run(inputs);
+}
+const PlanStats& Executor::plan_stats() const {
+  return m_impl->m_plan_stats;
+}
+const ExecStats& Executor::stats() const {
+  return m_impl->m_stats;
+}
+std::string Executor::summary() const {
+  return m_impl->summary();
+}
+const std::vector<std::string>& Executor::warnings() const {
+  return m_impl->m_warnings;
+}
+int Executor::n_launches() const {
+  return static_cast<int>(m_impl->m_prog.steps.size());
+}
+Tensor Executor::value(int node_id) const {
+  const auto& impl = *m_impl;
+  if (impl.m_device.is_cpu() || node_id < 0 || node_id >= static_cast<int>(impl.m_static.size()))
+    return Tensor();
+  const int step = impl.m_prog.step_of[static_cast<size_t>(node_id)];
+  if (step >= 0 && impl.m_prog.steps[static_cast<size_t>(step)].root != node_id)
+    return Tensor();  // fused away
+  if (!impl.m_prog.live[static_cast<size_t>(node_id)]) return Tensor();
+  return impl.node_tensor(node_id);
+}
+int Executor::root_of(int node_id) const {
+  const auto& impl = *m_impl;
+  if (impl.m_device.is_cpu() || node_id < 0 || node_id >= static_cast<int>(impl.m_prog.step_of.size()))
+    return -1;
+  const int step = impl.m_prog.step_of[static_cast<size_t>(node_id)];
+  return step < 0 ? -1 : impl.m_prog.steps[static_cast<size_t>(step)].root;
+}
+const std::vector<NodeTiming>& Executor::last_profile() const {
+  return m_impl->m_profile;
+}
+std::string Executor::profile_table() const {
+  return m_impl->profile_table();
+}
+void Executor::write_trace(const std::string& path) const {
+  m_impl->write_trace(path);
+}
+
+Executor Graph::compile(const ExecOptions& options) const {
+  return Executor(*this, options);
+}
+Executor Graph::compile() const {
+  return Executor(*this, ExecOptions{});
+}
+
+}  // namespace mt

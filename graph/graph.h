@@ -1,0 +1,274 @@
+// graph/: build a small compute graph, compile it (fusion, memory plan, streams, CUDA graph) and run it.
+//
+//   mt::Graph g;
+//   auto x = g.input("x", {64, 512});
+//   auto w1 = g.parameter("w1", W1);  auto b1 = g.parameter("b1", B1);  ...
+//   auto y = g.softmax(g.relu(g.matmul(x, w1) + b1), -1);
+//   g.output("y", y);
+//   mt::Executor exec(g);                      // or g.compile(options)
+//   auto out = exec.run({{"x", x_tensor}});    // out["y"]
+//
+// Shapes and dtypes are inferred as nodes are added; a mistake throws ShapeError / DTypeError at that call,
+// naming the op, the node's name and the shapes. Inputs have fixed shapes.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/reduce.h"
+#include "tensor/tensor.h"
+
+namespace mt {
+
+namespace detail {
+struct GraphData;
+}
+
+class Graph;
+class Executor;
+struct ExecOptions;
+
+// A handle to a node of one graph: a graph pointer and an index. Cheap to copy; valid while its graph lives.
+class Node {
+ public:
+  Node() = default;  // "no node" (e.g. an absent bias)
+  bool valid() const noexcept { return m_graph != nullptr; }
+  explicit operator bool() const noexcept { return valid(); }
+  int id() const noexcept { return m_id; }
+  const Shape& shape() const;
+  DType dtype() const;
+  const std::string& name() const;
+  Node named(
+      const std::string& name) const;  // sets the node's name (for errors, dumps, traces); returns *this
+  detail::GraphData* graph_data() const noexcept { return m_graph; }
+
+ private:
+  friend class Graph;
+  friend struct detail::GraphData;
+  Node(detail::GraphData* graph, int id) : m_graph(graph), m_id(id) {}
+  detail::GraphData* m_graph = nullptr;
+  int m_id = -1;
+};
+
+struct GemmNodeOptions {
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.0f, beta = 0.0f;  // beta scales the optional c operand
+  Activation activation = Activation::None;
+};
+
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(Graph&&) noexcept;
+  Graph& operator=(Graph&&) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  // The graph a node belongs to (InvalidArgument for an empty node).
+  static Graph& of(const Node& node);
+
+  // --- leaves
+  Node input(const std::string& name, const Shape& shape, DType dtype = DType::F32);
+  Node parameter(const std::string& name, const Tensor& value);  // a tensor bound at build time (weights)
+  Node constant(const Tensor& value, const std::string& name = "");
+
+  // --- elementwise (NumPy broadcasting; both operands share a dtype)
+  Node unary(UnaryOp op, Node x, const std::string& name = "");
+  Node binary(BinaryOp op, Node a, Node b, const std::string& name = "");
+  Node binary_scalar(BinaryOp op, Node x, double s, const std::string& name = "");  // x op s
+  Node scalar_binary(BinaryOp op, double s, Node x, const std::string& name = "");  // s op x
+  Node clamp(Node x, double lo, double hi, const std::string& name = "");
+  Node neg(Node x) { return unary(UnaryOp::Neg, x); }
+  Node abs(Node x) { return unary(UnaryOp::Abs, x); }
+  Node relu(Node x) { return unary(UnaryOp::Relu, x); }
+  Node sigmoid(Node x) { return unary(UnaryOp::Sigmoid, x); }
+  Node tanh(Node x) { return unary(UnaryOp::Tanh, x); }
+  Node exp(Node x) { return unary(UnaryOp::Exp, x); }
+  Node log(Node x) { return unary(UnaryOp::Log, x); }
+  Node sqrt(Node x) { return unary(UnaryOp::Sqrt, x); }
+  Node gelu(Node x) { return unary(UnaryOp::Gelu, x); }
+  Node square(Node x) { return unary(UnaryOp::Square, x); }
+  Node add(Node a, Node b) { return binary(BinaryOp::Add, a, b); }
+  Node sub(Node a, Node b) { return binary(BinaryOp::Sub, a, b); }
+  Node mul(Node a, Node b) { return binary(BinaryOp::Mul, a, b); }
+  Node div(Node a, Node b) { return binary(BinaryOp::Div, a, b); }
+  Node maximum(Node a, Node b) { return binary(BinaryOp::Maximum, a, b); }
+  Node minimum(Node a, Node b) { return binary(BinaryOp::Minimum, a, b); }
+
+  // --- reductions (axes empty = all), softmax
+  Node reduce(ReduceOp op, Node x, std::vector<std::int64_t> axes = {}, bool keepdim = false,
+              const std::string& name = "");
+  Node sum(Node x, std::int64_t axis, bool keepdim = false) {
+    return reduce(ReduceOp::Sum, x, {axis}, keepdim);
+  }
+  Node mean(Node x, std::int64_t axis, bool keepdim = false) {
+    return reduce(ReduceOp::Mean, x, {axis}, keepdim);
+  }
+  Node max(Node x, std::int64_t axis, bool keepdim = false) {
+    return reduce(ReduceOp::Max, x, {axis}, keepdim);
+  }
+  Node min(Node x, std::int64_t axis, bool keepdim = false) {
+    return reduce(ReduceOp::Min, x, {axis}, keepdim);
+  }
+  Node argmax(Node x, std::int64_t axis) { return reduce(ReduceOp::ArgMax, x, {axis}, false); }
+  Node softmax(Node x, std::int64_t axis = -1, const std::string& name = "");
+  Node log_softmax(Node x, std::int64_t axis = -1, const std::string& name = "");
+
+  // --- layout: transpose / permute materialise; reshape / view share the producer's memory
+  Node transpose(Node x, std::int64_t d0, std::int64_t d1, const std::string& name = "");
+  Node permute(Node x, std::vector<std::int64_t> dims, const std::string& name = "");
+  Node reshape(Node x, const Shape& shape, const std::string& name = "");  // one extent may be -1
+  Node view(Node x, const Shape& shape, const std::string& name = "");
+
+  // --- GEMM family. matmul: NumPy semantics. linear: act(x w + bias), x (..., in), w (in, out), bias (out).
+  // gemm: act(alpha op(a) op(b) + beta c + bias), a/b 2-D or batched, c broadcastable to the result.
+  Node matmul(Node a, Node b, const std::string& name = "");
+  Node linear(Node x, Node w, Node bias = Node(), Activation activation = Activation::None,
+              const std::string& name = "");
+  Node gemm(Node a, Node b, const GemmNodeOptions& options = {}, Node c = Node(), Node bias = Node(),
+            const std::string& name = "");
+
+  // --- outputs: what run() returns, by name
+  void output(const std::string& name, Node node);
+
+  // Compiles for options.device: same as Executor(*this, options).
+  Executor compile(const ExecOptions& options) const;
+  Executor compile() const;
+
+  int size() const;            // number of nodes
+  std::string dump() const;    // one line per node: id, name, op, inputs, shape, dtype
+  std::string to_dot() const;  // Graphviz DOT
+  const detail::GraphData& data() const { return *m_data; }
+
+ private:
+  std::unique_ptr<detail::GraphData> m_data;
+};
+
+// Node arithmetic: the node's own graph records the op.
+Node operator+(Node a, Node b);
+Node operator-(Node a, Node b);
+Node operator*(Node a, Node b);
+Node operator/(Node a, Node b);
+Node operator-(Node x);
+Node operator+(Node a, double s);
+Node operator-(Node a, double s);
+Node operator*(Node a, double s);
+Node operator/(Node a, double s);
+Node operator+(double s, Node a);
+Node operator-(double s, Node a);
+Node operator*(double s, Node a);
+Node operator/(double s, Node a);
+
+using TensorMap = std::map<std::string, Tensor>;
+
+struct ExecOptions {
+  Device device =
+      Device::cuda(0);             // Device::cpu(): run through the Eigen reference ops, nothing else applies
+  bool fuse_elementwise = true;    // elementwise chains/trees -> one NVRTC kernel
+  bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu -> GEMM epilogue
+  bool fuse_softmax = true;        // max/sub/exp/sum/div -> softmax
+  bool plan_memory = true;         // false: every intermediate gets its own buffer (nothing is reused)
+  bool inplace = true;             // elementwise ops may overwrite a dying input of their shape
+  bool multi_stream = true;        // false: everything on one stream (debugging)
+  int max_streams = 4;
+  std::optional<MathMode> math;  // the GEMMs' math mode; unset: default_math_mode()
+  bool cuda_graph = true;     // capture a run and replay it while input pointers stay the same
+  bool profile = false;       // per-node CUDA event timing (turns CUDA graph replay off)
+  bool host_pipeline = true;  // host inputs to an elementwise graph: chunked, overlapped copies
+  std::int64_t pipeline_chunk = std::int64_t(1) << 22;  // elements per chunk
+  int pipeline_streams = 4;
+  bool keep_intermediates = false;  // every node keeps its value after run() (check() uses it)
+  std::string kernel_cache_dir;     // empty: $MT_KERNEL_CACHE_DIR, else ~/.cache/minitensor/kernels
+  bool inject_nvrtc_error = false;  // tests: make every NVRTC compile fail to exercise the fallback path
+};
+
+// Bytes of the memory plan (intermediates only: inputs, parameters, constants and outputs are not planned).
+struct PlanStats {
+  std::size_t arena_bytes = 0;      // planned peak: the arena's size
+  std::size_t unplanned_bytes = 0;  // sum of all intermediates' sizes (what one buffer each would take)
+  int n_intermediates = 0;
+  int n_inplace = 0;  // intermediates written over a dying input
+};
+
+struct ExecStats {
+  int n_runs = 0, n_plain_runs = 0, n_captures = 0, n_graph_updates = 0, n_reinstantiations = 0,
+      n_replays = 0;
+  int n_pipelined_runs = 0;
+};
+
+// Timings of the last profiled run.
+struct NodeTiming {
+  std::string label, op;
+  int stream = 0;
+  double start_us = 0, duration_us = 0;  // relative to the run's start
+};
+
+namespace detail {
+class ExecutorImpl;
+}
+
+class Executor {
+ public:
+  explicit Executor(const Graph& graph, const ExecOptions& options = {});
+  ~Executor();
+  Executor(Executor&&) noexcept;
+  Executor& operator=(Executor&&) noexcept;
+
+  // Inputs by name (device or host tensors of the declared shape and dtype). Returns the outputs by name. On
+  // the GPU the outputs are the executor's own buffers, overwritten by the next run (clone() to keep one);
+  // work is ordered on current_stream(device). Host inputs with a pipelined graph give host outputs.
+  TensorMap run(const TensorMap& inputs);
+
+  const PlanStats& plan_stats() const;
+  const ExecStats& stats() const;
+  std::string summary() const;                       // steps, fusion decisions, streams, memory plan
+  const std::vector<std::string>& warnings() const;  // e.g. NVRTC fallbacks
+  int n_launches() const;                            // kernels (steps) per run
+  // The value of graph node `id` after the last run (keep_intermediates, or an output / input); undefined
+  // tensor when it was fused away or its memory was reused.
+  Tensor value(int node_id) const;
+  // Node id -> the step that produced it; fused members map to their group's root. -1 for leaves.
+  int root_of(int node_id) const;
+
+  const std::vector<NodeTiming>& last_profile() const;
+  std::string profile_table() const;
+  void write_trace(const std::string& path) const;  // Chrome trace JSON (Perfetto, chrome://tracing)
+
+  const detail::ExecutorImpl& impl() const { return *m_impl; }
+
+ private:
+  std::unique_ptr<detail::ExecutorImpl> m_impl;
+};
+
+// Runs the graph on the CPU through the Eigen reference ops; every node's value (indexed by node id).
+std::vector<Tensor> run_cpu_all(const Graph& graph, const TensorMap& inputs);
+TensorMap run_cpu(const Graph& graph, const TensorMap& inputs);
+
+struct CheckRow {
+  int node = -1;
+  std::string label, op, shape;
+  double max_abs = 0, max_rel = 0, nmse = 0, tolerance = 0, scale = 0;
+  bool pass = true;
+  std::string note;  // "fused into #7", "end to end", ...
+};
+struct CheckReport {
+  std::vector<CheckRow> rows;
+  bool ok = true;
+  std::string table() const;
+};
+std::ostream& operator<<(std::ostream& os, const CheckReport& report);
+
+// Runs the graph on the device (options.device) and on the CPU; compares every materialised node. Each node
+// is checked locally (the CPU op fed with the device's inputs of that node; fused groups as one op) and every
+// output end to end (independent CPU run). A row passes when max_abs <= tolerance * scale, NaN/Inf matching.
+CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions options = {});
+
+}  // namespace mt

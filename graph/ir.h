@@ -1,0 +1,89 @@
+// The graph's internal representation: a flat vector of nodes in creation order (which is a topological
+// order, since a node can only name nodes that exist). Shared by the builder, the passes and the executors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace mt::detail {
+
+enum class OpKind : std::uint8_t {
+  Input,
+  Parameter,
+  Constant,
+  Unary,
+  Binary,
+  BinaryScalar,
+  ScalarBinary,
+  Clamp,
+  Reduce,
+  Softmax,
+  LogSoftmax,
+  Permute,
+  View,
+  Matmul,
+  Linear,
+  Gemm,
+};
+const char* kind_name(OpKind k);
+
+struct NodeData {
+  OpKind kind = OpKind::Input;
+  std::vector<int> inputs;  // node ids; Gemm: a, b, [c], [bias] (see has_c / has_bias)
+  Shape shape;
+  DType dtype = DType::F32;
+  std::string name;
+
+  // op parameters (only those of the kind are meaningful)
+  UnaryOp unary = UnaryOp::Neg;
+  BinaryOp binary = BinaryOp::Add;
+  ReduceOp reduce = ReduceOp::Sum;
+  double scalar = 0, scalar2 = 0;  // BinaryScalar / ScalarBinary: scalar; Clamp: lo, hi
+  std::vector<std::int64_t> axes;  // Reduce: wrapped, sorted; Softmax: axis; Permute: dims
+  bool keepdim = false;
+  bool is_reshape = false;               // View made by reshape()
+  GemmNodeOptions gemm;                  // Gemm / Linear (activation)
+  bool has_c = false, has_bias = false;  // Gemm / Linear
+  Tensor value;                          // Parameter / Constant
+
+  bool is_leaf() const {
+    return kind == OpKind::Input || kind == OpKind::Parameter || kind == OpKind::Constant;
+  }
+  bool is_elementwise() const {
+    return kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::BinaryScalar ||
+           kind == OpKind::ScalarBinary || kind == OpKind::Clamp;
+  }
+};
+
+struct GraphData {
+  Graph* owner = nullptr;  // kept up to date when the Graph moves
+  std::vector<NodeData> nodes;
+  std::vector<std::pair<std::string, int>> outputs;  // in declaration order
+
+  const NodeData& at(int id) const { return nodes[static_cast<std::size_t>(id)]; }
+  NodeData& at(int id) { return nodes[static_cast<std::size_t>(id)]; }
+  Node handle(int id) { return Node(this, id); }
+  int add(NodeData node);
+  // The node's id after checking it belongs to this graph (InvalidArgument naming `op` otherwise).
+  int own(const Node& n, const char* op) const;
+  std::string label(int id) const;  // "#3 'h1'" or "#3"
+};
+
+// "op (node 'name')" for error messages.
+std::string op_context(const char* op, const std::string& name);
+
+// An op's display name ("add", "relu", "sum", "linear+relu", ...), with its scalars.
+std::string node_op_string(const NodeData& n);
+const char* unary_name(UnaryOp op);
+const char* binary_name(BinaryOp op);
+const char* reduce_name(ReduceOp op);
+const char* activation_name(Activation a);
+
+// Shape inference helpers (no ops/ dependency, so building a graph needs no kernels).
+Shape broadcast_shape(const Shape& a, const Shape& b, const std::string& ctx);
+Shape matmul_shape(const Shape& a, const Shape& b, const std::string& ctx);
+
+}  // namespace mt::detail

@@ -1,0 +1,81 @@
+// The compiled form of a graph: rewritten node list (CSE, fused softmax and GEMM epilogues), the live nodes
+// in topological order, elementwise fusion groups, and the steps an executor launches. Built on the host
+// only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace mt::detail {
+
+struct Step {
+  enum class Kind : std::uint8_t { Op, Fused };
+  Kind kind = Kind::Op;
+  int root = -1;             // the node whose value the step writes
+  std::vector<int> members;  // Fused: the nodes computed in the kernel, topological, root last
+  std::vector<int> reads;    // nodes read from memory (distinct, outside the step)
+};
+
+struct Program {
+  GraphData g;             // the rewritten graph (ids unchanged; rewritten nodes changed in place)
+  std::vector<int> order;  // live nodes, topological
+  std::vector<bool> live;
+  std::vector<int> n_uses;  // consumers among live nodes (an output counts as a use)
+  std::vector<bool> is_output;
+  std::vector<int> replaced_by;  // CSE: node -> the identical node kept (itself when kept)
+  std::vector<int> step_of;  // node -> the step that writes it (fused members: their group's); -1 otherwise
+  std::vector<Step> steps;
+  std::vector<std::string> log;          // fusion decisions, one line each
+  std::string node_label(int id) const;  // label + op
+};
+
+struct CompileFlags {
+  bool fuse_elementwise = true, fuse_gemm_epilogue = true, fuse_softmax = true;
+  int max_fused_nodes = 64, max_fused_reads = 24;
+};
+
+// Topological order, CSE, dead-node elimination, pattern fusion (softmax, GEMM epilogue), elementwise
+// grouping.
+Program build_program(const GraphData& graph, const CompileFlags& flags);
+
+// Splits a fused step back into one step per member (the NVRTC fallback); keeps step order topological.
+void unfuse_step(Program& p, int step_index);
+
+// ---- memory plan
+struct MemoryPlan {
+  enum class Where : std::uint8_t { None, Leaf, Arena, Persistent, Alias };
+  std::vector<Where> where;         // per node
+  std::vector<std::size_t> offset;  // Arena / Persistent: byte offset in that buffer
+  std::vector<int> alias_of;        // Alias: the node whose storage it views (resolved to the storage root)
+  std::vector<std::vector<int>> extra_deps;  // per step: earlier steps that must finish first (memory reuse)
+  std::vector<int> inplace_of;               // per node: the node whose memory it took over in place, or -1
+  std::size_t arena_bytes = 0, persistent_bytes = 0, unplanned_bytes = 0;
+  int n_intermediates = 0, n_inplace = 0;
+};
+// With `step_stream` (the stream of each step), a step reuses only memory whose earlier users all ran on its
+// own stream, so reuse never adds a cross-stream wait (independent branches stay concurrent, at some memory
+// cost).
+MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace,
+                       const std::vector<int>* step_stream = nullptr);
+
+// ---- streams
+struct Schedule {
+  int n_streams = 1;
+  std::vector<int> stream;              // per step
+  std::vector<std::vector<int>> waits;  // per step: steps on other streams it waits for
+  std::vector<bool> records;            // per step: another stream waits for it
+};
+// Chains stay on one stream; independent branches take new streams (up to max_streams). `fixed` keeps a
+// stream assignment made earlier and only computes the waits (data and memory dependencies across streams).
+Schedule schedule_streams(const Program& p, const MemoryPlan& m, int max_streams,
+                          const std::vector<int>* fixed = nullptr);
+
+inline constexpr std::size_t kArenaAlignment = 256;
+inline std::size_t align_up(std::size_t n, std::size_t a) {
+  return (n + a - 1) / a * a;
+}
+
+}  // namespace mt::detail

@@ -1,0 +1,65 @@
+// Launchers of ops/'s CUDA kernels (ops/elementwise.cu, ops/reduce.cu, ops/softmax.cu) and the Eigen reference
+// (ops/cpu/). Raw pointers and layouts; the op entries (ops/*.cpp) validate the tensors and call these.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ops/elementwise.h"
+#include "ops/reduce.h"
+#include "tensor/dtype.h"
+#include "tensor/layout.h"
+
+namespace mt::detail {
+
+// The layout of tensor t with its dims as they are (not coalesced): the elementwise launchers merge the dims of
+// all operands together (coalesce_layouts), which single-tensor layouts would not allow.
+StridedLayout raw_layout(const Tensor& t);
+
+// ---------------------------------------------------------------- elementwise (ops/elementwise.cu)
+// All layouts have the output's shape (inputs broadcast with stride 0), uncoalesced; n = numel of the output.
+// Contiguous operands take the 16-byte vector path; anything else takes the N-d strided path.
+void launch_unary(UnaryOp op, DType dtype, void* out, const StridedLayout& ol, const void* x,
+                  const StridedLayout& xl, std::int64_t n, cudaStream_t stream);
+void launch_binary(BinaryOp op, DType dtype, void* out, const StridedLayout& ol, const void* a,
+                   const StridedLayout& al, const void* b, const StridedLayout& bl, std::int64_t n,
+                   cudaStream_t stream);
+// out = x op s (scalar_first: s op x); s already checked to fit dtype.
+void launch_binary_scalar(BinaryOp op, DType dtype, void* out, const StridedLayout& ol, const void* x,
+                          const StridedLayout& xl, double s, bool scalar_first, std::int64_t n,
+                          cudaStream_t stream);
+void launch_clamp(DType dtype, void* out, const StridedLayout& ol, const void* x, const StridedLayout& xl,
+                  double lo, double hi, std::int64_t n, cudaStream_t stream);
+// Contiguous pixels, 4-byte aligned: n_pixels RGBA words.
+void launch_invert_rgba(std::uint8_t* out, const std::uint8_t* x, std::int64_t n_pixels, cudaStream_t stream);
+// The seed's scalar add (one float per thread per pass, no vectors): a benchmark baseline.
+void launch_add_naive(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream);
+
+// ---------------------------------------------------------------- reductions (ops/reduce.cu)
+// Row case: n_rows rows of row_len contiguous floats, row r starting at x + rows.offset(r). out: n_rows values
+// (float, or int32 indices for ArgMax/ArgMin), contiguous. `count` is the divisor of Mean.
+void launch_reduce_rows(ReduceOp op, const float* x, const StridedLayout& rows, std::int64_t n_rows,
+                        std::int64_t row_len, void* out, cudaStream_t stream);
+// Column case: element (o, r, c) at x + outer.offset(o) + r * r_stride + c, reduced over r; out[o * n_cols + c].
+void launch_reduce_cols(ReduceOp op, const float* x, const StridedLayout& outer, std::int64_t n_outer,
+                        std::int64_t n_reduce, std::int64_t r_stride, std::int64_t n_cols, void* out,
+                        cudaStream_t stream);
+
+// ---------------------------------------------------------------- softmax (ops/softmax.cu)
+// Contiguous x and out viewed as (n_outer, n_axis, n_inner); softmax over the middle dim.
+void launch_softmax(bool log, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,
+                    std::int64_t n_inner, cudaStream_t stream);
+
+// ---------------------------------------------------------------- the Eigen reference (ops/cpu/)
+// Contiguous results on the CPU; inputs are CPU tensors of any layout, already validated.
+Tensor cpu_unary(UnaryOp op, const Tensor& x);
+Tensor cpu_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& out_shape);
+Tensor cpu_binary_scalar(BinaryOp op, const Tensor& x, double s, bool scalar_first);
+Tensor cpu_clamp(const Tensor& x, double lo, double hi);
+Tensor cpu_invert_rgba(const Tensor& x);
+// x viewed as (n_rows, row_len) rows, contiguous.
+Tensor cpu_reduce_rows(ReduceOp op, const Tensor& rows);
+Tensor cpu_softmax(bool log, const Tensor& x, int axis);
+
+}  // namespace mt::detail

@@ -1,0 +1,249 @@
+// Softmax and log-softmax kernels, one fused pass each: the row is read once, its max and sum of exponentials
+// found together, and the result written.
+//   - rows (the axis is innermost): a warp per row up to 32 * V * kCache elements, a block per row up to
+//     1024 * V * kCache, the row held in registers between the statistics and the output (8 bytes of HBM
+//     traffic per element); longer rows are read twice (the second read mostly hits L2).
+//   - columns (the axis is strided): a thread per (outer, inner) column, coalesced across the inner dim, two
+//     passes over the column.
+// Statistics merge as (max, sum) pairs: s = s1 * exp(m1 - m) + s2 * exp(m2 - m) with m = max(m1, m2), so no
+// exponential overflows whatever the inputs. NaN anywhere in a row gives a NaN row; +Inf too (Inf - Inf), as
+// the float64 reference does.
+// Napkin maths: 8 bytes and one expf (~10 instructions) per element: bandwidth-bound on H100.
+#include <cstdint>
+
+#include "ops/functors.h"
+#include "ops/kernels.h"
+#include "runtime/error.h"
+#include "runtime/launch.h"
+
+namespace mt::detail {
+namespace {
+
+constexpr int kCache = 8;  // vectors per thread kept in registers (V = 4: 32 floats)
+
+struct Stats {
+  float m, s;
+};
+
+__device__ __forceinline__ Stats merge(Stats a, Stats b) {
+  const float m = fn::maximum(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.f};
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+// One element into running statistics.
+__device__ __forceinline__ void update(Stats& st, float v) {
+  if (v != v || v > st.m) {
+    st.s = st.s * expf(st.m - v) + 1.f;
+    st.m = v;
+  } else if (v != -INFINITY) {
+    st.s += expf(v - st.m);
+  }
+}
+
+__device__ __forceinline__ Stats warp_merge(Stats st) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) {
+    Stats o{__shfl_xor_sync(0xffffffffu, st.m, d), __shfl_xor_sync(0xffffffffu, st.s, d)};
+    st = merge(st, o);
+  }
+  return st;
+}
+
+// Every thread of the block gets the block's statistics.
+__device__ Stats block_merge(Stats st) {
+  __shared__ Stats partial[32];
+  __shared__ Stats total;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  st = warp_merge(st);
+  if (lane == 0) partial[warp] = st;
+  __syncthreads();
+  if (warp == 0) {
+    st = lane < int(blockDim.x / 32) ? partial[lane] : Stats{-INFINITY, 0.f};
+    st = warp_merge(st);
+    if (lane == 0) total = st;
+  }
+  __syncthreads();
+  st = total;
+  __syncthreads();  // `total` is rewritten for the next row
+  return st;
+}
+
+template <bool LOG>
+__device__ __forceinline__ float finish(float v, float m, float s_or_log) {
+  return LOG ? v - m - s_or_log : expf(v - m) * s_or_log;
+}
+
+// +Inf in a row makes the row NaN (Inf - Inf), as in the reference; the merged sum says so.
+template <bool LOG>
+__device__ __forceinline__ float scale(Stats st) {
+  const float s = st.m == INFINITY ? NAN : st.s;
+  return LOG ? logf(s) : 1.f / s;
+}
+
+template <int V>
+struct Vec;
+template <>
+struct Vec<1> {
+  static __device__ __forceinline__ void load(const float* p, float (&v)[1]) { v[0] = __ldg(p); }
+  static __device__ __forceinline__ void store(float* p, const float (&v)[1]) { *p = v[0]; }
+};
+template <>
+struct Vec<4> {
+  static __device__ __forceinline__ void load(const float* p, float (&v)[4]) {
+    const float4 q = __ldg(reinterpret_cast<const float4*>(p));
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  }
+  static __device__ __forceinline__ void store(float* p, const float (&v)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+};
+
+// Rows held in registers. WARP: a warp per row; else a block per row. Vector j of the row (V floats) belongs to
+// thread j % group, slot j / group. Row length is a multiple of V (V = 4: and the rows are 16-byte aligned).
+template <bool LOG, int V, bool WARP>
+__global__ void __launch_bounds__(1024)
+    softmax_rows_cached_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
+                               std::int64_t row_len) {
+  const int group = WARP ? 32 : blockDim.x;
+  const int t = WARP ? threadIdx.x % 32 : threadIdx.x;
+  const std::int64_t first = WARP ? blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32 : blockIdx.x;
+  const std::int64_t step = WARP ? std::int64_t(gridDim.x) * (blockDim.x / 32) : gridDim.x;
+  const std::int64_t n_vec = row_len / V;
+  for (std::int64_t r = first; r < n_rows; r += step) {
+    const float* xr = x + r * row_len;
+    float v[kCache][V];
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kCache; ++k) {
+      const std::int64_t j = t + std::int64_t(k) * group;
+      if (j < n_vec) {
+        Vec<V>::load(xr + j * V, v[k]);
+#pragma unroll
+        for (int q = 0; q < V; ++q) m = fn::maximum(m, v[k][q]);
+      }
+    }
+    float s = 0.f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int k = 0; k < kCache; ++k) {
+        if (t + std::int64_t(k) * group < n_vec) {
+#pragma unroll
+          for (int q = 0; q < V; ++q) s += expf(v[k][q] - m);
+        }
+      }
+    }
+    Stats st{m, s};
+    st = WARP ? warp_merge(st) : block_merge(st);
+    const float sc = scale<LOG>(st);
+    float* yr = out + r * row_len;
+#pragma unroll
+    for (int k = 0; k < kCache; ++k) {
+      const std::int64_t j = t + std::int64_t(k) * group;
+      if (j < n_vec) {
+#pragma unroll
+        for (int q = 0; q < V; ++q) v[k][q] = finish<LOG>(v[k][q], st.m, sc);
+        Vec<V>::store(yr + j * V, v[k]);
+      }
+    }
+  }
+}
+
+// Rows too long for registers: online statistics in one read, then a second read to write.
+template <bool LOG, int V>
+__global__ void __launch_bounds__(1024)
+    softmax_rows_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows, std::int64_t row_len) {
+  const std::int64_t n_vec = row_len / V;
+  for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    const float* xr = x + r * row_len;
+    Stats st{-INFINITY, 0.f};
+    for (std::int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {
+      float v[V];
+      Vec<V>::load(xr + j * V, v);
+#pragma unroll
+      for (int q = 0; q < V; ++q) update(st, v[q]);
+    }
+    st = block_merge(st);
+    const float sc = scale<LOG>(st);
+    float* yr = out + r * row_len;
+    for (std::int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {
+      float v[V];
+      Vec<V>::load(xr + j * V, v);
+#pragma unroll
+      for (int q = 0; q < V; ++q) v[q] = finish<LOG>(v[q], st.m, sc);
+      Vec<V>::store(yr + j * V, v);
+    }
+  }
+}
+
+// Strided axis: thread per (outer o, inner c); element r of the column at (o * n_axis + r) * n_inner + c.
+template <bool LOG>
+__global__ void __launch_bounds__(256)
+    softmax_cols_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_outer, std::int64_t n_axis,
+                        std::int64_t n_inner) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n_outer * n_inner;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t o = i / n_inner, c = i % n_inner;
+    const float* xc = x + o * n_axis * n_inner + c;
+    Stats st{-INFINITY, 0.f};
+    for (std::int64_t r = 0; r < n_axis; ++r) update(st, __ldg(xc + r * n_inner));
+    const float sc = scale<LOG>(st);
+    float* yc = out + o * n_axis * n_inner + c;
+    for (std::int64_t r = 0; r < n_axis; ++r) yc[r * n_inner] = finish<LOG>(__ldg(xc + r * n_inner), st.m, sc);
+  }
+}
+
+int pow2_at_least(std::int64_t n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+template <bool LOG, int V>
+void softmax_rows(const float* x, float* out, std::int64_t n_rows, std::int64_t row_len, cudaStream_t stream) {
+  const std::int64_t n_vec = row_len / V;
+  if (n_vec <= 32 * kCache) {
+    auto* kernel = softmax_rows_cached_kernel<LOG, V, true>;
+    const int grid = grid_stride_blocks(kernel, 256, n_rows, 256 / 32);
+    kernel<<<grid, 256, 0, stream>>>(x, out, n_rows, row_len);
+  } else if (n_vec <= 1024 * kCache) {
+    auto* kernel = softmax_rows_cached_kernel<LOG, V, false>;
+    const int threads = std::max(64, pow2_at_least((n_vec + kCache - 1) / kCache));
+    const int grid = grid_stride_blocks(kernel, threads, n_rows, 1);
+    kernel<<<grid, threads, 0, stream>>>(x, out, n_rows, row_len);
+  } else {
+    auto* kernel = softmax_rows_kernel<LOG, V>;
+    const int grid = grid_stride_blocks(kernel, 1024, n_rows, 1);
+    kernel<<<grid, 1024, 0, stream>>>(x, out, n_rows, row_len);
+  }
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+template <bool LOG>
+void softmax_any(const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis, std::int64_t n_inner,
+                 cudaStream_t stream) {
+  if (n_inner == 1) {
+    const bool vec = n_axis % 4 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
+                     reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+    return vec ? softmax_rows<LOG, 4>(x, out, n_outer, n_axis, stream)
+               : softmax_rows<LOG, 1>(x, out, n_outer, n_axis, stream);
+  }
+  auto* kernel = softmax_cols_kernel<LOG>;
+  const int grid = grid_stride_blocks(kernel, 256, n_outer * n_inner, 256);
+  kernel<<<grid, 256, 0, stream>>>(x, out, n_outer, n_axis, n_inner);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_softmax(bool log, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,
+                    std::int64_t n_inner, cudaStream_t stream) {
+  if (n_outer == 0 || n_axis == 0 || n_inner == 0) return;
+  if (log) {
+    softmax_any<true>(x, out, n_outer, n_axis, n_inner, stream);
+  } else {
+    softmax_any<false>(x, out, n_outer, n_axis, n_inner, stream);
+  }
+}
+
+}  // namespace mt::detail

@@ -1,0 +1,195 @@
+// Tiled transposes: copies whose source and destination have their unit-stride dims in different places (a
+// 2-D transpose, or a permute that moves the innermost dim), batched over the remaining dims.
+//
+// A block stages a TILE x TILE tile in shared memory: it reads TILE source rows along their unit stride and
+// writes TILE destination rows along theirs, so both global sides are coalesced. The tile is padded by one
+// element per row: the column-wise shared-memory reads of the write phase then hit 32 different banks.
+// For 4-byte elements whose rows are 16-byte aligned, each thread moves a float4 in and a float4 out
+// (8 lanes per 128-byte row segment); the padded layout keeps both shared-memory phases conflict-free.
+// Napkin maths: 2 * elem_size bytes per element, no arithmetic: copy bandwidth is the target.
+#include <cstdint>
+
+#include "runtime/error.h"
+#include "runtime/launch.h"
+#include "tensor/kernels.h"
+
+namespace mt::detail {
+namespace {
+
+constexpr int TILE = 32;  // tile edge: one warp spans a tile row of 4-byte elements (128 bytes)
+constexpr int ROWS = 8;   // thread rows per block: each thread moves TILE / ROWS elements each way
+static_assert(TILE % ROWS == 0, "each thread must move a whole number of tile rows");
+
+struct Batch {
+  StridedLayout src, dst;  // offsets of batch item b in source and destination
+  std::int64_t n;
+};
+
+// One tile per block. src: (n_rows, n_cols), row stride src_ld, unit column stride. dst: (n_cols, n_rows), row
+// stride dst_ld. PAD = 0 is the unpadded baseline (a 32-way bank conflict on every write-phase read).
+template <class T, int PAD>
+__global__ void __launch_bounds__(TILE * ROWS)
+    transpose_tile_kernel(T* __restrict__ dst, const T* __restrict__ src, std::int64_t n_rows, std::int64_t n_cols,
+                          std::int64_t src_ld, std::int64_t dst_ld, std::int64_t tiles_c, Batch batch) {
+  __shared__ T tile[TILE][TILE + PAD];
+  const std::int64_t r0 = (blockIdx.x / tiles_c) * TILE, c0 = (blockIdx.x % tiles_c) * TILE;
+  const int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;
+  for (std::int64_t b = blockIdx.y; b < batch.n; b += gridDim.y) {
+    const T* s = src + batch.src.offset(b);
+    T* d = dst + batch.dst.offset(b);
+#pragma unroll
+    for (int i = ty; i < TILE; i += ROWS) {
+      const std::int64_t r = r0 + i, c = c0 + tx;
+      if (r < n_rows && c < n_cols) tile[i][tx] = s[r * src_ld + c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = ty; i < TILE; i += ROWS) {
+      const std::int64_t c = c0 + i, r = r0 + tx;
+      if (c < n_cols && r < n_rows) d[c * dst_ld + r] = tile[tx][i];
+    }
+    __syncthreads();
+  }
+}
+
+// 4-byte elements, 16-byte accesses. 256 threads: thread t reads source row t / 8 of the tile, columns
+// 4 * (t % 8) .. + 3, and writes destination row t / 8, columns 4 * (t % 8) .. + 3. Shared-memory bank of
+// element (i, j) is (33 i + j) % 32 = (i + j) % 32: distinct across a warp in both phases.
+// Needs n_rows, n_cols, both leading dims and every batch offset divisible by 4, and aligned base pointers.
+__global__ void __launch_bounds__(TILE * ROWS)
+    transpose_tile_vec4_kernel(float* __restrict__ dst, const float* __restrict__ src, std::int64_t n_rows,
+                               std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld, std::int64_t tiles_c,
+                               Batch batch) {
+  static_assert(TILE * ROWS == TILE * TILE / 4, "one float4 per thread per tile");
+  __shared__ float tile[TILE][TILE + 1];
+  const std::int64_t r0 = (blockIdx.x / tiles_c) * TILE, c0 = (blockIdx.x % tiles_c) * TILE;
+  const int i = threadIdx.x / 8, q = 4 * (threadIdx.x % 8);
+  for (std::int64_t b = blockIdx.y; b < batch.n; b += gridDim.y) {
+    const float* s = src + batch.src.offset(b);
+    float* d = dst + batch.dst.offset(b);
+    if (r0 + i < n_rows && c0 + q < n_cols) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(s + (r0 + i) * src_ld + c0 + q));
+      tile[i][q] = v.x, tile[i][q + 1] = v.y, tile[i][q + 2] = v.z, tile[i][q + 3] = v.w;
+    }
+    __syncthreads();
+    if (c0 + i < n_cols && r0 + q < n_rows) {
+      const float4 v = make_float4(tile[q][i], tile[q + 1][i], tile[q + 2][i], tile[q + 3][i]);
+      *reinterpret_cast<float4*>(d + (c0 + i) * dst_ld + r0 + q) = v;
+    }
+    __syncthreads();
+  }
+}
+
+// The seed's transpose: a thread per element, reads coalesced, writes strided by n_rows (one 32-byte sector
+// per 4-byte write). A benchmark baseline.
+__global__ void transpose_naive_kernel(float* __restrict__ dst, const float* __restrict__ src, std::int64_t n_rows,
+                                       std::int64_t n_cols) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n_rows * n_cols;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / n_cols, c = i % n_cols;
+    dst[c * n_rows + r] = src[i];
+  }
+}
+
+template <class T, int PAD>
+void launch_tiles(void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols, std::int64_t src_ld,
+                  std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
+  const std::int64_t tiles_r = (n_rows + TILE - 1) / TILE, tiles_c = (n_cols + TILE - 1) / TILE;
+  MT_CHECK(tiles_r * tiles_c <= 0x7fffffff, InvalidArgument, "transpose: ", n_rows, " x ", n_cols,
+           " needs too many tiles");
+  const dim3 grid(static_cast<unsigned>(tiles_r * tiles_c), static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
+  transpose_tile_kernel<T, PAD><<<grid, TILE * ROWS, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src),
+                                                                  n_rows, n_cols, src_ld, dst_ld, tiles_c, batch);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_tiles_vec4(void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols, std::int64_t src_ld,
+                       std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
+  const std::int64_t tiles_r = (n_rows + TILE - 1) / TILE, tiles_c = (n_cols + TILE - 1) / TILE;
+  MT_CHECK(tiles_r * tiles_c <= 0x7fffffff, InvalidArgument, "transpose: ", n_rows, " x ", n_cols,
+           " needs too many tiles");
+  const dim3 grid(static_cast<unsigned>(tiles_r * tiles_c), static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
+  transpose_tile_vec4_kernel<<<grid, TILE * ROWS, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src),
+                                                               n_rows, n_cols, src_ld, dst_ld, tiles_c, batch);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+void launch_padded(void* dst, const void* src, std::size_t elem_size, std::int64_t n_rows, std::int64_t n_cols,
+                   std::int64_t src_ld, std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
+  bool vec = elem_size == 4 && n_rows % 4 == 0 && n_cols % 4 == 0 && src_ld % 4 == 0 && dst_ld % 4 == 0 &&
+             aligned16(src) && aligned16(dst);
+  for (int d = 0; d < batch.src.rank; ++d) {
+    vec = vec && (batch.src.shape[d] == 1 || (batch.src.stride[d] % 4 == 0 && batch.dst.stride[d] % 4 == 0));
+  }
+  if (vec) return launch_tiles_vec4(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+  switch (elem_size) {
+    case 1: return launch_tiles<std::uint8_t, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 2: return launch_tiles<std::uint16_t, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 4: return launch_tiles<std::uint32_t, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 8: return launch_tiles<std::uint64_t, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 16: return launch_tiles<uint4, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+  }
+  MT_THROW(InvalidArgument, "transpose: unsupported element size ", elem_size);
+}
+
+Batch single() {
+  Batch b;
+  b.src.rank = b.dst.rank = 1;
+  b.src.shape[0] = b.dst.shape[0] = 1;
+  b.n = 1;
+  return b;
+}
+
+}  // namespace
+
+bool launch_copy_tiled(void* dst, const StridedLayout& dl, const void* src, const StridedLayout& sl,
+                       std::size_t elem_size, std::int64_t n, cudaStream_t stream) {
+  if (n == 0 || dl.rank != sl.rank) return false;
+  int dd = -1, sd = -1;  // the unit-stride dim of each side
+  for (int d = 0; d < dl.rank; ++d) {
+    if (dl.stride[d] == 1 && dl.shape[d] > 1) dd = d;
+    if (sl.stride[d] == 1 && sl.shape[d] > 1) sd = d;
+  }
+  // Tiles pay off when both unit-stride dims span at least half a tile.
+  if (dd < 0 || sd < 0 || dd == sd || dl.shape[dd] < TILE / 2 || dl.shape[sd] < TILE / 2) return false;
+  Batch batch;
+  batch.n = 1;
+  for (int d = 0; d < dl.rank; ++d) {
+    if (d == dd || d == sd) continue;
+    const int k = batch.src.rank++;
+    batch.dst.rank++;
+    batch.src.shape[k] = batch.dst.shape[k] = dl.shape[d];
+    batch.src.stride[k] = sl.stride[d];
+    batch.dst.stride[k] = dl.stride[d];
+    batch.n *= dl.shape[d];
+  }
+  if (batch.src.rank == 0) batch = single();
+  // Source rows run along dst's unit dim (dd), source columns along the source's (sd).
+  launch_padded(dst, src, elem_size, dl.shape[dd], dl.shape[sd], sl.stride[dd], dl.stride[sd], batch, stream);
+  return true;
+}
+
+void launch_transpose_2d(TransposeKernel kernel, void* dst, const void* src, std::int64_t n_rows,
+                         std::int64_t n_cols, cudaStream_t stream) {
+  if (n_rows == 0 || n_cols == 0) return;
+  const Batch batch = single();
+  switch (kernel) {
+    case TransposeKernel::Naive: {
+      const int grid = grid_stride_blocks(transpose_naive_kernel, 256, n_rows * n_cols, 256);
+      transpose_naive_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src),
+                                                       n_rows, n_cols);
+      MT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    case TransposeKernel::SharedNoPad:
+      return launch_tiles<std::uint32_t, 0>(dst, src, n_rows, n_cols, n_cols, n_rows, batch, stream);
+    case TransposeKernel::SharedPadded:
+      return launch_tiles<std::uint32_t, 1>(dst, src, n_rows, n_cols, n_cols, n_rows, batch, stream);
+    case TransposeKernel::Best:
+      return launch_padded(dst, src, 4, n_rows, n_cols, n_cols, n_rows, batch, stream);
+  }
+}
+
+}  // namespace mt::detail

@@ -1,0 +1,152 @@
+// Seeded random graphs for the differential tests: diamonds, shared subexpressions, broadcasting, views,
+// reductions, softmax (as one op and as its max/sub/exp/sum/div pattern), transposes and small GEMMs.
+#pragma once
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace mt::test {
+
+struct RandomGraph {
+  Graph graph;
+  TensorMap inputs;  // CPU tensors
+  std::string description;
+};
+
+inline RandomGraph make_random_graph(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
+  const std::int64_t dims_pool[] = {1, 2, 3, 5, 7, 8, 13, 16};
+  RandomGraph rg;
+  Graph& g = rg.graph;
+  const int rank = 1 + pick(3);
+  Shape base;
+  for (int d = 0; d < rank; ++d) base.push_back(dims_pool[1 + pick(7)]);
+  std::vector<Node> pool;
+  std::uint64_t tseed = seed * 7919 + 1;
+  auto random_tensor = [&](const Shape& s) {  // U[-2, 2), made on the host (no ops needed to build a graph)
+    std::vector<float> v = rand(s, tseed++).to_vector<float>();
+    for (float& f : v) f = 4.0f * f - 2.0f;
+    return from_vector(v, s);
+  };
+  // A shape that broadcasts into `s`: some extents set to 1, maybe fewer leading dims.
+  auto broadcastable = [&](const Shape& s) {
+    Shape out;
+    const int drop = s.rank() > 1 ? pick(2) : 0;
+    for (int d = drop; d < s.rank(); ++d) out.push_back(pick(3) == 0 ? 1 : s[d]);
+    return out;
+  };
+  const int n_inputs = 1 + pick(2);
+  for (int i = 0; i < n_inputs; ++i) {
+    const Shape s = i == 0 ? base : broadcastable(base);
+    const std::string name = "x" + std::to_string(i);
+    pool.push_back(g.input(name, s));
+    rg.inputs[name] = random_tensor(s);
+  }
+  auto partner = [&](const Node& a) -> Node {  // an existing node broadcast-compatible with a, or a new leaf
+    std::vector<Node> ok;
+    for (const Node& b : pool) {
+      const Shape &sa = a.shape(), &sb = b.shape();
+      bool fits = true;
+      for (int i = 1; i <= std::min(sa.rank(), sb.rank()); ++i) {
+        const auto x = sa[sa.rank() - i], y = sb[sb.rank() - i];
+        fits = fits && (x == y || x == 1 || y == 1);
+      }
+      if (fits && b.dtype() == DType::F32) ok.push_back(b);
+    }
+    if (!ok.empty() && pick(3) != 0) return ok[static_cast<size_t>(pick(static_cast<int>(ok.size())))];
+    const Shape s = broadcastable(a.shape());
+    return pick(2) ? g.parameter("p" + std::to_string(pool.size()), random_tensor(s))
+                   : g.constant(random_tensor(s));
+  };
+  const int n_ops = 3 + pick(10);
+  for (int k = 0; k < n_ops; ++k) {
+    // Prefer recent nodes (chains) but reach back for diamonds.
+    const Node a = pick(3) ? pool.back() : pool[static_cast<size_t>(pick(static_cast<int>(pool.size())))];
+    if (a.dtype() != DType::F32) continue;
+    const Shape& s = a.shape();
+    Node r;
+    switch (pick(14)) {
+      case 0: {
+        const UnaryOp ops[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Relu,  UnaryOp::Sigmoid,
+                               UnaryOp::Tanh, UnaryOp::Gelu, UnaryOp::Square};
+        r = g.unary(ops[pick(7)], a);
+        break;
+      }
+      case 1:
+      case 2: {
+        const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Maximum,
+                                BinaryOp::Minimum};
+        const Node b = partner(a);
+        r = pick(2) ? g.binary(ops[pick(5)], a, b) : g.binary(ops[pick(5)], b, a);
+        break;
+      }
+      case 3:
+        r = pick(2) ? a * 0.5 + 0.25 : 1.5 - a;
+        break;
+      case 4:
+        r = g.exp(g.tanh(a));
+        break;
+      case 5:
+        r = g.clamp(a, -1.0, 1.5);
+        break;
+      case 6: {
+        const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min};
+        if (s.rank() == 0) continue;
+        r = g.reduce(ops[pick(4)], a, {static_cast<std::int64_t>(pick(s.rank()))}, pick(2) == 0);
+        break;
+      }
+      case 7:
+        if (s.rank() == 0) continue;
+        r = pick(2) ? g.softmax(a, pick(s.rank())) : g.log_softmax(a, -1);
+        break;
+      case 8: {  // the softmax pattern, spelled out
+        if (s.rank() == 0) continue;
+        const std::int64_t ax = pick(s.rank());
+        const Node e = g.exp(a - g.max(a, ax, true));
+        r = e / g.sum(e, ax, true);
+        break;
+      }
+      case 9:
+        if (s.rank() < 2) continue;
+        r = g.transpose(a, 0, s.rank() - 1);
+        break;
+      case 10:
+        r = pick(2) ? g.reshape(a, {-1}) : g.view(a, {s.numel()});
+        if (pick(2) && s.rank() >= 2) r = g.reshape(r, s);  // and back
+        break;
+      case 11: {  // a small GEMM, sometimes with bias and activation (epilogue fusion candidates)
+        if (s.rank() != 2) continue;
+        const std::int64_t n = dims_pool[1 + pick(7)];
+        const Node w = g.parameter("w" + std::to_string(pool.size()), random_tensor({s[1], n}));
+        r = g.matmul(a, w);
+        if (pick(2)) r = r + g.parameter("b" + std::to_string(pool.size()), random_tensor({n}));
+        if (pick(2)) r = g.relu(r);
+        break;
+      }
+      case 12: {  // a shared subexpression: the same op twice (CSE merges them) feeding one node (a diamond)
+        const Node u = g.sigmoid(a), v = g.sigmoid(a);
+        r = u * v + a;
+        break;
+      }
+      default: {  // linear with bias on the flattened rows
+        if (s.rank() < 1) continue;
+        const std::int64_t n = dims_pool[1 + pick(7)];
+        r = g.linear(a, g.parameter("lw" + std::to_string(pool.size()), random_tensor({s.back(), n})),
+                     g.parameter("lb" + std::to_string(pool.size()), random_tensor({n})),
+                     pick(2) ? Activation::Relu : Activation::None);
+        break;
+      }
+    }
+    if (r.valid()) pool.push_back(r);
+  }
+  g.output("y", pool.back());
+  if (pool.size() > 3 && pick(2)) g.output("z", pool[pool.size() / 2]);
+  rg.description = g.dump();
+  return rg;
+}
+
+}  // namespace mt::test

@@ -1,0 +1,301 @@
+// Elementwise ops through the op harness: every op, awkward shapes, all five layouts, broadcasting patterns,
+// special values; the reference checked against scalar float64 math; error paths; one > 2^31-element run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/elementwise.h"
+#include "ops/functors.h"
+#include "runtime/device.h"
+#include "tests/common/gpu.h"
+#include "tests/common/op_harness.h"
+
+namespace mt {
+namespace {
+
+using test::InputSpec;
+using test::Layout;
+using test::OpCase;
+using test::Tolerance;
+
+const Layout kLayouts[] = {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided,
+                           Layout::Expanded};
+const UnaryOp kFloatUnary[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Relu,  UnaryOp::Sigmoid,
+                               UnaryOp::Tanh, UnaryOp::Exp,  UnaryOp::Log,   UnaryOp::Sqrt,
+                               UnaryOp::Rsqrt, UnaryOp::Gelu, UnaryOp::Square, UnaryOp::Reciprocal};
+const BinaryOp kBinary[] = {BinaryOp::Add,     BinaryOp::Sub,     BinaryOp::Mul, BinaryOp::Div,
+                            BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow};
+
+std::vector<Shape> unary_shapes() {
+  return {Shape{}, Shape{0}, Shape{1}, Shape{7}, Shape{13, 17}, Shape{3, 5, 31}, Shape{(1 << 20) + 3}};
+}
+
+Tolerance unary_tolerance(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg:
+    case UnaryOp::Abs:
+    case UnaryOp::Relu:
+    case UnaryOp::Square: return Tolerance::exactly();
+    case UnaryOp::Sqrt:
+    case UnaryOp::Rsqrt:
+    case UnaryOp::Reciprocal: return Tolerance::close(0, 1e-6);
+    default: return Tolerance::close(1e-6, 2e-6);
+  }
+}
+
+TEST(Elementwise, UnaryF32_AllOps_AllLayouts_Specials) {
+  for (UnaryOp op : kFloatUnary) {
+    for (const Shape& shape : unary_shapes()) {
+      for (Layout layout : kLayouts) {
+        OpCase c;
+        c.name = op_name(op);
+        InputSpec in{shape, layout, DType::F32, -3.0, 3.0, 0.05};
+        if (op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt) in.lo = -0.5;  // mostly in domain
+        c.inputs = {in};
+        c.tol = unary_tolerance(op);
+        c.run = [op](const std::vector<Tensor>& x) { return unary(op, x[0]); };
+        c.run_out = [op](const std::vector<Tensor>& x, Tensor& out) { unary(op, x[0], out); };
+        test::run_case(c);
+      }
+    }
+  }
+}
+
+TEST(Elementwise, UnaryIntegers_I32_U8) {
+  for (DType dt : {DType::I32, DType::U8}) {
+    for (UnaryOp op : {UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu, UnaryOp::Square}) {
+      for (const Shape& shape : {Shape{1}, Shape{37}, Shape{7, 45}, Shape{(1 << 20) + 3}}) {
+        for (Layout layout : kLayouts) {
+          OpCase c;
+          c.name = op_name(op);
+          c.inputs = {InputSpec{shape, layout, dt, dt == DType::U8 ? 0.0 : -1000.0, dt == DType::U8 ? 255.0 : 1000.0}};
+          c.tol = Tolerance::exactly();
+          c.run = [op](const std::vector<Tensor>& x) { return unary(op, x[0]); };
+          test::run_case(c);
+        }
+      }
+    }
+  }
+}
+
+struct Pattern {
+  Shape a, b;
+};
+const Pattern kPatterns[] = {
+    {{5, 4}, {5, 4}},     {{5, 4}, {4}},          {{5, 4}, {1, 4}},     {{5, 4}, {5, 1}},
+    {{5, 1}, {1, 4}},     {{4}, {5, 4}},          {{}, {5, 4}},         {{5, 4}, {}},
+    {{3, 1, 7}, {1, 6, 1}}, {{2, 3, 4, 5}, {3, 1, 5}}, {{0, 4}, {4}},       {{1}, {1}},
+    {{129, 67}, {129, 67}}, {{(1 << 20) + 3}, {(1 << 20) + 3}}, {{257, 33}, {33}}, {{1000, 3}, {1000, 1}},
+};
+
+TEST(Elementwise, BinaryF32_AllOps_BroadcastPatterns_Layouts) {
+  for (BinaryOp op : kBinary) {
+    for (const Pattern& p : kPatterns) {
+      for (Layout la : kLayouts) {
+        for (Layout lb : {Layout::Contiguous, Layout::Offset1, Layout::Transposed}) {
+          OpCase c;
+          c.name = op_name(op);
+          const bool pow = op == BinaryOp::Pow;
+          c.inputs = {InputSpec{p.a, la, DType::F32, pow ? 0.1 : -3.0, 3.0, pow ? 0.0 : 0.03},
+                      InputSpec{p.b, lb, DType::F32, pow ? -2.0 : -3.0, 3.0, pow ? 0.0 : 0.03}};
+          c.tol = (op == BinaryOp::Pow) ? Tolerance::close(1e-6, 2e-6) : Tolerance::exactly();
+          c.run = [op](const std::vector<Tensor>& x) { return binary(op, x[0], x[1]); };
+          c.run_out = [op](const std::vector<Tensor>& x, Tensor& out) { binary(op, x[0], x[1], out); };
+          test::run_case(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(Elementwise, BinaryIntegers_I32_U8) {
+  for (DType dt : {DType::I32, DType::U8}) {
+    for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum,
+                        BinaryOp::Minimum}) {
+      for (const Pattern& p : {Pattern{{7, 45}, {7, 45}}, Pattern{{7, 45}, {45}}, Pattern{{(1 << 20) + 3}, {1}}}) {
+        for (Layout la : {Layout::Contiguous, Layout::Offset1, Layout::Transposed}) {
+          OpCase c;
+          c.name = op_name(op);
+          const double lo = dt == DType::U8 ? 0.0 : -500.0, hi = dt == DType::U8 ? 255.0 : 500.0;
+          // Divisors stay away from zero.
+          c.inputs = {InputSpec{p.a, la, dt, lo, hi}, InputSpec{p.b, Layout::Contiguous, dt,
+                                                                op == BinaryOp::Div ? 1.0 : lo, hi}};
+          c.tol = Tolerance::exactly();
+          c.run = [op](const std::vector<Tensor>& x) { return binary(op, x[0], x[1]); };
+          test::run_case(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(Elementwise, ScalarForms_Clamp_AllLayouts) {
+  for (BinaryOp op : kBinary) {
+    for (Layout layout : kLayouts) {
+      for (bool first : {false, true}) {
+        OpCase c;
+        c.name = std::string(op_name(op)) + (first ? "_scalar_first" : "_scalar_second");
+        const bool pow = op == BinaryOp::Pow;
+        c.inputs = {InputSpec{Shape{37, 29}, layout, DType::F32, pow ? 0.1 : -3.0, 3.0}};
+        c.tol = pow ? Tolerance::close(1e-6, 2e-6) : Tolerance::exactly();
+        const double s = pow ? 1.7 : -1.25;
+        c.run = [=](const std::vector<Tensor>& x) {
+          return first ? scalar_binary(op, s, x[0]) : binary_scalar(op, x[0], s);
+        };
+        test::run_case(c);
+      }
+    }
+  }
+  for (DType dt : {DType::F32, DType::I32, DType::U8}) {
+    for (Layout layout : kLayouts) {
+      OpCase c;
+      c.name = "clamp";
+      c.inputs = {InputSpec{Shape{(1 << 20) + 3}, layout, dt, dt == DType::U8 ? 0.0 : -100.0, 100.0,
+                            dt == DType::F32 ? 0.05 : 0.0}};
+      c.tol = Tolerance::exactly();
+      c.run = [](const std::vector<Tensor>& x) { return clamp(x[0], 3, 60); };
+      c.run_out = [](const std::vector<Tensor>& x, Tensor& out) { clamp(x[0], 3, 60, out); };
+      test::run_case(c);
+    }
+  }
+  for (DType dt : {DType::I32, DType::U8}) {
+    OpCase c;
+    c.name = "int_scalar_ops";
+    c.inputs = {InputSpec{Shape{1001}, Layout::Offset1, dt, 0.0, 200.0}};
+    c.tol = Tolerance::exactly();
+    c.run = [](const std::vector<Tensor>& x) { return (x[0] * 3.0 + 7.0) / 2.0 - 1.0; };
+    test::run_case(c);
+  }
+}
+
+TEST(Elementwise, InvertRgba_U8_Layouts) {
+  for (const Shape& shape : {Shape{1, 4}, Shape{7, 4}, Shape{33, 17, 4}, Shape{(1 << 18) + 3, 4}}) {
+    for (Layout layout : {Layout::Contiguous, Layout::Offset1, Layout::Expanded}) {
+      OpCase c;
+      c.name = "invert_rgba";
+      c.inputs = {InputSpec{shape, layout, DType::U8, 0.0, 255.0}};
+      c.tol = Tolerance::exactly();
+      c.run = [](const std::vector<Tensor>& x) { return invert_rgba(x[0]); };
+      c.run_out = [](const std::vector<Tensor>& x, Tensor& out) { invert_rgba(x[0], out); };
+      test::run_case(c);
+    }
+  }
+  const Tensor px = from_vector<std::uint8_t>({10, 20, 30, 40, 0, 255, 128, 7}, Shape{2, 4});
+  EXPECT_EQ(invert_rgba(px).to_vector<std::uint8_t>(), (std::vector<std::uint8_t>{245, 235, 225, 40, 255, 0, 127, 7}));
+}
+
+// The reference itself against scalar float64 math, special values included.
+TEST(Elementwise, ReferenceMatchesScalarFloat64Math) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> v = {-3.5f, -1.f, -0.f, 0.f, 1e-40f, -3e-39f, 0.25f, 1.f, 2.5f, 88.f, -100.f, inf, -inf, nan};
+  const Tensor x = from_vector(v);
+  auto check = [&](UnaryOp op, double (*f)(double), double rel) {
+    const std::vector<float> got = unary(op, x).to_vector<float>();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double e = f(static_cast<double>(v[i]));
+      const float ef = static_cast<float>(e);
+      if (std::isnan(ef)) {
+        EXPECT_TRUE(std::isnan(got[i])) << op_name(op) << "(" << v[i] << ") = " << got[i] << ", expected NaN";
+      } else if (std::isinf(ef)) {
+        EXPECT_EQ(got[i], ef) << op_name(op) << "(" << v[i] << ")";
+      } else {
+        EXPECT_NEAR(got[i], e, 1e-37 + rel * std::fabs(e)) << op_name(op) << "(" << v[i] << ")";
+      }
+    }
+  };
+  check(UnaryOp::Exp, [](double a) { return std::exp(a); }, 3e-7);
+  check(UnaryOp::Log, [](double a) { return std::log(a); }, 3e-7);
+  check(UnaryOp::Tanh, [](double a) { return std::tanh(a); }, 3e-7);
+  check(UnaryOp::Sigmoid, [](double a) { return 1.0 / (1.0 + std::exp(-a)); }, 3e-7);
+  check(UnaryOp::Sqrt, [](double a) { return std::sqrt(a); }, 1e-7);
+  check(UnaryOp::Rsqrt, [](double a) { return 1.0 / std::sqrt(a); }, 2e-7);
+  check(UnaryOp::Reciprocal, [](double a) { return 1.0 / a; }, 1e-7);
+  check(UnaryOp::Gelu, [](double a) { return 0.5 * a * (1.0 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))); }, 3e-6);
+  check(UnaryOp::Relu, [](double a) { return std::isnan(a) ? a : (a > 0 ? a : 0.0); }, 0);
+  // NaN propagation and signed zeros of the exact ops.
+  const Tensor a = from_vector<float>({nan, 1.f, -0.f, 2.f}), b = from_vector<float>({1.f, nan, 0.f, -inf});
+  const auto mx = maximum(a, b).to_vector<float>(), mn = minimum(a, b).to_vector<float>();
+  EXPECT_TRUE(std::isnan(mx[0]) && std::isnan(mx[1]) && std::isnan(mn[0]) && std::isnan(mn[1]));
+  EXPECT_EQ(mx[3], 2.f);
+  EXPECT_EQ(mn[3], -inf);
+  EXPECT_TRUE(std::signbit(neg(from_vector<float>({0.f})).item<float>()));
+}
+
+TEST(Elementwise, OperatorsAndBroadcastShapes) {
+  const Tensor a = from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{2, 3}), b = from_vector<float>({10, 20, 30});
+  EXPECT_EQ((a + b).to_vector<float>(), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ((a - 1.0).to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ((2.0 * a).to_vector<float>(), (std::vector<float>{2, 4, 6, 8, 10, 12}));
+  EXPECT_EQ((12.0 / a).to_vector<float>(), (std::vector<float>{12, 6, 4, 3, 2.4f, 2}));
+  EXPECT_EQ((-a).to_vector<float>()[0], -1.f);
+  EXPECT_EQ(broadcast_shapes(Shape{3, 1, 7}, Shape{6, 1}, "t"), (Shape{3, 6, 7}));
+  EXPECT_EQ(broadcast_shapes(Shape{}, Shape{2, 2}, "t"), (Shape{2, 2}));
+}
+
+template <class E>
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+TEST(Elementwise, ErrorsNameTheProblem) {
+  const Tensor a = zeros({3, 4}), b = zeros({5, 4}), i = zeros({3, 4}, DType::I32), u = zeros({3, 4}, DType::U8);
+  const std::string bc = message_of<ShapeError>([&] { add(a, b); });
+  EXPECT_NE(bc.find("(3, 4)"), std::string::npos) << bc;
+  EXPECT_NE(bc.find("(5, 4)"), std::string::npos) << bc;
+  EXPECT_NE(bc.find("add"), std::string::npos) << bc;
+  const std::string dt = message_of<DTypeError>([&] { mul(a, i); });
+  EXPECT_NE(dt.find("float32"), std::string::npos) << dt;
+  EXPECT_NE(dt.find("int32"), std::string::npos) << dt;
+  const std::string un = message_of<DTypeError>([&] { sigmoid(i); });
+  EXPECT_NE(un.find("sigmoid"), std::string::npos) << un;
+  EXPECT_NE(un.find("int32"), std::string::npos) << un;
+  EXPECT_THROW(pow(i, i), DTypeError);
+  EXPECT_THROW(exp(u), DTypeError);
+  EXPECT_THROW(invert_rgba(a), DTypeError);
+  EXPECT_THROW(invert_rgba(zeros({4, 3}, DType::U8)), ShapeError);
+  EXPECT_THROW(binary_scalar(BinaryOp::Add, u, 300), InvalidArgument);
+  EXPECT_THROW(binary_scalar(BinaryOp::Add, i, 0.5), InvalidArgument);
+  EXPECT_THROW(binary_scalar(BinaryOp::Div, i, 0), InvalidArgument);
+  EXPECT_THROW(div(i, i), InvalidArgument);  // zeros: integer division by zero on the CPU
+  EXPECT_THROW(clamp(a, 2, 1), InvalidArgument);
+  EXPECT_THROW(unary(UnaryOp::Neg, a, zeros({4, 3})), ShapeError);
+  EXPECT_THROW(unary(UnaryOp::Neg, a, zeros({3, 4}, DType::I32)), DTypeError);
+  EXPECT_THROW(add(Tensor(), a), InvalidArgument);
+  if (cuda_available()) {
+    const Tensor g = zeros({3, 4}, DType::F32, Device::cuda(0));
+    const std::string dv = message_of<DeviceError>([&] { add(a, g); });
+    EXPECT_NE(dv.find("cuda:0"), std::string::npos) << dv;
+    EXPECT_THROW(unary(UnaryOp::Neg, g, zeros({3, 4})), DeviceError);
+  }
+}
+
+TEST(Elementwise, Cuda_Huge_2Pow31Plus5_Elements) {
+  MT_REQUIRE_GPU();
+  const std::int64_t n = (std::int64_t(1) << 31) + 5;
+  std::size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  if (free_bytes < 3 * n * sizeof(float) + (std::size_t(1) << 30)) GTEST_SKIP() << "needs ~27 GiB free";
+  const Device g = Device::cuda(0);
+  Tensor x = zeros({n}, DType::F32, g);
+  const std::int64_t marks[] = {0, (std::int64_t(1) << 31) - 1, std::int64_t(1) << 31, n - 1};
+  for (size_t k = 0; k < 4; ++k) x.narrow(0, marks[k], 1).fill_(static_cast<double>(k + 1));
+  for (Tensor in : {x, x.narrow(0, 1, n - 1)}) {  // aligned, and an offset-1 view
+    const Tensor y = in * 2.0 + 1.0;
+    const std::int64_t shift = in.numel() == n ? 0 : 1;
+    for (size_t k = 0; k < 4; ++k) {
+      const std::int64_t at = marks[k] - shift;
+      if (at < 0) continue;
+      EXPECT_EQ(y.narrow(0, at, 1).item<float>(), 2.f * (k + 1) + 1.f) << "element " << at;
+    }
+    EXPECT_EQ(y.narrow(0, y.numel() - 2, 1).item<float>(), 1.f);
+  }
+}
+
+}  // namespace
+}  // namespace mt

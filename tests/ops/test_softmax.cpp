@@ -1,0 +1,77 @@
+// Softmax / log-softmax through the op harness: warp-, block- and two-pass row paths, the strided-axis path,
+// layouts, large inputs (stability), -Inf / NaN rows; error paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/reduce.h"
+#include "tests/common/gpu.h"
+#include "tests/common/op_harness.h"
+
+namespace mt {
+namespace {
+
+using test::InputSpec;
+using test::Layout;
+using test::OpCase;
+using test::Tolerance;
+
+void run_softmax(bool log, const Shape& shape, std::int64_t axis, Layout layout, double lo, double hi,
+                 double special = 0.0) {
+  OpCase c;
+  c.name = std::string(log ? "log_softmax" : "softmax") + " axis=" + std::to_string(axis);
+  c.inputs = {InputSpec{shape, layout, DType::F32, lo, hi, special}};
+  c.tol = log ? Tolerance::close(2e-5, 2e-6) : Tolerance::close(1e-7, 2e-5);
+  c.run = [=](const std::vector<Tensor>& x) { return log ? log_softmax(x[0], axis) : softmax(x[0], axis); };
+  test::run_case(c);
+}
+
+TEST(Softmax, Rows_AllPaths_Layouts) {
+  // 7, 33, 1000: a warp per row; 3001 and 16384: a block per row (scalar / float4), 40000: two passes.
+  const std::vector<Shape> shapes = {{1}, {7}, {5, 33}, {3, 1000}, {4, 3001}, {2, 16384}, {3, 40000}, {2, 3, 4, 129}};
+  for (bool log : {false, true}) {
+    for (const Shape& s : shapes) {
+      for (Layout layout : {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided,
+                            Layout::Expanded}) {
+        run_softmax(log, s, -1, layout, -8.0, 8.0);
+      }
+    }
+  }
+}
+
+TEST(Softmax, StridedAxis_AllDims) {
+  for (bool log : {false, true}) {
+    for (std::int64_t axis : {0, 1, 2}) {
+      for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
+        run_softmax(log, Shape{3, 50, 7}, axis, layout, -8.0, 8.0);
+        run_softmax(log, Shape{1000, 3, 2}, axis, layout, -8.0, 8.0);
+      }
+    }
+  }
+}
+
+TEST(Softmax, LargeInputsStable_Specials) {
+  for (bool log : {false, true}) {
+    run_softmax(log, Shape{4, 2000}, -1, Layout::Contiguous, -1e30, 1e30);
+    run_softmax(log, Shape{4, 2000}, -1, Layout::Contiguous, 1e4, 1.0001e4);
+    run_softmax(log, Shape{64, 24}, -1, Layout::Contiguous, -3.0, 3.0, 0.02);
+    run_softmax(log, Shape{64, 2048}, -1, Layout::Contiguous, -3.0, 3.0, 0.0005);
+    run_softmax(log, Shape{24, 64}, 0, Layout::Contiguous, -3.0, 3.0, 0.02);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> y = softmax(from_vector<float>({-inf, 0.f, -inf, 0.f})).to_vector<float>();
+  EXPECT_EQ(y, (std::vector<float>{0.f, 0.5f, 0.f, 0.5f}));
+  EXPECT_TRUE(std::isnan(softmax(from_vector<float>({-inf, -inf})).to_vector<float>()[0]));
+  EXPECT_EQ(softmax(from_vector<float>({5.f}, Shape{})).item<float>(), 1.f);
+}
+
+TEST(Softmax, Errors) {
+  EXPECT_THROW(softmax(zeros({3, 4}), 2), ShapeError);
+  EXPECT_THROW(log_softmax(zeros({3, 4}, DType::I32)), DTypeError);
+  EXPECT_THROW(softmax(Tensor()), InvalidArgument);
+  EXPECT_EQ(softmax(zeros({0, 4})).shape(), (Shape{0, 4}));
+}
+
+}  // namespace
+}  // namespace mt

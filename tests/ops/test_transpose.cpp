@@ -1,0 +1,87 @@
+// Transposes and permutes, bit for bit: tiled (scalar and 16-byte) and element-wise copy paths, every element
+// size, permutes of up to 8 dims, views feeding Tensor::contiguous(); the kernel rungs on the GPU.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "ops/transpose.h"
+#include "runtime/stream.h"
+#include "tensor/kernels.h"
+#include "tests/common/gpu.h"
+#include "tests/common/op_harness.h"
+
+namespace mt {
+namespace {
+
+using test::InputSpec;
+using test::Layout;
+using test::OpCase;
+using test::Tolerance;
+
+TEST(Transpose, TwoD_Shapes_Layouts_DTypes) {
+  const std::vector<Shape> shapes = {{0, 5}, {1, 1}, {7, 13}, {32, 32}, {33, 65}, {1000, 4}, {64, 128}, {257, 1031}};
+  for (DType dt : {DType::F32, DType::I32, DType::U8}) {
+    for (const Shape& s : shapes) {
+      for (Layout layout : {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided,
+                            Layout::Expanded}) {
+        OpCase c;
+        c.name = "transpose";
+        c.inputs = {InputSpec{s, layout, dt, 0.0, 200.0, dt == DType::F32 ? 0.02 : 0.0}};
+        c.tol = Tolerance::exactly();
+        c.run = [](const std::vector<Tensor>& x) { return transpose(x[0], 0, 1); };
+        test::run_case(c);
+      }
+    }
+  }
+}
+
+TEST(Transpose, Permute_UpTo8Dims) {
+  struct P {
+    Shape shape;
+    std::vector<std::int64_t> dims;
+  };
+  const std::vector<P> cases = {
+      {{3, 64, 96}, {0, 2, 1}},   {{3, 64, 96}, {2, 1, 0}},       {{3, 64, 96}, {1, 0, 2}},
+      {{40, 3, 50}, {2, 1, 0}},   {{4, 5, 36, 40}, {0, 3, 2, 1}}, {{2, 3, 2, 3, 2, 3, 2, 3}, {7, 6, 5, 4, 3, 2, 1, 0}},
+      {{2, 17, 2, 3, 2, 19, 2, 3}, {1, 5, 0, 2, 3, 4, 6, 7}}, {{2, 3, 4, 5, 6, 2, 20, 20}, {0, 1, 2, 3, 4, 5, 7, 6}},
+  };
+  for (const P& p : cases) {
+    for (Layout layout : {Layout::Contiguous, Layout::Offset1, Layout::Transposed}) {
+      for (DType dt : {DType::F32, DType::U8}) {
+        OpCase c;
+        c.name = "permute " + Shape(p.dims).str();
+        c.inputs = {InputSpec{p.shape, layout, dt, 0.0, 250.0}};
+        c.tol = Tolerance::exactly();
+        const std::vector<std::int64_t> dims = p.dims;
+        c.run = [dims](const std::vector<Tensor>& x) { return permute(x[0], dims); };
+        // Tensor::contiguous() of the permuted view takes the same path.
+        c.run_out = [dims](const std::vector<Tensor>& x, Tensor& out) { out.copy_(x[0].permute(dims)); };
+        test::run_case(c);
+      }
+    }
+  }
+}
+
+TEST(Transpose, Errors) {
+  EXPECT_THROW(transpose(zeros({3, 4}), 0, 2), ShapeError);
+  EXPECT_THROW(permute(zeros({3, 4}), {0, 0}), ShapeError);
+  EXPECT_THROW(permute(zeros({3, 4}), {0}), ShapeError);
+}
+
+TEST(Transpose, Cuda_KernelRungsAgree) {
+  MT_REQUIRE_GPU();
+  const Device g = Device::cuda(0);
+  for (const Shape& s : {Shape{32, 32}, Shape{100, 36}, Shape{513, 1027}, Shape{1024, 2048}}) {
+    const Tensor x = randn(s, 3, g);
+    const std::vector<float> expect = x.cpu().t().contiguous().to_vector<float>();
+    for (auto k : {detail::TransposeKernel::Naive, detail::TransposeKernel::SharedNoPad,
+                   detail::TransposeKernel::SharedPadded, detail::TransposeKernel::Best}) {
+      Tensor y = empty({s[1], s[0]}, DType::F32, g);
+      detail::launch_transpose_2d(k, y.data_ptr(), x.data_ptr(), s[0], s[1], current_stream(0));
+      EXPECT_EQ(y.to_vector<float>(), expect) << "kernel " << static_cast<int>(k) << " shape " << s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mt
