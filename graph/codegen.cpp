@@ -1,6 +1,8 @@
 // Source generation for fused elementwise groups, and their NVRTC compile + load with two caches.
 #include "graph/codegen.h"
 
+#include "ops/functors_source.h"
+
 #include <nvrtc.h>
 
 #include <cmath>
@@ -122,21 +124,8 @@ std::string fused_kernel_source(const Program& p, const Step& step) {
 // ---------------------------------------------------------------- NVRTC
 namespace {
 
-// ops/functors.h of the source tree this file was built from ($MT_SOURCE_DIR overrides, e.g. after
-// installing).
-std::string functors_path() {
-  if (const char* env = std::getenv("MT_SOURCE_DIR"); env && *env)
-    return std::string(env) + "/ops/functors.h";
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "ops" / "functors.h").string();
-}
-
 const std::string& functors_header() {
-  static const std::string text = [] {
-    std::ifstream f(functors_path());
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }();
+  static const std::string text = detail::kFunctorsSource;
   return text;
 }
 
@@ -185,10 +174,6 @@ std::shared_ptr<FusedKernel> load_cubin(const std::vector<char>& cubin, std::uin
 
 bool nvrtc_compile(const std::string& source, int arch, std::vector<char>& cubin, std::string& log) {
   const std::string& header = functors_header();
-  if (header.empty()) {
-    log = str("cannot read ", functors_path(), " (set MT_SOURCE_DIR to the source tree)");
-    return false;
-  }
   const char* headers[] = {header.c_str()};
   const char* names[] = {"ops/functors.h"};
   nvrtcProgram prog = nullptr;
