@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Summarises a gpu_check output folder: GPU, test counts, sanitizer errors, benchmark counters."""
+import glob
+import json
+import os
+import re
+import sys
+import xml.etree.ElementTree as ET
+
+
+def tests(folder):
+    rows, total = [], [0, 0, 0]
+    for path in sorted(glob.glob(os.path.join(folder, "mt_tests_*.xml"))):
+        passed = failed = skipped = 0
+        failures = []
+        for case in ET.parse(path).getroot().iter("testcase"):
+            if case.find("failure") is not None:
+                failed += 1
+                failures.append(case.get("classname", "") + "." + case.get("name", ""))
+            elif case.find("skipped") is not None or case.get("result") == "skipped":
+                skipped += 1
+            else:
+                passed += 1
+        name = os.path.basename(path)[:-4]
+        rows.append((name, passed, failed, skipped, failures))
+        for i, v in enumerate((passed, failed, skipped)):
+            total[i] += v
+    return rows, total
+
+
+def memcheck(folder):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(folder, "memcheck_*.log"))):
+        text = open(path, errors="replace").read()
+        m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
+        rows.append((os.path.basename(path)[9:-4], int(m[-1]) if m else None))
+    return rows
+
+
+def benches(folder):
+    rows = []
+    skip = {"name", "run_name", "run_type", "repetitions", "repetition_index", "threads", "iterations",
+            "real_time", "cpu_time", "time_unit", "family_index", "per_family_instance_index", "aggregate_name",
+            "aggregate_unit", "error_occurred", "error_message", "label"}
+    for path in sorted(glob.glob(os.path.join(folder, "bench_*.json"))):
+        try:
+            data = json.load(open(path))
+        except (OSError, ValueError):
+            rows.append((os.path.basename(path), "unreadable JSON", ""))
+            continue
+        items = data.get("benchmarks", [])
+        has_median = any(b.get("aggregate_name") == "median" for b in items)
+        for b in items:
+            if has_median and b.get("run_type") == "iteration" and b.get("repetitions", 1) > 1:
+                continue
+            if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+                continue
+            if b.get("error_occurred"):
+                rows.append((b["name"], "ERROR: " + b.get("error_message", ""), ""))
+                continue
+            counters = {k: v for k, v in b.items() if k not in skip and isinstance(v, (int, float))}
+            text = "  ".join(f"{k}={v:.4g}" for k, v in counters.items())
+            rows.append((b["name"], f'{b.get("real_time", 0):.4g} {b.get("time_unit", "")}', text + ("  " + b["label"] if b.get("label") else "")))
+    return rows
+
+
+def main():
+    folder = sys.argv[1] if len(sys.argv) > 1 else "out/gpu_check"
+    gpu = open(os.path.join(folder, "gpu.txt")).read().strip() if os.path.exists(os.path.join(folder, "gpu.txt")) else "?"
+    print("\n==================== minitensor GPU check ====================")
+    print(f"GPU: {gpu}")
+    rows, total = tests(folder)
+    if rows:
+        print("\nTests                     passed  failed  skipped")
+        for name, p, f, s, failures in rows:
+            print(f"  {name:24s}{p:7d}{f:8d}{s:9d}")
+            for fl in failures[:10]:
+                print(f"      FAILED {fl}")
+        print(f"  {'TOTAL':24s}{total[0]:7d}{total[1]:8d}{total[2]:9d}")
+    mc = memcheck(folder)
+    if mc:
+        print("\ncompute-sanitizer memcheck (errors)")
+        for name, n in mc:
+            print(f"  {name:24s}{'no summary (crashed or timed out)' if n is None else n}")
+    br = benches(folder)
+    if br:
+        print("\nBenchmarks (median where repeated)")
+        for name, t, counters in br:
+            print(f"  {name:60s} {t:>12s}  {counters}")
+
+
+if __name__ == "__main__":
+    main()
