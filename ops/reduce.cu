@@ -8,6 +8,8 @@
 // Napkin maths: 4 bytes read per element, a few bytes written per row: copy-class bandwidth is the target.
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
 
 #include "ops/functors.h"
 #include "memory/allocator.h"
@@ -267,25 +269,52 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- launchers
 
-// Scratch for partials: device memory from the tensor allocator, released stream-ordered after the second pass.
+// Scratch for the partials of two-pass reductions: one buffer per (device, stream), kept and grown as needed,
+// so that a reduction allocates nothing in the steady state (the benchmark and CUDA-graph capture rely on it).
+// Reuse is safe because every user of a stream's buffer is ordered on that stream; the lock is held while a
+// reduction enqueues, so a concurrent grow cannot free a buffer between pointer and launch.
 class Scratch {
  public:
-  Scratch(std::size_t bytes, cudaStream_t stream) {
-    if (bytes) m_allocation = cuda_allocator(current_device()).allocate(bytes, stream);
+  Scratch(std::size_t bytes, cudaStream_t stream) : m_lock(mutex()) {
+    if (!bytes) return;
+    int device = current_device();
+    Allocation& a = buffers()[{device, stream}];
+    if (a.size() < bytes) {
+      a = Allocation();  // release first: the old buffer's users are ordered before the new one's
+      a = cuda_allocator(device).allocate(std::max<std::size_t>(bytes, 1 << 16), stream);
+    }
+    m_ptr = a.data();
   }
   template <class T>
   T* get() const {
-    return static_cast<T*>(m_allocation.data());
+    return static_cast<T*>(m_ptr);
   }
 
  private:
-  Allocation m_allocation;
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<std::pair<int, cudaStream_t>, Allocation>& buffers() {
+    // Leaked on purpose: process-exit destruction would run after the CUDA runtime has gone.
+    static auto* b = new std::map<std::pair<int, cudaStream_t>, Allocation>();
+    return *b;
+  }
+  std::lock_guard<std::mutex> m_lock;
+  void* m_ptr = nullptr;
 };
 
 // Blocks of kThreads the device keeps resident: the grid size that fills it once.
 template <class Kernel>
 std::int64_t full_wave(Kernel* kernel, int threads) {
   return std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads)) * current_sm_count();
+}
+
+// Blocks for `items` equal work items (one per block per round) on a device that keeps `wave` blocks resident:
+// every block gets the same number of rounds, so the last round is not a partial wave.
+int balanced_grid(std::int64_t items, std::int64_t wave) {
+  const std::int64_t rounds = (items + wave - 1) / wave;
+  return static_cast<int>(std::max<std::int64_t>(1, (items + rounds - 1) / rounds));
 }
 
 template <class R>
@@ -295,7 +324,8 @@ void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows,
   // few warps busy when rows are few).
   if (row_len < 4096) {
     auto* kernel = reduce_rows_warp_kernel<R>;
-    const int grid = grid_stride_blocks(kernel, kThreads, n_rows, kThreads / 32);
+    constexpr int warps = kThreads / 32;
+    const int grid = (balanced_grid(n_rows, full_wave(kernel, kThreads) * warps) + warps - 1) / warps;
     kernel<<<grid, kThreads, 0, stream>>>(x, rows, n_rows, row_len, out, count);
     MT_CUDA_CHECK_LAUNCH();
     return;
@@ -310,7 +340,7 @@ void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows,
   chunk = (chunk + 3) / 4 * 4;
   n_splits = (row_len + chunk - 1) / chunk;
   const std::int64_t items = n_rows * n_splits;
-  const int grid = static_cast<int>(std::min(items, wave));
+  const int grid = balanced_grid(items, wave);
   Scratch scratch(n_splits > 1 ? sizeof(typename R::Acc) * items : 0, stream);
   kernel<<<grid, kThreads, 0, stream>>>(x, rows, n_rows, row_len, n_splits, chunk,
                                         scratch.template get<typename R::Acc>(), out, count);

@@ -199,21 +199,32 @@ int pow2_at_least(std::int64_t n) {
   return p;
 }
 
+// Blocks for `items` equal work items (`per_block` per block per round) on a full wave of resident blocks:
+// every block gets the same number of rounds, so the last round is not a partial wave.
+template <class Kernel>
+int balanced_grid(Kernel* kernel, int threads, std::int64_t items, int per_block = 1) {
+  const std::int64_t wave = std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads)) *
+                            current_sm_count() * per_block;
+  const std::int64_t rounds = (items + wave - 1) / wave;
+  const std::int64_t slots = (items + rounds - 1) / rounds;
+  return static_cast<int>(std::max<std::int64_t>(1, (slots + per_block - 1) / per_block));
+}
+
 template <bool LOG, int V>
 void softmax_rows(const float* x, float* out, std::int64_t n_rows, std::int64_t row_len, cudaStream_t stream) {
   const std::int64_t n_vec = row_len / V;
   if (n_vec <= 32 * kCache) {
     auto* kernel = softmax_rows_cached_kernel<LOG, V, true>;
-    const int grid = grid_stride_blocks(kernel, 256, n_rows, 256 / 32);
+    const int grid = balanced_grid(kernel, 256, n_rows, 256 / 32);
     kernel<<<grid, 256, 0, stream>>>(x, out, n_rows, row_len);
   } else if (n_vec <= 1024 * kCache) {
     auto* kernel = softmax_rows_cached_kernel<LOG, V, false>;
     const int threads = std::max(64, pow2_at_least((n_vec + kCache - 1) / kCache));
-    const int grid = grid_stride_blocks(kernel, threads, n_rows, 1);
+    const int grid = balanced_grid(kernel, threads, n_rows);
     kernel<<<grid, threads, 0, stream>>>(x, out, n_rows, row_len);
   } else {
     auto* kernel = softmax_rows_kernel<LOG, V>;
-    const int grid = grid_stride_blocks(kernel, 1024, n_rows, 1);
+    const int grid = balanced_grid(kernel, 1024, n_rows);
     kernel<<<grid, 1024, 0, stream>>>(x, out, n_rows, row_len);
   }
   MT_CUDA_CHECK_LAUNCH();
