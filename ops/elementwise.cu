@@ -21,9 +21,10 @@ namespace mt::detail {
 namespace {
 
 constexpr int kThreads = 256;
-// 16-byte packs per thread per pass: two loads in flight per input keep enough bytes moving to cover HBM latency
-// at full occupancy (2048 threads x 2 x 16 B = 64 KiB per SM).
-constexpr int kUnroll = 2;
+// 16-byte packs per thread per pass: 64 bytes of loads in flight per thread (4 packs of one input, 2 of each of
+// two) keep enough bytes moving to cover HBM latency at full occupancy (2048 threads x 64 B = 128 KiB per SM).
+template <int N>
+constexpr int kUnroll = N == 1 ? 4 : 2;
 
 template <class T>
 union Pack {
@@ -135,10 +136,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < N; ++k) bcast[k] = access[k] == kBcast ? in.p[k][0] : T(0);
 
-  for (std::int64_t i0 = tid; i0 < n_vec; i0 += kUnroll * n_threads) {
-    P v[kUnroll][N];
+  for (std::int64_t i0 = tid; i0 < n_vec; i0 += kUnroll<N> * n_threads) {
+    P v[kUnroll<N>][N];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnroll<N>; ++u) {
       const std::int64_t i = i0 + u * n_threads;
       if (i >= n_vec) break;
       const std::int64_t e = head + i * V;
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnroll<N>; ++u) {
       const std::int64_t i = i0 + u * n_threads;
       if (i >= n_vec) break;
       P r;
@@ -207,7 +208,7 @@ template <class F, class T, int N, int A0, int A1>
 void launch_contiguous(const F& f, T* out, const Inputs<T, N>& in, std::int64_t n, int head, cudaStream_t stream) {
   constexpr int V = Pack<T>::V;
   auto* kernel = map_contiguous_kernel<F, T, N, A0, A1>;
-  const int grid = grid_stride_blocks(kernel, kThreads, (n - head) / V, std::int64_t(kThreads) * kUnroll);
+  const int grid = grid_stride_blocks(kernel, kThreads, (n - head) / V, std::int64_t(kThreads) * kUnroll<N>);
   kernel<<<grid, kThreads, 0, stream>>>(out, in, n, head, f);
   MT_CUDA_CHECK_LAUNCH();
 }

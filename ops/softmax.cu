@@ -1,8 +1,9 @@
 // Softmax and log-softmax kernels, one fused pass each: the row is read once, its max and sum of exponentials
 // found together, and the result written.
-//   - rows (the axis is innermost): a warp per row up to 32 * V * kCache elements, a block per row up to
-//     1024 * V * kCache, the row held in registers between the statistics and the output (8 bytes of HBM
-//     traffic per element); longer rows are read twice (the second read mostly hits L2).
+//   - rows (the axis is innermost): a warp per row up to 32 * V * kCache elements, held in registers; aligned
+//     rows up to 96 KiB in shared memory, a block per row; else a block per row in registers up to
+//     1024 * V * kCache; longer rows are read twice (the second read mostly hits L2). The cached paths move
+//     8 bytes of HBM traffic per element.
 //   - columns (the axis is strided): a thread per (outer, inner) column, coalesced across the inner dim, two
 //     passes over the column.
 // Statistics merge as (max, sum) pairs: s = s1 * exp(m1 - m) + s2 * exp(m2 - m) with m = max(m1, m2), so no
@@ -149,6 +150,59 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// Rows held in shared memory (dynamic, row_len floats): the block copies its row in with cp.async (16 bytes
+// per copy, the whole row in flight at once, no registers held), then finds the statistics, then writes. Several
+// blocks per SM (registers are free) so one block's compute phase overlaps another's loads. For softmax the
+// exponentials are kept in shared memory between the sum and the output (one expf per element).
+// Row length a multiple of 4, rows 16-byte aligned.
+template <bool LOG>
+__global__ void __launch_bounds__(512)
+    softmax_rows_smem_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
+                             std::int64_t row_len) {
+  extern __shared__ float4 row[];
+  const int n_vec = static_cast<int>(row_len / 4);
+  for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    const float4* xr = reinterpret_cast<const float4*>(x + r * row_len);
+    for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(row + j));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(xr + j));
+    }
+    asm volatile("cp.async.wait_all;\n" ::);
+    __syncthreads();
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+      const float4 v = row[j];
+      m = fn::maximum(fn::maximum(m, v.x), fn::maximum(fn::maximum(v.y, v.z), v.w));
+    }
+    // Every thread needs the row max before the exponentials: merge the maxima first (sums are zero).
+    m = block_merge(Stats{m, 0.f}).m;
+    float s = 0.f;
+    if (m != -INFINITY) {
+      for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+        float4 v = row[j];
+        v = make_float4(expf(v.x - m), expf(v.y - m), expf(v.z - m), expf(v.w - m));
+        s += (v.x + v.y) + (v.z + v.w);
+        if (!LOG) row[j] = v;
+      }
+    }
+    Stats st{m, 0.f};
+    st.s = block_merge(Stats{m, s}).s;
+    const float sc = scale<LOG>(st);
+    float4* yr = reinterpret_cast<float4*>(out + r * row_len);
+    for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+      float4 v = row[j];
+      if (LOG || m == -INFINITY) {
+        v = make_float4(finish<LOG>(v.x, m, sc), finish<LOG>(v.y, m, sc), finish<LOG>(v.z, m, sc),
+                        finish<LOG>(v.w, m, sc));
+      } else {
+        v = make_float4(v.x * sc, v.y * sc, v.z * sc, v.w * sc);
+      }
+      yr[j] = v;
+    }
+    __syncthreads();  // the row buffer is refilled for the next row
+  }
+}
+
 // Rows too long for registers: online statistics in one read, then a second read to write.
 template <bool LOG, int V>
 __global__ void __launch_bounds__(1024)
@@ -210,14 +264,44 @@ int balanced_grid(Kernel* kernel, int threads, std::int64_t items, int per_block
   return static_cast<int>(std::max<std::int64_t>(1, (slots + per_block - 1) / per_block));
 }
 
+// Rows up to this many bytes are staged in shared memory (two or more blocks per SM).
+constexpr std::int64_t kSmemRowBytes = 96 * 1024;
+
 template <bool LOG, int V>
-void softmax_rows(const float* x, float* out, std::int64_t n_rows, std::int64_t row_len, cudaStream_t stream) {
+void softmax_rows(SoftmaxKernel which, const float* x, float* out, std::int64_t n_rows, std::int64_t row_len,
+                  cudaStream_t stream) {
   const std::int64_t n_vec = row_len / V;
-  if (n_vec <= 32 * kCache) {
+  if (which == SoftmaxKernel::Auto) {
+    if (n_vec <= 32 * kCache) {
+      which = SoftmaxKernel::RegisterCached;
+    } else if (V == 4 && row_len * 4 <= kSmemRowBytes) {
+      which = SoftmaxKernel::SharedCached;
+    } else if (n_vec <= 1024 * kCache) {
+      which = SoftmaxKernel::RegisterCached;
+    } else {
+      which = SoftmaxKernel::TwoPass;
+    }
+  }
+  MT_CHECK(which != SoftmaxKernel::SharedCached || (V == 4 && row_len * 4 <= kSmemRowBytes), InvalidArgument,
+           "softmax: the shared-memory kernel needs aligned rows of at most ", kSmemRowBytes / 4, " floats");
+  MT_CHECK(which != SoftmaxKernel::RegisterCached || n_vec <= 1024 * kCache, InvalidArgument,
+           "softmax: rows of ", row_len, " floats do not fit in registers");
+  if (which == SoftmaxKernel::SharedCached) {
+    auto* kernel = softmax_rows_smem_kernel<LOG>;
+    const std::size_t smem = static_cast<std::size_t>(row_len) * sizeof(float);
+    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemRowBytes)));
+    const int threads = 512;
+    const std::int64_t wave =
+        std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem)) *
+        current_sm_count();
+    const std::int64_t rounds = (n_rows + wave - 1) / wave;
+    const int grid = static_cast<int>((n_rows + rounds - 1) / rounds);
+    kernel<<<grid, threads, smem, stream>>>(x, out, n_rows, row_len);
+  } else if (which == SoftmaxKernel::RegisterCached && n_vec <= 32 * kCache) {
     auto* kernel = softmax_rows_cached_kernel<LOG, V, true>;
     const int grid = balanced_grid(kernel, 256, n_rows, 256 / 32);
     kernel<<<grid, 256, 0, stream>>>(x, out, n_rows, row_len);
-  } else if (n_vec <= 1024 * kCache) {
+  } else if (which == SoftmaxKernel::RegisterCached) {
     auto* kernel = softmax_rows_cached_kernel<LOG, V, false>;
     const int threads = std::max(64, pow2_at_least((n_vec + kCache - 1) / kCache));
     const int grid = balanced_grid(kernel, threads, n_rows);
@@ -231,13 +315,13 @@ void softmax_rows(const float* x, float* out, std::int64_t n_rows, std::int64_t 
 }
 
 template <bool LOG>
-void softmax_any(const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis, std::int64_t n_inner,
-                 cudaStream_t stream) {
+void softmax_any(SoftmaxKernel which, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,
+                 std::int64_t n_inner, cudaStream_t stream) {
   if (n_inner == 1) {
     const bool vec = n_axis % 4 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
                      reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
-    return vec ? softmax_rows<LOG, 4>(x, out, n_outer, n_axis, stream)
-               : softmax_rows<LOG, 1>(x, out, n_outer, n_axis, stream);
+    return vec ? softmax_rows<LOG, 4>(which, x, out, n_outer, n_axis, stream)
+               : softmax_rows<LOG, 1>(which, x, out, n_outer, n_axis, stream);
   }
   auto* kernel = softmax_cols_kernel<LOG>;
   const int grid = grid_stride_blocks(kernel, 256, n_outer * n_inner, 256);
@@ -248,12 +332,12 @@ void softmax_any(const float* x, float* out, std::int64_t n_outer, std::int64_t 
 }  // namespace
 
 void launch_softmax(bool log, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,
-                    std::int64_t n_inner, cudaStream_t stream) {
+                    std::int64_t n_inner, cudaStream_t stream, SoftmaxKernel which) {
   if (n_outer == 0 || n_axis == 0 || n_inner == 0) return;
   if (log) {
-    softmax_any<true>(x, out, n_outer, n_axis, n_inner, stream);
+    softmax_any<true>(which, x, out, n_outer, n_axis, n_inner, stream);
   } else {
-    softmax_any<false>(x, out, n_outer, n_axis, n_inner, stream);
+    softmax_any<false>(which, x, out, n_outer, n_axis, n_inner, stream);
   }
 }
 

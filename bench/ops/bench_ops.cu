@@ -248,11 +248,11 @@ void matrix_reduce(benchmark::State& state, ReduceOp op, bool rows) {
 }
 
 // ---- softmax over rows of the 16384 x 16384 matrix. Bytes: 8 * n.
-void BM_softmax(benchmark::State& state, bool log) {
+void BM_softmax(benchmark::State& state, bool log, detail::SoftmaxKernel which) {
   Data& d = data();
   run(
       state, 8.0 * kN,
-      [&] { detail::launch_softmax(log, d.x.data<float>(), d.out.data<float>(), kSide, kSide, 1, stream()); },
+      [&] { detail::launch_softmax(log, d.x.data<float>(), d.out.data<float>(), kSide, kSide, 1, stream(), which); },
       [&] {
         const Tensor ref = log ? log_softmax(d.m.narrow(0, 0, 16).cpu()) : softmax(d.m.narrow(0, 0, 16).cpu());
         std::string why;
@@ -317,11 +317,14 @@ BENCHMARK_CAPTURE(matrix_reduce, col_sum, ReduceOp::Sum, false)->UseManualTime()
 BENCHMARK_CAPTURE(matrix_reduce, row_max, ReduceOp::Max, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(matrix_reduce, col_max, ReduceOp::Max, false)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(matrix_reduce, row_argmax, ReduceOp::ArgMax, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows, false)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, log_rows, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, rows, false, detail::SoftmaxKernel::Auto)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, log_rows, true, detail::SoftmaxKernel::Auto)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, rows_registers, false, detail::SoftmaxKernel::RegisterCached)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, rows_two_pass, false, detail::SoftmaxKernel::TwoPass)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(transpose_rung, naive, detail::TransposeKernel::Naive)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(transpose_rung, smem_nopad, detail::TransposeKernel::SharedNoPad)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(transpose_rung, smem_padded, detail::TransposeKernel::SharedPadded)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(transpose_rung, vec4_wide, detail::TransposeKernel::Vec4Wide)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(transpose_rung, best, detail::TransposeKernel::Best)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);

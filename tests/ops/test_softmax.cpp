@@ -5,7 +5,9 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/kernels.h"
 #include "ops/reduce.h"
+#include "runtime/stream.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 
@@ -64,6 +66,21 @@ TEST(Softmax, LargeInputsStable_Specials) {
   EXPECT_EQ(y, (std::vector<float>{0.f, 0.5f, 0.f, 0.5f}));
   EXPECT_TRUE(std::isnan(softmax(from_vector<float>({-inf, -inf})).to_vector<float>()[0]));
   EXPECT_EQ(softmax(from_vector<float>({5.f}, Shape{})).item<float>(), 1.f);
+}
+
+TEST(Softmax, Cuda_EveryRowKernelMatchesReference) {
+  MT_REQUIRE_GPU();
+  for (bool log : {false, true}) {
+    const Tensor x = randn({37, 4096}, 9, Device::cuda(0)) * 4.0;
+    const Tensor ref = log ? log_softmax(x.cpu()) : softmax(x.cpu());
+    for (auto k : {detail::SoftmaxKernel::RegisterCached, detail::SoftmaxKernel::SharedCached,
+                   detail::SoftmaxKernel::TwoPass}) {
+      Tensor y = empty({37, 4096}, DType::F32, Device::cuda(0));
+      detail::launch_softmax(log, x.data<float>(), y.data<float>(), 37, 4096, 1, current_stream(0), k);
+      const auto r = test::compare(y, ref, log ? Tolerance::close(2e-5, 2e-6) : Tolerance::close(1e-7, 2e-5));
+      EXPECT_TRUE(r.ok) << "kernel " << static_cast<int>(k) << (log ? " log " : " ") << r.summary();
+    }
+  }
 }
 
 TEST(Softmax, Errors) {
