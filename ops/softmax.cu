@@ -1,7 +1,8 @@
 // Softmax and log-softmax kernels, one fused pass each: the row is read once, its max and sum of exponentials
 // found together, and the result written.
 //   - rows (the axis is innermost): a warp per row up to 32 * V * kCache elements, held in registers; aligned
-//     rows up to 96 KiB in shared memory, a block per row; else a block per row in registers up to
+//     rows up to 96 KiB in shared memory, double-buffered (the next row copied in by cp.async while the
+//     current one is computed); else a block per row in registers up to
 //     1024 * V * kCache; longer rows are read twice (the second read mostly hits L2). The cached paths move
 //     8 bytes of HBM traffic per element.
 //   - columns (the axis is strided): a thread per (outer, inner) column, coalesced across the inner dim, two
@@ -150,11 +151,52 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// Rows held in shared memory (dynamic, row_len floats): the block copies its row in with cp.async (16 bytes
-// per copy, the whole row in flight at once, no registers held), then finds the statistics, then writes. Several
-// blocks per SM (registers are free) so one block's compute phase overlaps another's loads. For softmax the
-// exponentials are kept in shared memory between the sum and the output (one expf per element).
-// Row length a multiple of 4, rows 16-byte aligned.
+// Issues the cp.async copies of one row (n_vec float4) into shared memory: 16 bytes each, the whole row in
+// flight at once, no registers held.
+__device__ __forceinline__ void load_row_async(float4* row, const float4* src, int n_vec) {
+  for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(row + j));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + j));
+  }
+}
+
+// Softmax of one row staged in shared memory, written to `dst`. For softmax the exponentials stay in shared
+// memory between the sum and the output (one expf per element). Every thread of the block calls it.
+template <bool LOG>
+__device__ void softmax_row_in_smem(float4* row, int n_vec, float4* __restrict__ dst) {
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+    const float4 v = row[j];
+    m = fn::maximum(fn::maximum(m, v.x), fn::maximum(fn::maximum(v.y, v.z), v.w));
+  }
+  // Every thread needs the row max before the exponentials: merge the maxima first (sums are zero).
+  m = block_merge(Stats{m, 0.f}).m;
+  float s = 0.f;
+  if (m != -INFINITY) {
+    for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+      float4 v = row[j];
+      v = make_float4(expf(v.x - m), expf(v.y - m), expf(v.z - m), expf(v.w - m));
+      s += (v.x + v.y) + (v.z + v.w);
+      if (!LOG) row[j] = v;
+    }
+  }
+  Stats st{m, 0.f};
+  st.s = block_merge(Stats{m, s}).s;
+  const float sc = scale<LOG>(st);
+  for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+    float4 v = row[j];
+    if (LOG || m == -INFINITY) {
+      v = make_float4(finish<LOG>(v.x, m, sc), finish<LOG>(v.y, m, sc), finish<LOG>(v.z, m, sc),
+                      finish<LOG>(v.w, m, sc));
+    } else {
+      v = make_float4(v.x * sc, v.y * sc, v.z * sc, v.w * sc);
+    }
+    dst[j] = v;
+  }
+}
+
+// Rows in shared memory (dynamic, row_len floats), one buffer per block: several blocks per SM so that one
+// block's compute overlaps another's loads. Row length a multiple of 4, rows 16-byte aligned.
 template <bool LOG>
 __global__ void __launch_bounds__(512)
     softmax_rows_smem_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
@@ -162,45 +204,37 @@ __global__ void __launch_bounds__(512)
   extern __shared__ float4 row[];
   const int n_vec = static_cast<int>(row_len / 4);
   for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
-    const float4* xr = reinterpret_cast<const float4*>(x + r * row_len);
-    for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
-      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(row + j));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(xr + j));
-    }
+    load_row_async(row, reinterpret_cast<const float4*>(x + r * row_len), n_vec);
     asm volatile("cp.async.wait_all;\n" ::);
     __syncthreads();
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
-      const float4 v = row[j];
-      m = fn::maximum(fn::maximum(m, v.x), fn::maximum(fn::maximum(v.y, v.z), v.w));
-    }
-    // Every thread needs the row max before the exponentials: merge the maxima first (sums are zero).
-    m = block_merge(Stats{m, 0.f}).m;
-    float s = 0.f;
-    if (m != -INFINITY) {
-      for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
-        float4 v = row[j];
-        v = make_float4(expf(v.x - m), expf(v.y - m), expf(v.z - m), expf(v.w - m));
-        s += (v.x + v.y) + (v.z + v.w);
-        if (!LOG) row[j] = v;
-      }
-    }
-    Stats st{m, 0.f};
-    st.s = block_merge(Stats{m, s}).s;
-    const float sc = scale<LOG>(st);
-    float4* yr = reinterpret_cast<float4*>(out + r * row_len);
-    for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
-      float4 v = row[j];
-      if (LOG || m == -INFINITY) {
-        v = make_float4(finish<LOG>(v.x, m, sc), finish<LOG>(v.y, m, sc), finish<LOG>(v.z, m, sc),
-                        finish<LOG>(v.w, m, sc));
-      } else {
-        v = make_float4(v.x * sc, v.y * sc, v.z * sc, v.w * sc);
-      }
-      yr[j] = v;
-    }
+    softmax_row_in_smem<LOG>(row, n_vec, reinterpret_cast<float4*>(out + r * row_len));
     __syncthreads();  // the row buffer is refilled for the next row
   }
+}
+
+// Double-buffered: a block's next row is copied in while it computes the current one, so its loads never stop.
+// Dynamic shared memory: 2 * row_len floats.
+template <bool LOG>
+__global__ void __launch_bounds__(1024)
+    softmax_rows_pipelined_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
+                                  std::int64_t row_len) {
+  extern __shared__ float4 buf[];
+  const int n_vec = static_cast<int>(row_len / 4);
+  if (blockIdx.x < n_rows) load_row_async(buf, reinterpret_cast<const float4*>(x + blockIdx.x * row_len), n_vec);
+  asm volatile("cp.async.commit_group;\n" ::);
+  int k = 0;
+  for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x, k ^= 1) {
+    const std::int64_t next = r + gridDim.x;
+    if (next < n_rows) {
+      load_row_async(buf + (k ^ 1) * n_vec, reinterpret_cast<const float4*>(x + next * row_len), n_vec);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 1;\n" ::);  // all but the newest group: the current row has landed
+    __syncthreads();
+    softmax_row_in_smem<LOG>(buf + k * n_vec, n_vec, reinterpret_cast<float4*>(out + r * row_len));
+    __syncthreads();  // buffer k is refilled by the next iteration's prefetch
+  }
+  asm volatile("cp.async.wait_all;\n" ::);
 }
 
 // Rows too long for registers: online statistics in one read, then a second read to write.
@@ -275,22 +309,25 @@ void softmax_rows(SoftmaxKernel which, const float* x, float* out, std::int64_t 
     if (n_vec <= 32 * kCache) {
       which = SoftmaxKernel::RegisterCached;
     } else if (V == 4 && row_len * 4 <= kSmemRowBytes) {
-      which = SoftmaxKernel::SharedCached;
+      which = SoftmaxKernel::SharedPipelined;
     } else if (n_vec <= 1024 * kCache) {
       which = SoftmaxKernel::RegisterCached;
     } else {
       which = SoftmaxKernel::TwoPass;
     }
   }
-  MT_CHECK(which != SoftmaxKernel::SharedCached || (V == 4 && row_len * 4 <= kSmemRowBytes), InvalidArgument,
+  const bool shared = which == SoftmaxKernel::SharedCached || which == SoftmaxKernel::SharedPipelined;
+  MT_CHECK(!shared || (V == 4 && row_len * 4 <= kSmemRowBytes), InvalidArgument,
            "softmax: the shared-memory kernel needs aligned rows of at most ", kSmemRowBytes / 4, " floats");
   MT_CHECK(which != SoftmaxKernel::RegisterCached || n_vec <= 1024 * kCache, InvalidArgument,
            "softmax: rows of ", row_len, " floats do not fit in registers");
-  if (which == SoftmaxKernel::SharedCached) {
-    auto* kernel = softmax_rows_smem_kernel<LOG>;
-    const std::size_t smem = static_cast<std::size_t>(row_len) * sizeof(float);
-    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemRowBytes)));
-    const int threads = 512;
+  if (shared) {
+    const bool pipelined = which == SoftmaxKernel::SharedPipelined;
+    auto* kernel = pipelined ? softmax_rows_pipelined_kernel<LOG> : softmax_rows_smem_kernel<LOG>;
+    const std::size_t smem = static_cast<std::size_t>(row_len) * sizeof(float) * (pipelined ? 2 : 1);
+    MT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemRowBytes * 2)));
+    const int threads = pipelined ? 1024 : 512;
     const std::int64_t wave =
         std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem)) *
         current_sm_count();

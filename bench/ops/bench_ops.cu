@@ -319,6 +319,7 @@ BENCHMARK_CAPTURE(matrix_reduce, col_max, ReduceOp::Max, false)->UseManualTime()
 BENCHMARK_CAPTURE(matrix_reduce, row_argmax, ReduceOp::ArgMax, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_softmax, rows, false, detail::SoftmaxKernel::Auto)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_softmax, log_rows, true, detail::SoftmaxKernel::Auto)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, rows_shared_single_buffer, false, detail::SoftmaxKernel::SharedCached)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_softmax, rows_registers, false, detail::SoftmaxKernel::RegisterCached)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_softmax, rows_two_pass, false, detail::SoftmaxKernel::TwoPass)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(transpose_rung, naive, detail::TransposeKernel::Naive)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);

@@ -74,7 +74,7 @@ TEST(Softmax, Cuda_EveryRowKernelMatchesReference) {
     const Tensor x = randn({37, 4096}, 9, Device::cuda(0)) * 4.0;
     const Tensor ref = log ? log_softmax(x.cpu()) : softmax(x.cpu());
     for (auto k : {detail::SoftmaxKernel::RegisterCached, detail::SoftmaxKernel::SharedCached,
-                   detail::SoftmaxKernel::TwoPass}) {
+                   detail::SoftmaxKernel::SharedPipelined, detail::SoftmaxKernel::TwoPass}) {
       Tensor y = empty({37, 4096}, DType::F32, Device::cuda(0));
       detail::launch_softmax(log, x.data<float>(), y.data<float>(), 37, 4096, 1, current_stream(0), k);
       const auto r = test::compare(y, ref, log ? Tolerance::close(2e-5, 2e-6) : Tolerance::close(1e-7, 2e-5));
