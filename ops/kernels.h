@@ -49,8 +49,9 @@ void launch_reduce_cols(ReduceOp op, const float* x, const StridedLayout& outer,
 // ---------------------------------------------------------------- softmax (ops/softmax.cu)
 // Which row kernel (n_inner == 1): Auto picks by row length; the others are for benchmarks and tests
 // (InvalidArgument when the rows do not fit the kernel). RegisterCached: the row in registers (a warp or a
-// block per row); SharedCached: aligned rows in shared memory, several blocks per SM; SharedPipelined: the
-// same, double-buffered (Auto's choice for aligned rows up to 96 KiB); TwoPass: statistics, then a second read.
+// block per row); SharedCached: aligned rows in shared memory, several blocks per SM (Auto's choice for aligned
+// rows up to 96 KiB); SharedPipelined: the same, double-buffered, one block per SM; TwoPass: statistics, then a
+// second read.
 enum class SoftmaxKernel { Auto, RegisterCached, SharedCached, SharedPipelined, TwoPass };
 // Contiguous x and out viewed as (n_outer, n_axis, n_inner); softmax over the middle dim.
 void launch_softmax(bool log, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,
