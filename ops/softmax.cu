@@ -1,9 +1,9 @@
 // Softmax and log-softmax kernels, one fused pass each: the row is read once, its max and sum of exponentials
 // found together, and the result written.
 //   - rows (the axis is innermost): a warp per row up to 32 * V * kCache elements, held in registers; aligned
-//     rows up to 96 KiB in shared memory (copied in by cp.async, several blocks per SM); else a block per row in registers up to
-//     1024 * V * kCache; longer rows are read twice (the second read mostly hits L2). The cached paths move
-//     8 bytes of HBM traffic per element.
+//     rows up to 96 KiB in shared memory (copied in by cp.async, several blocks per SM); else a block per row
+//     in registers up to 1024 * V * kCache; longer rows are read twice (the second read mostly hits L2). The
+//     cached paths move 8 bytes of HBM traffic per element.
 //   - columns (the axis is strided): a thread per (outer, inner) column, coalesced across the inner dim, two
 //     passes over the column.
 // Statistics merge as (max, sum) pairs: s = s1 * exp(m1 - m) + s2 * exp(m2 - m) with m = max(m1, m2), so no
@@ -100,15 +100,17 @@ struct Vec<4> {
   }
 };
 
-// Rows held in registers. WARP: a warp per row; else a block per row. Vector j of the row (V floats) belongs to
-// thread j % group, slot j / group. Row length is a multiple of V (V = 4: and the rows are 16-byte aligned).
+// Rows held in registers. WARP: a warp per row; else a block per row. Vector j of the row (V floats) belongs
+// to thread j % group, slot j / group. Row length is a multiple of V (V = 4: and the rows are 16-byte
+// aligned).
 template <bool LOG, int V, bool WARP>
 __global__ void __launch_bounds__(1024)
     softmax_rows_cached_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
                                std::int64_t row_len) {
   const int group = WARP ? 32 : blockDim.x;
   const int t = WARP ? threadIdx.x % 32 : threadIdx.x;
-  const std::int64_t first = WARP ? blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32 : blockIdx.x;
+  const std::int64_t first =
+      WARP ? blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32 : blockIdx.x;
   const std::int64_t step = WARP ? std::int64_t(gridDim.x) * (blockDim.x / 32) : gridDim.x;
   const std::int64_t n_vec = row_len / V;
   for (std::int64_t r = first; r < n_rows; r += step) {
@@ -211,15 +213,16 @@ __global__ void __launch_bounds__(512)
   }
 }
 
-// Double-buffered: a block's next row is copied in while it computes the current one, so its loads never stop.
-// Dynamic shared memory: 2 * row_len floats.
+// Double-buffered: a block's next row is copied in while it computes the current one, so its loads never
+// stop. Dynamic shared memory: 2 * row_len floats.
 template <bool LOG>
 __global__ void __launch_bounds__(1024)
     softmax_rows_pipelined_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
                                   std::int64_t row_len) {
   extern __shared__ float4 buf[];
   const int n_vec = static_cast<int>(row_len / 4);
-  if (blockIdx.x < n_rows) load_row_async(buf, reinterpret_cast<const float4*>(x + blockIdx.x * row_len), n_vec);
+  if (blockIdx.x < n_rows)
+    load_row_async(buf, reinterpret_cast<const float4*>(x + blockIdx.x * row_len), n_vec);
   asm volatile("cp.async.commit_group;\n" ::);
   int k = 0;
   for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x, k ^= 1) {
@@ -239,7 +242,8 @@ __global__ void __launch_bounds__(1024)
 // Rows too long for registers: online statistics in one read, then a second read to write.
 template <bool LOG, int V>
 __global__ void __launch_bounds__(1024)
-    softmax_rows_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows, std::int64_t row_len) {
+    softmax_rows_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
+                        std::int64_t row_len) {
   const std::int64_t n_vec = row_len / V;
   for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
     const float* xr = x + r * row_len;
@@ -266,8 +270,8 @@ __global__ void __launch_bounds__(1024)
 // Strided axis: thread per (outer o, inner c); element r of the column at (o * n_axis + r) * n_inner + c.
 template <bool LOG>
 __global__ void __launch_bounds__(256)
-    softmax_cols_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_outer, std::int64_t n_axis,
-                        std::int64_t n_inner) {
+    softmax_cols_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_outer,
+                        std::int64_t n_axis, std::int64_t n_inner) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n_outer * n_inner;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t o = i / n_inner, c = i % n_inner;
@@ -276,7 +280,8 @@ __global__ void __launch_bounds__(256)
     for (std::int64_t r = 0; r < n_axis; ++r) update(st, __ldg(xc + r * n_inner));
     const float sc = scale<LOG>(st);
     float* yc = out + o * n_axis * n_inner + c;
-    for (std::int64_t r = 0; r < n_axis; ++r) yc[r * n_inner] = finish<LOG>(__ldg(xc + r * n_inner), st.m, sc);
+    for (std::int64_t r = 0; r < n_axis; ++r)
+      yc[r * n_inner] = finish<LOG>(__ldg(xc + r * n_inner), st.m, sc);
   }
 }
 
@@ -290,8 +295,9 @@ int pow2_at_least(std::int64_t n) {
 // every block gets the same number of rounds, so the last round is not a partial wave.
 template <class Kernel>
 int balanced_grid(Kernel* kernel, int threads, std::int64_t items, int per_block = 1) {
-  const std::int64_t wave = std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads)) *
-                            current_sm_count() * per_block;
+  const std::int64_t wave =
+      std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads)) *
+      current_sm_count() * per_block;
   const std::int64_t rounds = (items + wave - 1) / wave;
   const std::int64_t slots = (items + rounds - 1) / rounds;
   return static_cast<int>(std::max<std::int64_t>(1, (slots + per_block - 1) / per_block));

@@ -30,9 +30,10 @@ struct Batch {
 // src_ld, unit column stride. dst: (n_cols, n_rows), row stride dst_ld. PAD = 0, TILES = 1 is the seed's
 // unpadded baseline (a 32-way bank conflict on every read of the write phase).
 template <class T, int PAD, int TILES>
-__global__ void __launch_bounds__(TILE * ROWS)
-    transpose_tile_kernel(T* __restrict__ dst, const T* __restrict__ src, std::int64_t n_rows, std::int64_t n_cols,
-                          std::int64_t src_ld, std::int64_t dst_ld, std::int64_t blocks_c, Batch batch) {
+__global__ void __launch_bounds__(TILE* ROWS)
+    transpose_tile_kernel(T* __restrict__ dst, const T* __restrict__ src, std::int64_t n_rows,
+                          std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld,
+                          std::int64_t blocks_c, Batch batch) {
   __shared__ T tile[TILES][TILE][TILE + PAD];
   const std::int64_t r0 = (blockIdx.x / blocks_c) * TILE, c0 = (blockIdx.x % blocks_c) * TILE * TILES;
   const int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;
@@ -65,7 +66,8 @@ __global__ void __launch_bounds__(TILE * ROWS)
 #pragma unroll
       for (int t = 0; t < TILES; ++t) {
 #pragma unroll
-        for (int k = 0; k < TILE / ROWS; ++k) d[k * dst_step + t * TILE * dst_ld] = tile[t][tx][ty + k * ROWS];
+        for (int k = 0; k < TILE / ROWS; ++k)
+          d[k * dst_step + t * TILE * dst_ld] = tile[t][tx][ty + k * ROWS];
       }
     } else {
 #pragma unroll
@@ -87,12 +89,13 @@ __global__ void __launch_bounds__(TILE * ROWS)
 // bank of element (i, j) is (33 i + j) % 32 = (i + j) % 32: distinct across a warp in both phases.
 // Needs n_rows, n_cols, both leading dims and every batch offset divisible by 4, and aligned base pointers.
 // A block covers TR x TC tiles: TR * TILE source rows by TC * TILE source columns (longer contiguous runs on
-// both sides than one tile: 4 * TC * TILE bytes per source row read, 4 * TR * TILE per destination row written).
+// both sides than one tile: 4 * TC * TILE bytes per source row read, 4 * TR * TILE per destination row
+// written).
 template <int TR, int TC>
-__global__ void __launch_bounds__(TILE * ROWS)
+__global__ void __launch_bounds__(TILE* ROWS)
     transpose_tile_vec4_kernel(float* __restrict__ dst, const float* __restrict__ src, std::int64_t n_rows,
-                               std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld, std::int64_t blocks_c,
-                               Batch batch) {
+                               std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld,
+                               std::int64_t blocks_c, Batch batch) {
   static_assert(TILE * ROWS == TILE * TILE / 4, "one float4 per thread per tile");
   __shared__ float tile[TR * TC][TILE][TILE + 1];
   const std::int64_t r0 = (blockIdx.x / blocks_c) * TILE * TR, c0 = (blockIdx.x % blocks_c) * TILE * TC;
@@ -106,12 +109,14 @@ __global__ void __launch_bounds__(TILE * ROWS)
 #pragma unroll
       for (int tc = 0; tc < TC; ++tc) {
         const std::int64_t r = r0 + tr * TILE + i, c = c0 + tc * TILE + q;
-        if (r < n_rows && c < n_cols) v[tr * TC + tc] = __ldg(reinterpret_cast<const float4*>(s + r * src_ld + c));
+        if (r < n_rows && c < n_cols)
+          v[tr * TC + tc] = __ldg(reinterpret_cast<const float4*>(s + r * src_ld + c));
       }
     }
 #pragma unroll
     for (int t = 0; t < TR * TC; ++t) {
-      tile[t][i][q] = v[t].x, tile[t][i][q + 1] = v[t].y, tile[t][i][q + 2] = v[t].z, tile[t][i][q + 3] = v[t].w;
+      tile[t][i][q] = v[t].x, tile[t][i][q + 1] = v[t].y, tile[t][i][q + 2] = v[t].z,
+      tile[t][i][q + 3] = v[t].w;
     }
     __syncthreads();
 #pragma unroll
@@ -121,7 +126,8 @@ __global__ void __launch_bounds__(TILE * ROWS)
         const int t = tr * TC + tc;
         const std::int64_t c = c0 + tc * TILE + i, r = r0 + tr * TILE + q;
         if (c < n_cols && r < n_rows) {
-          const float4 w = make_float4(tile[t][q][i], tile[t][q + 1][i], tile[t][q + 2][i], tile[t][q + 3][i]);
+          const float4 w =
+              make_float4(tile[t][q][i], tile[t][q + 1][i], tile[t][q + 2][i], tile[t][q + 3][i]);
           *reinterpret_cast<float4*>(d + c * dst_ld + r) = w;
         }
       }
@@ -132,8 +138,8 @@ __global__ void __launch_bounds__(TILE * ROWS)
 
 // The seed's transpose: a thread per element, reads coalesced, writes strided by n_rows (one 32-byte sector
 // per 4-byte write). A benchmark baseline.
-__global__ void transpose_naive_kernel(float* __restrict__ dst, const float* __restrict__ src, std::int64_t n_rows,
-                                       std::int64_t n_cols) {
+__global__ void transpose_naive_kernel(float* __restrict__ dst, const float* __restrict__ src,
+                                       std::int64_t n_rows, std::int64_t n_cols) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n_rows * n_cols;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / n_cols, c = i % n_cols;
@@ -157,33 +163,37 @@ void launch_tiles(void* dst, const void* src, std::int64_t n_rows, std::int64_t 
   const dim3 grid(static_cast<unsigned>(blocks_r * blocks_c),
                   static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
   if (tiles == MAX_TILES) {
-    transpose_tile_kernel<T, PAD, MAX_TILES><<<grid, TILE * ROWS, 0, stream>>>(d, s, n_rows, n_cols, src_ld, dst_ld,
-                                                                            blocks_c, batch);
+    transpose_tile_kernel<T, PAD, MAX_TILES>
+        <<<grid, TILE * ROWS, 0, stream>>>(d, s, n_rows, n_cols, src_ld, dst_ld, blocks_c, batch);
   } else {
-    transpose_tile_kernel<T, PAD, 1><<<grid, TILE * ROWS, 0, stream>>>(d, s, n_rows, n_cols, src_ld, dst_ld,
-                                                                       blocks_c, batch);
+    transpose_tile_kernel<T, PAD, 1>
+        <<<grid, TILE * ROWS, 0, stream>>>(d, s, n_rows, n_cols, src_ld, dst_ld, blocks_c, batch);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
 
 template <int TR, int TC>
-void launch_tiles_vec4(void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols, std::int64_t src_ld,
-                       std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
+void launch_tiles_vec4(void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols,
+                       std::int64_t src_ld, std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
   const std::int64_t blocks_r = (n_rows + TILE * TR - 1) / (TILE * TR);
   const std::int64_t blocks_c = (n_cols + TILE * TC - 1) / (TILE * TC);
   MT_CHECK(blocks_r * blocks_c <= 0x7fffffff, InvalidArgument, "transpose: ", n_rows, " x ", n_cols,
            " needs too many tiles");
   const dim3 grid(static_cast<unsigned>(blocks_r * blocks_c),
                   static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
-  transpose_tile_vec4_kernel<TR, TC><<<grid, TILE * ROWS, 0, stream>>>(
-      static_cast<float*>(dst), static_cast<const float*>(src), n_rows, n_cols, src_ld, dst_ld, blocks_c, batch);
+  transpose_tile_vec4_kernel<TR, TC>
+      <<<grid, TILE * ROWS, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src), n_rows,
+                                         n_cols, src_ld, dst_ld, blocks_c, batch);
   MT_CUDA_CHECK_LAUNCH();
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
 
-void launch_padded(void* dst, const void* src, std::size_t elem_size, std::int64_t n_rows, std::int64_t n_cols,
-                   std::int64_t src_ld, std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
+void launch_padded(void* dst, const void* src, std::size_t elem_size, std::int64_t n_rows,
+                   std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld, const Batch& batch,
+                   cudaStream_t stream) {
   bool vec = elem_size == 4 && n_rows % 4 == 0 && n_cols % 4 == 0 && src_ld % 4 == 0 && dst_ld % 4 == 0 &&
              aligned16(src) && aligned16(dst);
   for (int d = 0; d < batch.src.rank; ++d) {
@@ -197,12 +207,17 @@ void launch_padded(void* dst, const void* src, std::size_t elem_size, std::int64
     return launch_tiles_vec4<1, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
   }
   switch (elem_size) {
-    case 1: return launch_tiles<std::uint8_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
-    case 2: return launch_tiles<std::uint16_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
-    case 4: return launch_tiles<std::uint32_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
-    case 8: return launch_tiles<std::uint64_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 1:
+      return launch_tiles<std::uint8_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 2:
+      return launch_tiles<std::uint16_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 4:
+      return launch_tiles<std::uint32_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 8:
+      return launch_tiles<std::uint64_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
     // 16-byte elements: four tiles would take 4 x 16.9 KiB of shared memory per block.
-    case 16: return launch_tiles<uint4, 1, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 16:
+      return launch_tiles<uint4, 1, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
   }
   MT_THROW(InvalidArgument, "transpose: unsupported element size ", elem_size);
 }
@@ -251,8 +266,8 @@ void launch_transpose_2d(TransposeKernel kernel, void* dst, const void* src, std
   switch (kernel) {
     case TransposeKernel::Naive: {
       const int grid = grid_stride_blocks(transpose_naive_kernel, 256, n_rows * n_cols, 256);
-      transpose_naive_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src),
-                                                       n_rows, n_cols);
+      transpose_naive_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(dst),
+                                                       static_cast<const float*>(src), n_rows, n_cols);
       MT_CUDA_CHECK_LAUNCH();
       return;
     }

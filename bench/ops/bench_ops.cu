@@ -1,11 +1,11 @@
 // bench_ops: the bandwidth-bound ops against the device's copy bandwidth.
 //
-// Row 0 is cudaMemcpy device-to-device (the ceiling); every other row reports GB/s (bytes read + written by the
-// op, formula next to each row) and x_copy, its ratio to row 0. 2^28 float32 elements (1 GiB per tensor, far
-// beyond L2, so no input rotation is needed); 16384 x 16384 for the row / column cases, softmax and transpose.
-// Each row validates its result against the CPU reference before timing, warms up, then times every iteration
-// with CUDA events on the op's stream; the counters use the median. Outputs are preallocated, so no allocation
-// sits inside a timed region.
+// Row 0 is cudaMemcpy device-to-device (the ceiling); every other row reports GB/s (bytes read + written by
+// the op, formula next to each row) and x_copy, its ratio to row 0. 2^28 float32 elements (1 GiB per tensor,
+// far beyond L2, so no input rotation is needed); 16384 x 16384 for the row / column cases, softmax and
+// transpose. Each row validates its result against the CPU reference before timing, warms up, then times
+// every iteration with CUDA events on the op's stream; the counters use the median. Outputs are preallocated,
+// so no allocation sits inside a timed region.
 //
 //   bench_ops --benchmark_out=ops.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
@@ -31,7 +31,9 @@ constexpr std::int64_t kSide = 16384;  // kSide^2 == kN
 constexpr int kWarmup = 3;
 constexpr int kIterations = 20;
 
-cudaStream_t stream() { return current_stream(0); }
+cudaStream_t stream() {
+  return current_stream(0);
+}
 
 // Inputs and outputs, made once. x and y hold 2^28 + 1 floats so that offset-1 views have 2^28 elements too.
 struct Data {
@@ -56,7 +58,9 @@ Data& data() {
 }
 
 // Host copies of a few slices, for validation.
-std::vector<float> host(const Tensor& t) { return t.contiguous().to_vector<float>(); }
+std::vector<float> host(const Tensor& t) {
+  return t.contiguous().to_vector<float>();
+}
 
 bool close(const std::vector<float>& got, const std::vector<float>& ref, double rel, std::string* why) {
   if (got.size() != ref.size()) {
@@ -66,7 +70,8 @@ bool close(const std::vector<float>& got, const std::vector<float>& ref, double 
   for (size_t i = 0; i < got.size(); ++i) {
     const double g = got[i], e = ref[i];
     if (std::isnan(g) != std::isnan(e) || std::fabs(g - e) > 1e-6 + rel * std::fabs(e)) {
-      *why = "element " + std::to_string(i) + ": got " + std::to_string(g) + ", expected " + std::to_string(e);
+      *why =
+          "element " + std::to_string(i) + ": got " + std::to_string(g) + ", expected " + std::to_string(e);
       return false;
     }
   }
@@ -124,7 +129,8 @@ void run(benchmark::State& state, double bytes, const std::function<void()>& lau
 void BM_copy_d2d(benchmark::State& state) {
   Data& d = data();
   auto launch = [&] {
-    MT_CUDA_CHECK(cudaMemcpyAsync(d.out.data_ptr(), d.x.data_ptr(), kN * 4, cudaMemcpyDeviceToDevice, stream()));
+    MT_CUDA_CHECK(
+        cudaMemcpyAsync(d.out.data_ptr(), d.x.data_ptr(), kN * 4, cudaMemcpyDeviceToDevice, stream()));
   };
   launch();
   const double ms = time_ms(state, launch);
@@ -133,7 +139,8 @@ void BM_copy_d2d(benchmark::State& state) {
 }
 
 // Elementwise validation: the first and last 4096 outputs against the CPU reference on the same inputs.
-std::string check_elementwise(const Tensor& out, const std::function<Tensor(std::int64_t, std::int64_t)>& ref_of) {
+std::string check_elementwise(const Tensor& out,
+                              const std::function<Tensor(std::int64_t, std::int64_t)>& ref_of) {
   std::string why;
   for (std::int64_t start : {std::int64_t(0), out.numel() - 4096}) {
     if (!close(host(out.narrow(0, start, 4096)), host(ref_of(start, 4096)), 2e-6, &why)) return why;
@@ -170,12 +177,14 @@ void elementwise_unary(benchmark::State& state, UnaryOp op, const Tensor& x, Ten
   run(
       state, 8.0 * kN, [&] { unary(op, x, out); },
       [&] {
-        return check_elementwise(out,
-                                 [&](std::int64_t s, std::int64_t n) { return unary(op, x.narrow(0, s, n).cpu()); });
+        return check_elementwise(
+            out, [&](std::int64_t s, std::int64_t n) { return unary(op, x.narrow(0, s, n).cpu()); });
       });
 }
 
-void BM_add(benchmark::State& state) { elementwise_binary(state, BinaryOp::Add, data().x, data().y, data().out); }
+void BM_add(benchmark::State& state) {
+  elementwise_binary(state, BinaryOp::Add, data().x, data().y, data().out);
+}
 // Inputs at element offset 1, output aligned: the inputs are read as scalars, the output written in float4.
 void BM_add_offset1(benchmark::State& state) {
   elementwise_binary(state, BinaryOp::Add, data().x1, data().y1, data().out);
@@ -184,9 +193,15 @@ void BM_add_offset1(benchmark::State& state) {
 void BM_add_offset1_all(benchmark::State& state) {
   elementwise_binary(state, BinaryOp::Add, data().x1, data().y1, data().out1);
 }
-void BM_relu(benchmark::State& state) { elementwise_unary(state, UnaryOp::Relu, data().x, data().out); }
-void BM_relu_offset1(benchmark::State& state) { elementwise_unary(state, UnaryOp::Relu, data().x1, data().out); }
-void BM_gelu(benchmark::State& state) { elementwise_unary(state, UnaryOp::Gelu, data().x, data().out); }
+void BM_relu(benchmark::State& state) {
+  elementwise_unary(state, UnaryOp::Relu, data().x, data().out);
+}
+void BM_relu_offset1(benchmark::State& state) {
+  elementwise_unary(state, UnaryOp::Relu, data().x1, data().out);
+}
+void BM_gelu(benchmark::State& state) {
+  elementwise_unary(state, UnaryOp::Gelu, data().x, data().out);
+}
 
 // ---- reductions. Bytes: 4 * n read (+ the outputs, negligible).
 StridedLayout rows_layout(std::int64_t n_rows, std::int64_t row_len) {
@@ -203,8 +218,8 @@ void BM_sum(benchmark::State& state, bool offset1) {
   run(
       state, 4.0 * kN,
       [&] {
-        detail::launch_reduce_rows(ReduceOp::Sum, x.data<float>(), rows_layout(1, kN), 1, kN, d.out.data_ptr(),
-                                   stream());
+        detail::launch_reduce_rows(ReduceOp::Sum, x.data<float>(), rows_layout(1, kN), 1, kN,
+                                   d.out.data_ptr(), stream());
       },
       [&] {
         const std::vector<float> h = host(x);
@@ -226,7 +241,8 @@ void matrix_reduce(benchmark::State& state, ReduceOp op, bool rows) {
       state, 4.0 * kN,
       [&] {
         if (rows) {
-          detail::launch_reduce_rows(op, d.x.data<float>(), rows_layout(kSide, kSide), kSide, kSide, out, stream());
+          detail::launch_reduce_rows(op, d.x.data<float>(), rows_layout(kSide, kSide), kSide, kSide, out,
+                                     stream());
         } else {
           StridedLayout outer = rows_layout(1, 0);
           detail::launch_reduce_cols(op, d.x.data<float>(), outer, 1, kSide, kSide, kSide, out, stream());
@@ -252,9 +268,12 @@ void BM_softmax(benchmark::State& state, bool log, detail::SoftmaxKernel which) 
   Data& d = data();
   run(
       state, 8.0 * kN,
-      [&] { detail::launch_softmax(log, d.x.data<float>(), d.out.data<float>(), kSide, kSide, 1, stream(), which); },
       [&] {
-        const Tensor ref = log ? log_softmax(d.m.narrow(0, 0, 16).cpu()) : softmax(d.m.narrow(0, 0, 16).cpu());
+        detail::launch_softmax(log, d.x.data<float>(), d.out.data<float>(), kSide, kSide, 1, stream(), which);
+      },
+      [&] {
+        const Tensor ref =
+            log ? log_softmax(d.m.narrow(0, 0, 16).cpu()) : softmax(d.m.narrow(0, 0, 16).cpu());
         std::string why;
         close(host(d.mout.narrow(0, 0, 16).flatten()), ref.flatten().to_vector<float>(), 1e-5, &why);
         return why;
@@ -265,7 +284,8 @@ void BM_softmax(benchmark::State& state, bool log, detail::SoftmaxKernel which) 
 void transpose_rung(benchmark::State& state, detail::TransposeKernel k) {
   Data& d = data();
   run(
-      state, 8.0 * kN, [&] { detail::launch_transpose_2d(k, d.out.data_ptr(), d.x.data_ptr(), kSide, kSide, stream()); },
+      state, 8.0 * kN,
+      [&] { detail::launch_transpose_2d(k, d.out.data_ptr(), d.x.data_ptr(), kSide, kSide, stream()); },
       [&] {
         // Rows 0..31 of the output are columns 0..31 of the input.
         const std::vector<float> got = host(d.mout.narrow(0, 0, 32));
@@ -275,7 +295,8 @@ void transpose_rung(benchmark::State& state, detail::TransposeKernel k) {
         return why;
       });
 }
-// The eager path: Tensor::copy_ of a transposed view (the tiled copy; what contiguous() and mt::transpose use).
+// The eager path: Tensor::copy_ of a transposed view (the tiled copy; what contiguous() and mt::transpose
+// use).
 void BM_transpose_copy(benchmark::State& state, bool offset1) {
   Data& d = data();
   const Tensor src = offset1 ? d.x1.view({kSide, kSide}).t() : d.m.t();
@@ -297,7 +318,8 @@ void BM_permute_021(benchmark::State& state) {
       state, 8.0 * kN, [&] { dst.copy_(src); },
       [&] {
         std::string why;
-        close(host(dst.select(0, 63).narrow(0, 0, 8)), host(src.select(0, 63).narrow(0, 0, 8).cpu()), 0, &why);
+        close(host(dst.select(0, 63).narrow(0, 0, 8)), host(src.select(0, 63).narrow(0, 0, 8).cpu()), 0,
+              &why);
         return why;
       });
 }
@@ -310,25 +332,82 @@ BENCHMARK(BM_add_offset1_all)->UseManualTime()->Iterations(kIterations)->Unit(be
 BENCHMARK(BM_relu)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_relu_offset1)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_gelu)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_sum, aligned, false)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_sum, offset1, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, row_sum, ReduceOp::Sum, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, col_sum, ReduceOp::Sum, false)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, row_max, ReduceOp::Max, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, col_max, ReduceOp::Max, false)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, row_argmax, ReduceOp::ArgMax, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows, false, detail::SoftmaxKernel::Auto)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, log_rows, true, detail::SoftmaxKernel::Auto)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows_shared_single_buffer, false, detail::SoftmaxKernel::SharedCached)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows_registers, false, detail::SoftmaxKernel::RegisterCached)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows_two_pass, false, detail::SoftmaxKernel::TwoPass)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, naive, detail::TransposeKernel::Naive)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, smem_nopad, detail::TransposeKernel::SharedNoPad)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, smem_padded, detail::TransposeKernel::SharedPadded)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, vec4_wide, detail::TransposeKernel::Vec4Wide)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, best, detail::TransposeKernel::Best)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_sum, aligned, false)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_sum, offset1, true)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(matrix_reduce, row_sum, ReduceOp::Sum, true)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(matrix_reduce, col_sum, ReduceOp::Sum, false)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(matrix_reduce, row_max, ReduceOp::Max, true)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(matrix_reduce, col_max, ReduceOp::Max, false)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(matrix_reduce, row_argmax, ReduceOp::ArgMax, true)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, rows, false, detail::SoftmaxKernel::Auto)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, log_rows, true, detail::SoftmaxKernel::Auto)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, rows_shared_single_buffer, false, detail::SoftmaxKernel::SharedCached)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, rows_registers, false, detail::SoftmaxKernel::RegisterCached)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_softmax, rows_two_pass, false, detail::SoftmaxKernel::TwoPass)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(transpose_rung, naive, detail::TransposeKernel::Naive)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(transpose_rung, smem_nopad, detail::TransposeKernel::SharedNoPad)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(transpose_rung, smem_padded, detail::TransposeKernel::SharedPadded)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(transpose_rung, vec4_wide, detail::TransposeKernel::Vec4Wide)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(transpose_rung, best, detail::TransposeKernel::Best)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_permute_021)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Reductions through the op harness: every op over all / one / several axes with keepdim, row and column cases,
-// awkward shapes and layouts, special values; determinism, float64-class accuracy at 2^28, > 2^31 elements.
+// Reductions through the op harness: every op over all / one / several axes with keepdim, row and column
+// cases, awkward shapes and layouts, special values; determinism, float64-class accuracy at 2^28, > 2^31
+// elements.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,8 +19,8 @@ using test::Layout;
 using test::OpCase;
 using test::Tolerance;
 
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::ArgMax,
-                         ReduceOp::ArgMin};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Mean,   ReduceOp::Max,
+                         ReduceOp::Min, ReduceOp::ArgMax, ReduceOp::ArgMin};
 const Layout kLayouts[] = {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided,
                            Layout::Expanded};
 
@@ -44,11 +45,10 @@ void run_reduce(ReduceOp op, const Axes& a, Layout layout, bool keepdim, double 
 
 TEST(Reduce, AllOps_ShapesAxesLayouts) {
   const std::vector<Axes> cases = {
-      {{1}, {}},           {{7}, {}},           {{7}, {0}},         {{(1 << 20) + 3}, {}},
-      {{13, 17}, {}},      {{13, 17}, {1}},     {{13, 17}, {0}},    {{13, 17}, {-1}},
-      {{64, 4099}, {1}},   {{64, 4099}, {0}},   {{4099, 64}, {0}},  {{4099, 64}, {1}},
-      {{3, 5, 7}, {1}},    {{3, 5, 7}, {0}},    {{3, 5, 7}, {2}},   {{2, 3, 4, 5}, {3}},
-      {{16, 8195}, {1}},   {{5000, 33}, {0}},   {{1, 1, 9}, {2}},   {{6, 1, 9}, {1}},
+      {{1}, {}},           {{7}, {}},         {{7}, {0}},        {{(1 << 20) + 3}, {}}, {{13, 17}, {}},
+      {{13, 17}, {1}},     {{13, 17}, {0}},   {{13, 17}, {-1}},  {{64, 4099}, {1}},     {{64, 4099}, {0}},
+      {{4099, 64}, {0}},   {{4099, 64}, {1}}, {{3, 5, 7}, {1}},  {{3, 5, 7}, {0}},      {{3, 5, 7}, {2}},
+      {{2, 3, 4, 5}, {3}}, {{16, 8195}, {1}}, {{5000, 33}, {0}}, {{1, 1, 9}, {2}},      {{6, 1, 9}, {1}},
   };
   for (ReduceOp op : kOps) {
     for (const Axes& a : cases) {
@@ -61,7 +61,7 @@ TEST(Reduce, AllOps_ShapesAxesLayouts) {
 
 TEST(Reduce, ValueOps_SeveralAxes) {
   const std::vector<Axes> cases = {
-      {{3, 5, 7}, {0, 2}}, {{3, 5, 7}, {2, 0}}, {{3, 5, 7}, {0, 1}}, {{3, 5, 7}, {1, 2}},
+      {{3, 5, 7}, {0, 2}},    {{3, 5, 7}, {2, 0}},    {{3, 5, 7}, {0, 1}},          {{3, 5, 7}, {1, 2}},
       {{2, 3, 4, 5}, {0, 2}}, {{2, 3, 4, 5}, {1, 3}}, {{2, 3, 4, 5}, {0, 1, 2, 3}}, {{33, 2, 300}, {0, 2}},
   };
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min}) {

@@ -31,11 +31,12 @@ void run_softmax(bool log, const Shape& shape, std::int64_t axis, Layout layout,
 
 TEST(Softmax, Rows_AllPaths_Layouts) {
   // 7, 33, 1000: a warp per row; 3001 and 16384: a block per row (scalar / float4), 40000: two passes.
-  const std::vector<Shape> shapes = {{1}, {7}, {5, 33}, {3, 1000}, {4, 3001}, {2, 16384}, {3, 40000}, {2, 3, 4, 129}};
+  const std::vector<Shape> shapes = {{1},       {7},        {5, 33},    {3, 1000},
+                                     {4, 3001}, {2, 16384}, {3, 40000}, {2, 3, 4, 129}};
   for (bool log : {false, true}) {
     for (const Shape& s : shapes) {
-      for (Layout layout : {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided,
-                            Layout::Expanded}) {
+      for (Layout layout :
+           {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided, Layout::Expanded}) {
         run_softmax(log, s, -1, layout, -8.0, 8.0);
       }
     }
