@@ -1,5 +1,5 @@
-// Elementwise op entries: validate the tensors (device, dtype, shape), allocate or check `out`, and dispatch to
-// the CUDA launchers (ops/elementwise.cu) or the Eigen reference (ops/cpu/elementwise.cpp).
+// Elementwise op entries: validate the tensors (device, dtype, shape), allocate or check `out`, and dispatch
+// to the CUDA launchers (ops/elementwise.cu) or the Eigen reference (ops/cpu/elementwise.cpp).
 #include "ops/elementwise.h"
 
 #include <cmath>
@@ -14,31 +14,50 @@ namespace mt {
 
 const char* op_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Abs: return "abs";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::Sigmoid: return "sigmoid";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Rsqrt: return "rsqrt";
-    case UnaryOp::Gelu: return "gelu";
-    case UnaryOp::Square: return "square";
-    case UnaryOp::Reciprocal: return "reciprocal";
+    case UnaryOp::Neg:
+      return "neg";
+    case UnaryOp::Abs:
+      return "abs";
+    case UnaryOp::Relu:
+      return "relu";
+    case UnaryOp::Sigmoid:
+      return "sigmoid";
+    case UnaryOp::Tanh:
+      return "tanh";
+    case UnaryOp::Exp:
+      return "exp";
+    case UnaryOp::Log:
+      return "log";
+    case UnaryOp::Sqrt:
+      return "sqrt";
+    case UnaryOp::Rsqrt:
+      return "rsqrt";
+    case UnaryOp::Gelu:
+      return "gelu";
+    case UnaryOp::Square:
+      return "square";
+    case UnaryOp::Reciprocal:
+      return "reciprocal";
   }
   return "?";
 }
 
 const char* op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-    case BinaryOp::Maximum: return "maximum";
-    case BinaryOp::Minimum: return "minimum";
-    case BinaryOp::Pow: return "pow";
+    case BinaryOp::Add:
+      return "add";
+    case BinaryOp::Sub:
+      return "sub";
+    case BinaryOp::Mul:
+      return "mul";
+    case BinaryOp::Div:
+      return "div";
+    case BinaryOp::Maximum:
+      return "maximum";
+    case BinaryOp::Minimum:
+      return "minimum";
+    case BinaryOp::Pow:
+      return "pow";
   }
   return "?";
 }
@@ -49,8 +68,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (int d = 0; d < rank; ++d) {
     const int da = d - (rank - a.rank()), db = d - (rank - b.rank());
     const std::int64_t ea = da >= 0 ? a[da] : 1, eb = db >= 0 ? b[db] : 1;
-    MT_CHECK(ea == eb || ea == 1 || eb == 1, ShapeError, op, ": cannot broadcast ", a, " with ", b, " (dim ", d,
-             ": ", ea, " vs ", eb, ")");
+    MT_CHECK(ea == eb || ea == 1 || eb == 1, ShapeError, op, ": cannot broadcast ", a, " with ", b, " (dim ",
+             d, ": ", ea, " vs ", eb, ")");
     out.push_back(ea == 1 ? eb : ea);
   }
   return out;
@@ -90,10 +109,12 @@ void check_same(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 // The given `out` (checked against the result's shape, dtype and device) or a new contiguous tensor.
-Tensor prepare_out(const std::optional<Tensor>& out, const Shape& shape, DType dtype, Device device, const char* op) {
+Tensor prepare_out(const std::optional<Tensor>& out, const Shape& shape, DType dtype, Device device,
+                   const char* op) {
   if (!out) return empty(shape, dtype, device);
   out->check_defined(op);
-  MT_CHECK(out->device() == device, DeviceError, op, ": out is on ", out->device(), ", the inputs on ", device);
+  MT_CHECK(out->device() == device, DeviceError, op, ": out is on ", out->device(), ", the inputs on ",
+           device);
   MT_CHECK(out->dtype() == dtype, DTypeError, op, ": out has dtype ", out->dtype(), ", the result ", dtype);
   MT_CHECK(out->shape() == shape, ShapeError, op, ": out has shape ", out->shape(), ", the result ", shape);
   return *out;
@@ -103,14 +124,15 @@ Tensor prepare_out(const std::optional<Tensor>& out, const Shape& shape, DType d
 double checked_scalar(double s, DType dtype, const char* op) {
   if (dtype == DType::F32) return s;
   const double lo = dtype == DType::U8 ? 0.0 : static_cast<double>(std::numeric_limits<std::int32_t>::min());
-  const double hi = dtype == DType::U8 ? 255.0 : static_cast<double>(std::numeric_limits<std::int32_t>::max());
+  const double hi =
+      dtype == DType::U8 ? 255.0 : static_cast<double>(std::numeric_limits<std::int32_t>::max());
   MT_CHECK(std::isfinite(s) && s == std::trunc(s) && s >= lo && s <= hi, InvalidArgument, op, ": scalar ", s,
            " is not representable in ", dtype);
   return s;
 }
 
-// Runs `cuda(stream)` on the result's device with stream bookkeeping, or `cpu()` (a contiguous CPU result copied
-// into `result` when they differ).
+// Runs `cuda(stream)` on the result's device with stream bookkeeping, or `cpu()` (a contiguous CPU result
+// copied into `result` when they differ).
 template <class Cuda, class Cpu>
 Tensor dispatch(Tensor result, std::initializer_list<const Tensor*> inputs, Cuda&& cuda, Cpu&& cpu) {
   if (result.numel() == 0) return result;
@@ -154,7 +176,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, std::optional<Tenso
       [&](cudaStream_t stream) {
         const Tensor ae = a.expand(shape), be = b.expand(shape);
         detail::launch_binary(op, a.dtype(), result.data_ptr(), detail::raw_layout(result), ae.data_ptr(),
-                              detail::raw_layout(ae), be.data_ptr(), detail::raw_layout(be), result.numel(), stream);
+                              detail::raw_layout(ae), be.data_ptr(), detail::raw_layout(be), result.numel(),
+                              stream);
       },
       [&] { return detail::cpu_binary(op, a, b, shape); });
 }
@@ -166,14 +189,15 @@ Tensor scalar_op(BinaryOp op, const Tensor& x, double s, bool scalar_first, std:
   x.check_defined(name);
   check_dtype_supported(x.dtype() == DType::F32 || op != BinaryOp::Pow, name, x.dtype());
   checked_scalar(s, x.dtype(), name);
-  MT_CHECK(!(x.dtype() != DType::F32 && op == BinaryOp::Div && !scalar_first && s == 0), InvalidArgument, name,
-           ": integer division by zero");
+  MT_CHECK(!(x.dtype() != DType::F32 && op == BinaryOp::Div && !scalar_first && s == 0), InvalidArgument,
+           name, ": integer division by zero");
   Tensor result = prepare_out(out, x.shape(), x.dtype(), x.device(), name);
   return dispatch(
       result, {&x},
       [&](cudaStream_t stream) {
-        detail::launch_binary_scalar(op, x.dtype(), result.data_ptr(), detail::raw_layout(result), x.data_ptr(),
-                                     detail::raw_layout(x), s, scalar_first, result.numel(), stream);
+        detail::launch_binary_scalar(op, x.dtype(), result.data_ptr(), detail::raw_layout(result),
+                                     x.data_ptr(), detail::raw_layout(x), s, scalar_first, result.numel(),
+                                     stream);
       },
       [&] { return detail::cpu_binary_scalar(op, x, s, scalar_first); });
 }
@@ -206,9 +230,10 @@ Tensor clamp(const Tensor& x, double lo, double hi, std::optional<Tensor> out) {
 
 Tensor invert_rgba(const Tensor& x, std::optional<Tensor> out) {
   x.check_defined("invert_rgba");
-  MT_CHECK(x.dtype() == DType::U8, DTypeError, "invert_rgba: dtype ", x.dtype(), " is not supported (uint8 only)");
-  MT_CHECK(x.dim() >= 1 && x.size(-1) == 4, ShapeError, "invert_rgba: expects (..., 4) RGBA pixels, got shape ",
-           x.shape());
+  MT_CHECK(x.dtype() == DType::U8, DTypeError, "invert_rgba: dtype ", x.dtype(),
+           " is not supported (uint8 only)");
+  MT_CHECK(x.dim() >= 1 && x.size(-1) == 4, ShapeError,
+           "invert_rgba: expects (..., 4) RGBA pixels, got shape ", x.shape());
   Tensor result = prepare_out(out, x.shape(), x.dtype(), x.device(), "invert_rgba");
   auto word_aligned = [](const Tensor& t) {
     return t.is_contiguous() && reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 4 == 0;
@@ -216,7 +241,8 @@ Tensor invert_rgba(const Tensor& x, std::optional<Tensor> out) {
   return dispatch(
       result, {&x},
       [&](cudaStream_t stream) {
-        // The kernel reads and writes whole 32-bit pixels; other layouts go through aligned contiguous copies.
+        // The kernel reads and writes whole 32-bit pixels; other layouts go through aligned contiguous
+        // copies.
         const Tensor src = word_aligned(x) ? x : x.clone();
         Tensor dst = word_aligned(result) ? result : empty(x.shape(), x.dtype(), x.device());
         detail::launch_invert_rgba(static_cast<std::uint8_t*>(dst.data_ptr()),

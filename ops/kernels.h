@@ -1,5 +1,6 @@
-// Launchers of ops/'s CUDA kernels (ops/elementwise.cu, ops/reduce.cu, ops/softmax.cu) and the Eigen reference
-// (ops/cpu/). Raw pointers and layouts; the op entries (ops/*.cpp) validate the tensors and call these.
+// Launchers of ops/'s CUDA kernels (ops/elementwise.cu, ops/reduce.cu, ops/softmax.cu) and the Eigen
+// reference (ops/cpu/). Raw pointers and layouts; the op entries (ops/*.cpp) validate the tensors and call
+// these.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,8 +14,8 @@
 
 namespace mt::detail {
 
-// The layout of tensor t with its dims as they are (not coalesced): the elementwise launchers merge the dims of
-// all operands together (coalesce_layouts), which single-tensor layouts would not allow.
+// The layout of tensor t with its dims as they are (not coalesced): the elementwise launchers merge the dims
+// of all operands together (coalesce_layouts), which single-tensor layouts would not allow.
 StridedLayout raw_layout(const Tensor& t);
 
 // ---------------------------------------------------------------- elementwise (ops/elementwise.cu)
@@ -37,19 +38,26 @@ void launch_invert_rgba(std::uint8_t* out, const std::uint8_t* x, std::int64_t n
 void launch_add_naive(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream);
 
 // ---------------------------------------------------------------- reductions (ops/reduce.cu)
-// Row case: n_rows rows of row_len contiguous floats, row r starting at x + rows.offset(r). out: n_rows values
-// (float, or int32 indices for ArgMax/ArgMin), contiguous. `count` is the divisor of Mean.
+// Row case: n_rows rows of row_len contiguous floats, row r starting at x + rows.offset(r). out: n_rows
+// values (float, or int32 indices for ArgMax/ArgMin), contiguous. `count` is the divisor of Mean.
 void launch_reduce_rows(ReduceOp op, const float* x, const StridedLayout& rows, std::int64_t n_rows,
                         std::int64_t row_len, void* out, cudaStream_t stream);
-// Column case: element (o, r, c) at x + outer.offset(o) + r * r_stride + c, reduced over r; out[o * n_cols + c].
+// Column case: element (o, r, c) at x + outer.offset(o) + r * r_stride + c, reduced over r; out[o * n_cols +
+// c].
 void launch_reduce_cols(ReduceOp op, const float* x, const StridedLayout& outer, std::int64_t n_outer,
                         std::int64_t n_reduce, std::int64_t r_stride, std::int64_t n_cols, void* out,
                         cudaStream_t stream);
 
 // ---------------------------------------------------------------- softmax (ops/softmax.cu)
+// Which row kernel (n_inner == 1): Auto picks by row length; the others are for benchmarks and tests
+// (InvalidArgument when the rows do not fit the kernel). RegisterCached: the row in registers (a warp or a
+// block per row); SharedCached: aligned rows in shared memory, several blocks per SM (Auto's choice for
+// aligned rows up to 96 KiB); SharedPipelined: the same, double-buffered, one block per SM; TwoPass:
+// statistics, then a second read.
+enum class SoftmaxKernel { Auto, RegisterCached, SharedCached, SharedPipelined, TwoPass };
 // Contiguous x and out viewed as (n_outer, n_axis, n_inner); softmax over the middle dim.
 void launch_softmax(bool log, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,
-                    std::int64_t n_inner, cudaStream_t stream);
+                    std::int64_t n_inner, cudaStream_t stream, SoftmaxKernel which = SoftmaxKernel::Auto);
 
 // ---------------------------------------------------------------- the Eigen reference (ops/cpu/)
 // Contiguous results on the CPU; inputs are CPU tensors of any layout, already validated.

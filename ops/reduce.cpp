@@ -16,12 +16,18 @@ namespace mt {
 
 const char* op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::ArgMax: return "argmax";
-    case ReduceOp::ArgMin: return "argmin";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Mean:
+      return "mean";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::ArgMax:
+      return "argmax";
+    case ReduceOp::ArgMin:
+      return "argmin";
   }
   return "?";
 }
@@ -29,7 +35,8 @@ const char* op_name(ReduceOp op) {
 namespace {
 
 // mask[d]: dim d is reduced. Empty axes = all.
-std::array<bool, kMaxDims> reduced_mask(const Shape& shape, std::span<const std::int64_t> axes, const char* op) {
+std::array<bool, kMaxDims> reduced_mask(const Shape& shape, std::span<const std::int64_t> axes,
+                                        const char* op) {
   std::array<bool, kMaxDims> mask{};
   if (axes.empty()) {
     for (int d = 0; d < shape.rank(); ++d) mask[d] = true;
@@ -74,10 +81,13 @@ StridedLayout layout_of(const std::vector<Dim>& dims) {
   return l;
 }
 
-bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
+bool is_arg(ReduceOp op) {
+  return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+}
 
 // x permuted to (kept dims..., reduced dims...), contiguous, seen as (n_out, n_reduce).
-Tensor as_rows(const Tensor& x, const std::array<bool, kMaxDims>& mask, std::int64_t n_out, std::int64_t n_reduce) {
+Tensor as_rows(const Tensor& x, const std::array<bool, kMaxDims>& mask, std::int64_t n_out,
+               std::int64_t n_reduce) {
   std::vector<std::int64_t> order;
   for (int d = 0; d < x.dim(); ++d)
     if (!mask[d]) order.push_back(d);
@@ -118,8 +128,8 @@ void reduce_cuda(ReduceOp op, const Tensor& x, const std::array<bool, kMaxDims>&
   l.rank = 1;
   l.shape[0] = n_out;
   l.stride[0] = n_reduce;
-  detail::launch_reduce_rows(op, static_cast<const float*>(rows.data_ptr()), l, n_out, n_reduce, out.data_ptr(),
-                             stream);
+  detail::launch_reduce_rows(op, static_cast<const float*>(rows.data_ptr()), l, n_out, n_reduce,
+                             out.data_ptr(), stream);
   detail::record_stream(rows, stream);
 }
 
@@ -141,9 +151,10 @@ Shape reduced_shape(const Shape& shape, std::span<const std::int64_t> axes, bool
 Tensor reduce(ReduceOp op, const Tensor& x, std::span<const std::int64_t> axes, bool keepdim) {
   const char* name = op_name(op);
   x.check_defined(name);
-  MT_CHECK(x.dtype() == DType::F32, DTypeError, name, ": dtype ", x.dtype(), " is not supported (float32 only)");
-  MT_CHECK(!is_arg(op) || axes.size() <= 1, InvalidArgument, name, ": takes one axis or none, got ", axes.size(),
-           " axes ", Shape(axes));
+  MT_CHECK(x.dtype() == DType::F32, DTypeError, name, ": dtype ", x.dtype(),
+           " is not supported (float32 only)");
+  MT_CHECK(!is_arg(op) || axes.size() <= 1, InvalidArgument, name, ": takes one axis or none, got ",
+           axes.size(), " axes ", Shape(axes));
   const auto mask = reduced_mask(x.shape(), axes, name);
   const Shape out_shape = reduced_shape(x.shape(), axes, keepdim, name);
   std::int64_t n_reduce = 1;

@@ -1,16 +1,19 @@
 // Reduction kernels: sum, mean, max, min, argmax, argmin over a contiguous axis (row case) or a strided one
-// (column case). Deterministic: each thread folds a fixed set of elements in a fixed order, and partial results
-// meet in fixed-shape trees (warp shuffles, then shared memory); when one row is too long for one block (the
-// all-reduction), blocks write partials and a second kernel reduces them. No atomics.
+// (column case). Deterministic: each thread folds a fixed set of elements in a fixed order, and partial
+// results meet in fixed-shape trees (warp shuffles, then shared memory); when one row is too long for one
+// block (the all-reduction), blocks write partials and a second kernel reduces them. No atomics.
 //
-// Accuracy: sums accumulate in float64 (one cvt + one DADD per element; an H100 SM converts 16 and adds 64 per
-// clock, while HBM delivers ~4 floats per SM per clock), so the sum of 2^28 floats is the float64 sum rounded.
-// Napkin maths: 4 bytes read per element, a few bytes written per row: copy-class bandwidth is the target.
+// Accuracy: sums accumulate in float64 (one cvt + one DADD per element; an H100 SM converts 16 and adds 64
+// per clock, while HBM delivers ~4 floats per SM per clock), so the sum of 2^28 floats is the float64 sum
+// rounded. Napkin maths: 4 bytes read per element, a few bytes written per row: copy-class bandwidth is the
+// target.
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
 
-#include "ops/functors.h"
 #include "memory/allocator.h"
+#include "ops/functors.h"
 #include "ops/kernels.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -20,7 +23,8 @@ namespace mt::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 4;  // 16-byte loads in flight per thread in the row kernel (rows in the column kernel)
+constexpr int kUnroll =
+    4;  // 16-byte loads in flight per thread in the row kernel (rows in the column kernel)
 
 // ---- reducers: an accumulator type, its identity, how an element enters, how two accumulators meet, and how
 // the result is stored. `combine` is order-independent for max/min/arg (see fn::max_combine), associative up
@@ -30,7 +34,9 @@ struct SumR {
   static __device__ Acc identity() { return 0.0; }
   static __device__ Acc from(float v, std::int64_t) { return v; }
   static __device__ Acc combine(Acc a, Acc b) { return a + b; }
-  static __device__ void store(void* out, std::int64_t i, Acc a, double) { static_cast<float*>(out)[i] = float(a); }
+  static __device__ void store(void* out, std::int64_t i, Acc a, double) {
+    static_cast<float*>(out)[i] = float(a);
+  }
 };
 struct MeanR : SumR {
   static __device__ void store(void* out, std::int64_t i, Acc a, double count) {
@@ -58,7 +64,9 @@ struct ArgAcc {
 template <bool MAX>
 struct ArgR {
   using Acc = ArgAcc;
-  static __device__ Acc identity() { return {MAX ? -INFINITY : INFINITY, std::numeric_limits<long long>::max()}; }
+  static __device__ Acc identity() {
+    return {MAX ? -INFINITY : INFINITY, std::numeric_limits<long long>::max()};
+  }
   static __device__ Acc from(float v, std::int64_t i) { return {v, i}; }
   static __device__ Acc combine(Acc a, Acc b) {
     return (MAX ? fn::argmax_wins(a.v, a.i, b.v, b.i) : fn::argmin_wins(a.v, a.i, b.v, b.i)) ? a : b;
@@ -68,8 +76,12 @@ struct ArgR {
   }
 };
 
-__device__ __forceinline__ double shfl_down(double v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }
-__device__ __forceinline__ float shfl_down(float v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }
+__device__ __forceinline__ double shfl_down(double v, int d) {
+  return __shfl_down_sync(0xffffffffu, v, d);
+}
+__device__ __forceinline__ float shfl_down(float v, int d) {
+  return __shfl_down_sync(0xffffffffu, v, d);
+}
 __device__ __forceinline__ ArgAcc shfl_down(ArgAcc a, int d) {
   return {__shfl_down_sync(0xffffffffu, a.v, d), __shfl_down_sync(0xffffffffu, a.i, d)};
 }
@@ -101,8 +113,8 @@ __device__ typename R::Acc block_reduce(typename R::Acc a) {
 // Folds x[begin, end) of one row into `acc`, this thread being `t` of a group of `g` threads. The pointer is
 // peeled to a 16-byte boundary first (scalar head), then float4 loads, then a scalar tail.
 template <class R>
-__device__ __forceinline__ void fold_segment(const float* __restrict__ row, std::int64_t begin, std::int64_t end,
-                                             int t, int g, typename R::Acc& acc) {
+__device__ __forceinline__ void fold_segment(const float* __restrict__ row, std::int64_t begin,
+                                             std::int64_t end, int t, int g, typename R::Acc& acc) {
   const std::int64_t len = end - begin;
   const float* p = row + begin;
   const std::int64_t head =
@@ -136,8 +148,8 @@ __device__ __forceinline__ void fold_segment(const float* __restrict__ row, std:
 // Row case, one warp per row (short rows): 8 rows per block, grid-stride over rows.
 template <class R>
 __global__ void __launch_bounds__(kThreads)
-    reduce_rows_warp_kernel(const float* __restrict__ x, StridedLayout rows, std::int64_t n_rows, std::int64_t row_len,
-                            void* out, double count) {
+    reduce_rows_warp_kernel(const float* __restrict__ x, StridedLayout rows, std::int64_t n_rows,
+                            std::int64_t row_len, void* out, double count) {
   const int lane = threadIdx.x % 32;
   const std::int64_t warps_per_grid = std::int64_t(gridDim.x) * (blockDim.x / 32);
   for (std::int64_t r = blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32; r < n_rows;
@@ -153,9 +165,9 @@ __global__ void __launch_bounds__(kThreads)
 // split the block stores the result; otherwise it writes partial[row * n_splits + s] for the second pass.
 template <class R>
 __global__ void __launch_bounds__(kThreads)
-    reduce_rows_block_kernel(const float* __restrict__ x, StridedLayout rows, std::int64_t n_rows, std::int64_t row_len,
-                             std::int64_t n_splits, std::int64_t chunk, typename R::Acc* __restrict__ partial,
-                             void* out, double count) {
+    reduce_rows_block_kernel(const float* __restrict__ x, StridedLayout rows, std::int64_t n_rows,
+                             std::int64_t row_len, std::int64_t n_splits, std::int64_t chunk,
+                             typename R::Acc* __restrict__ partial, void* out, double count) {
   for (std::int64_t item = blockIdx.x; item < n_rows * n_splits; item += gridDim.x) {
     const std::int64_t r = item / n_splits, s = item % n_splits;
     const std::int64_t begin = s * chunk, end = std::min(row_len, begin + chunk);
@@ -174,28 +186,30 @@ __global__ void __launch_bounds__(kThreads)
 
 // Second pass of the row case: one block per row over its n_splits partials, in index order per thread.
 template <class R>
-__global__ void __launch_bounds__(kThreads) reduce_partials_kernel(const typename R::Acc* __restrict__ partial,
-                                                                   std::int64_t n_rows, std::int64_t n_splits,
-                                                                   void* out, double count) {
+__global__ void __launch_bounds__(kThreads)
+    reduce_partials_kernel(const typename R::Acc* __restrict__ partial, std::int64_t n_rows,
+                           std::int64_t n_splits, void* out, double count) {
   for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
     typename R::Acc acc = R::identity();
-    for (std::int64_t s = threadIdx.x; s < n_splits; s += blockDim.x) acc = R::combine(acc, partial[r * n_splits + s]);
+    for (std::int64_t s = threadIdx.x; s < n_splits; s += blockDim.x)
+      acc = R::combine(acc, partial[r * n_splits + s]);
     acc = block_reduce<R>(acc);
     if (threadIdx.x == 0) R::store(out, r, acc, count);
   }
 }
 
-// Column case. Block = 32 lanes x 8 warps over a tile of 32 * V columns: lane l owns columns c0 + V*l ... + V-1
-// (a warp reads 32 * V consecutive floats of one row: fully coalesced), warp w folds rows w, w + 8, ... of the
-// block's split, kUnroll rows in flight. The 8 warps then meet in shared memory, in warp order.
-// Grid: x = column tiles, y = splits of the reduced extent, z = outer index (grid-stride).
+// Column case. Block = 32 lanes x 8 warps over a tile of 32 * V columns: lane l owns columns c0 + V*l ... +
+// V-1 (a warp reads 32 * V consecutive floats of one row: fully coalesced), warp w folds rows w, w + 8, ...
+// of the block's split, kUnroll rows in flight. The 8 warps then meet in shared memory, in warp order. Grid:
+// x = column tiles, y = splits of the reduced extent, z = outer index (grid-stride).
 constexpr int kColWarps = 8;
 
 template <class R, int V>
 __global__ void __launch_bounds__(32 * kColWarps)
-    reduce_cols_kernel(const float* __restrict__ x, StridedLayout outer, std::int64_t n_outer, std::int64_t n_reduce,
-                       std::int64_t r_stride, std::int64_t n_cols, std::int64_t rows_per_split,
-                       typename R::Acc* __restrict__ partial, void* out, double count) {
+    reduce_cols_kernel(const float* __restrict__ x, StridedLayout outer, std::int64_t n_outer,
+                       std::int64_t n_reduce, std::int64_t r_stride, std::int64_t n_cols,
+                       std::int64_t rows_per_split, typename R::Acc* __restrict__ partial, void* out,
+                       double count) {
   using Acc = typename R::Acc;
   __shared__ Acc tile[kColWarps][32 * V];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -267,35 +281,64 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- launchers
 
-// Scratch for partials: device memory from the tensor allocator, released stream-ordered after the second pass.
+// Scratch for the partials of two-pass reductions: one buffer per (device, stream), kept and grown as needed,
+// so that a reduction allocates nothing in the steady state (the benchmark and CUDA-graph capture rely on
+// it). Reuse is safe because every user of a stream's buffer is ordered on that stream; the lock is held
+// while a reduction enqueues, so a concurrent grow cannot free a buffer between pointer and launch.
 class Scratch {
  public:
-  Scratch(std::size_t bytes, cudaStream_t stream) {
-    if (bytes) m_allocation = cuda_allocator(current_device()).allocate(bytes, stream);
+  Scratch(std::size_t bytes, cudaStream_t stream) : m_lock(mutex()) {
+    if (!bytes) return;
+    int device = current_device();
+    Allocation& a = buffers()[{device, stream}];
+    if (a.size() < bytes) {
+      a = Allocation();  // release first: the old buffer's users are ordered before the new one's
+      a = cuda_allocator(device).allocate(std::max<std::size_t>(bytes, 1 << 16), stream);
+    }
+    m_ptr = a.data();
   }
   template <class T>
   T* get() const {
-    return static_cast<T*>(m_allocation.data());
+    return static_cast<T*>(m_ptr);
   }
 
  private:
-  Allocation m_allocation;
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<std::pair<int, cudaStream_t>, Allocation>& buffers() {
+    // Leaked on purpose: process-exit destruction would run after the CUDA runtime has gone.
+    static auto* b = new std::map<std::pair<int, cudaStream_t>, Allocation>();
+    return *b;
+  }
+  std::lock_guard<std::mutex> m_lock;
+  void* m_ptr = nullptr;
 };
 
 // Blocks of kThreads the device keeps resident: the grid size that fills it once.
 template <class Kernel>
 std::int64_t full_wave(Kernel* kernel, int threads) {
-  return std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads)) * current_sm_count();
+  return std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads)) *
+         current_sm_count();
+}
+
+// Blocks for `items` equal work items (one per block per round) on a device that keeps `wave` blocks
+// resident: every block gets the same number of rounds, so the last round is not a partial wave.
+int balanced_grid(std::int64_t items, std::int64_t wave) {
+  const std::int64_t rounds = (items + wave - 1) / wave;
+  return static_cast<int>(std::max<std::int64_t>(1, (items + rounds - 1) / rounds));
 }
 
 template <class R>
-void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows, std::int64_t row_len, void* out,
-                 double count, cudaStream_t stream) {
-  // Short rows: a warp each. A block per row from 4096 elements (64 float4 per thread in a warp would leave too
-  // few warps busy when rows are few).
+void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows, std::int64_t row_len,
+                 void* out, double count, cudaStream_t stream) {
+  // Short rows: a warp each. A block per row from 4096 elements (64 float4 per thread in a warp would leave
+  // too few warps busy when rows are few).
   if (row_len < 4096) {
     auto* kernel = reduce_rows_warp_kernel<R>;
-    const int grid = grid_stride_blocks(kernel, kThreads, n_rows, kThreads / 32);
+    constexpr int warps = kThreads / 32;
+    const int grid = (balanced_grid(n_rows, full_wave(kernel, kThreads) * warps) + warps - 1) / warps;
     kernel<<<grid, kThreads, 0, stream>>>(x, rows, n_rows, row_len, out, count);
     MT_CUDA_CHECK_LAUNCH();
     return;
@@ -305,12 +348,13 @@ void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows,
   // Split rows when there are fewer rows than resident blocks, keeping >= 8192 elements per split; chunks are
   // multiples of 4 floats so that every split of an aligned row starts aligned.
   std::int64_t n_splits = 1;
-  if (n_rows < wave) n_splits = std::min((wave + n_rows - 1) / n_rows, std::max<std::int64_t>(1, row_len / 8192));
+  if (n_rows < wave)
+    n_splits = std::min((wave + n_rows - 1) / n_rows, std::max<std::int64_t>(1, row_len / 8192));
   std::int64_t chunk = (row_len + n_splits - 1) / n_splits;
   chunk = (chunk + 3) / 4 * 4;
   n_splits = (row_len + chunk - 1) / chunk;
   const std::int64_t items = n_rows * n_splits;
-  const int grid = static_cast<int>(std::min(items, wave));
+  const int grid = balanced_grid(items, wave);
   Scratch scratch(n_splits > 1 ? sizeof(typename R::Acc) * items : 0, stream);
   kernel<<<grid, kThreads, 0, stream>>>(x, rows, n_rows, row_len, n_splits, chunk,
                                         scratch.template get<typename R::Acc>(), out, count);
@@ -318,7 +362,8 @@ void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows,
   if (n_splits > 1) {
     auto* second = reduce_partials_kernel<R>;
     const int grid2 = grid_stride_blocks(second, kThreads, n_rows, 1);
-    second<<<grid2, kThreads, 0, stream>>>(scratch.template get<typename R::Acc>(), n_rows, n_splits, out, count);
+    second<<<grid2, kThreads, 0, stream>>>(scratch.template get<typename R::Acc>(), n_rows, n_splits, out,
+                                           count);
     MT_CUDA_CHECK_LAUNCH();
   }
 }
@@ -349,8 +394,8 @@ void reduce_cols(const float* x, const StridedLayout& outer, std::int64_t n_oute
     if (n_splits > 1) {
       auto* second = reduce_cols_partials_kernel<R>;
       const int grid2 = grid_stride_blocks(second, kThreads, n_outer * n_cols, kThreads);
-      second<<<grid2, kThreads, 0, stream>>>(scratch.template get<typename R::Acc>(), n_outer, n_splits, n_cols, out,
-                                             count);
+      second<<<grid2, kThreads, 0, stream>>>(scratch.template get<typename R::Acc>(), n_outer, n_splits,
+                                             n_cols, out, count);
       MT_CUDA_CHECK_LAUNCH();
     }
   };
@@ -364,12 +409,18 @@ void reduce_cols(const float* x, const StridedLayout& outer, std::int64_t n_oute
 template <class Body>
 void with_reducer(ReduceOp op, Body&& body) {
   switch (op) {
-    case ReduceOp::Sum: return body(SumR{});
-    case ReduceOp::Mean: return body(MeanR{});
-    case ReduceOp::Max: return body(MaxR{});
-    case ReduceOp::Min: return body(MinR{});
-    case ReduceOp::ArgMax: return body(ArgR<true>{});
-    case ReduceOp::ArgMin: return body(ArgR<false>{});
+    case ReduceOp::Sum:
+      return body(SumR{});
+    case ReduceOp::Mean:
+      return body(MeanR{});
+    case ReduceOp::Max:
+      return body(MaxR{});
+    case ReduceOp::Min:
+      return body(MinR{});
+    case ReduceOp::ArgMax:
+      return body(ArgR<true>{});
+    case ReduceOp::ArgMin:
+      return body(ArgR<false>{});
   }
   MT_THROW(InvalidArgument, "reduce: unknown op ", static_cast<int>(op));
 }
@@ -389,8 +440,8 @@ void launch_reduce_cols(ReduceOp op, const float* x, const StridedLayout& outer,
                         cudaStream_t stream) {
   if (n_outer == 0 || n_cols == 0) return;
   with_reducer(op, [&](auto r) {
-    reduce_cols<decltype(r)>(x, outer, n_outer, n_reduce, r_stride, n_cols, out, static_cast<double>(n_reduce),
-                             stream);
+    reduce_cols<decltype(r)>(x, outer, n_outer, n_reduce, r_stride, n_cols, out,
+                             static_cast<double>(n_reduce), stream);
   });
 }
 

@@ -13,7 +13,8 @@ namespace {
 Tensor softmax_impl(bool log, const Tensor& x_in, std::int64_t axis_in) {
   const char* name = log ? "log_softmax" : "softmax";
   x_in.check_defined(name);
-  MT_CHECK(x_in.dtype() == DType::F32, DTypeError, name, ": dtype ", x_in.dtype(), " is not supported (float32 only)");
+  MT_CHECK(x_in.dtype() == DType::F32, DTypeError, name, ": dtype ", x_in.dtype(),
+           " is not supported (float32 only)");
   // A 0-d tensor is a one-element row.
   const Tensor x = x_in.dim() == 0 ? x_in.reshape({1}) : x_in;
   const int axis = wrap_dim(axis_in, x.dim(), name);
@@ -35,7 +36,11 @@ Tensor softmax_impl(bool log, const Tensor& x_in, std::int64_t axis_in) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, std::int64_t axis) { return softmax_impl(false, x, axis); }
-Tensor log_softmax(const Tensor& x, std::int64_t axis) { return softmax_impl(true, x, axis); }
+Tensor softmax(const Tensor& x, std::int64_t axis) {
+  return softmax_impl(false, x, axis);
+}
+Tensor log_softmax(const Tensor& x, std::int64_t axis) {
+  return softmax_impl(true, x, axis);
+}
 
 }  // namespace mt

@@ -1,8 +1,9 @@
 // Softmax and log-softmax kernels, one fused pass each: the row is read once, its max and sum of exponentials
 // found together, and the result written.
-//   - rows (the axis is innermost): a warp per row up to 32 * V * kCache elements, a block per row up to
-//     1024 * V * kCache, the row held in registers between the statistics and the output (8 bytes of HBM
-//     traffic per element); longer rows are read twice (the second read mostly hits L2).
+//   - rows (the axis is innermost): a warp per row up to 32 * V * kCache elements, held in registers; aligned
+//     rows up to 96 KiB in shared memory (copied in by cp.async, several blocks per SM); else a block per row
+//     in registers up to 1024 * V * kCache; longer rows are read twice (the second read mostly hits L2). The
+//     cached paths move 8 bytes of HBM traffic per element.
 //   - columns (the axis is strided): a thread per (outer, inner) column, coalesced across the inner dim, two
 //     passes over the column.
 // Statistics merge as (max, sum) pairs: s = s1 * exp(m1 - m) + s2 * exp(m2 - m) with m = max(m1, m2), so no
@@ -99,15 +100,17 @@ struct Vec<4> {
   }
 };
 
-// Rows held in registers. WARP: a warp per row; else a block per row. Vector j of the row (V floats) belongs to
-// thread j % group, slot j / group. Row length is a multiple of V (V = 4: and the rows are 16-byte aligned).
+// Rows held in registers. WARP: a warp per row; else a block per row. Vector j of the row (V floats) belongs
+// to thread j % group, slot j / group. Row length is a multiple of V (V = 4: and the rows are 16-byte
+// aligned).
 template <bool LOG, int V, bool WARP>
 __global__ void __launch_bounds__(1024)
     softmax_rows_cached_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
                                std::int64_t row_len) {
   const int group = WARP ? 32 : blockDim.x;
   const int t = WARP ? threadIdx.x % 32 : threadIdx.x;
-  const std::int64_t first = WARP ? blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32 : blockIdx.x;
+  const std::int64_t first =
+      WARP ? blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32 : blockIdx.x;
   const std::int64_t step = WARP ? std::int64_t(gridDim.x) * (blockDim.x / 32) : gridDim.x;
   const std::int64_t n_vec = row_len / V;
   for (std::int64_t r = first; r < n_rows; r += step) {
@@ -149,10 +152,98 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// Issues the cp.async copies of one row (n_vec float4) into shared memory: 16 bytes each, the whole row in
+// flight at once, no registers held.
+__device__ __forceinline__ void load_row_async(float4* row, const float4* src, int n_vec) {
+  for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(row + j));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + j));
+  }
+}
+
+// Softmax of one row staged in shared memory, written to `dst`. For softmax the exponentials stay in shared
+// memory between the sum and the output (one expf per element). Every thread of the block calls it.
+template <bool LOG>
+__device__ void softmax_row_in_smem(float4* row, int n_vec, float4* __restrict__ dst) {
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+    const float4 v = row[j];
+    m = fn::maximum(fn::maximum(m, v.x), fn::maximum(fn::maximum(v.y, v.z), v.w));
+  }
+  // Every thread needs the row max before the exponentials: merge the maxima first (sums are zero).
+  m = block_merge(Stats{m, 0.f}).m;
+  float s = 0.f;
+  if (m != -INFINITY) {
+    for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+      float4 v = row[j];
+      v = make_float4(expf(v.x - m), expf(v.y - m), expf(v.z - m), expf(v.w - m));
+      s += (v.x + v.y) + (v.z + v.w);
+      if (!LOG) row[j] = v;
+    }
+  }
+  Stats st{m, 0.f};
+  st.s = block_merge(Stats{m, s}).s;
+  const float sc = scale<LOG>(st);
+  for (int j = threadIdx.x; j < n_vec; j += blockDim.x) {
+    float4 v = row[j];
+    if (LOG || m == -INFINITY) {
+      v = make_float4(finish<LOG>(v.x, m, sc), finish<LOG>(v.y, m, sc), finish<LOG>(v.z, m, sc),
+                      finish<LOG>(v.w, m, sc));
+    } else {
+      v = make_float4(v.x * sc, v.y * sc, v.z * sc, v.w * sc);
+    }
+    dst[j] = v;
+  }
+}
+
+// Rows in shared memory (dynamic, row_len floats), one buffer per block: several blocks per SM so that one
+// block's compute overlaps another's loads. Row length a multiple of 4, rows 16-byte aligned.
+template <bool LOG>
+__global__ void __launch_bounds__(512)
+    softmax_rows_smem_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
+                             std::int64_t row_len) {
+  extern __shared__ float4 row[];
+  const int n_vec = static_cast<int>(row_len / 4);
+  for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    load_row_async(row, reinterpret_cast<const float4*>(x + r * row_len), n_vec);
+    asm volatile("cp.async.wait_all;\n" ::);
+    __syncthreads();
+    softmax_row_in_smem<LOG>(row, n_vec, reinterpret_cast<float4*>(out + r * row_len));
+    __syncthreads();  // the row buffer is refilled for the next row
+  }
+}
+
+// Double-buffered: a block's next row is copied in while it computes the current one, so its loads never
+// stop. Dynamic shared memory: 2 * row_len floats.
+template <bool LOG>
+__global__ void __launch_bounds__(1024)
+    softmax_rows_pipelined_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
+                                  std::int64_t row_len) {
+  extern __shared__ float4 buf[];
+  const int n_vec = static_cast<int>(row_len / 4);
+  if (blockIdx.x < n_rows)
+    load_row_async(buf, reinterpret_cast<const float4*>(x + blockIdx.x * row_len), n_vec);
+  asm volatile("cp.async.commit_group;\n" ::);
+  int k = 0;
+  for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x, k ^= 1) {
+    const std::int64_t next = r + gridDim.x;
+    if (next < n_rows) {
+      load_row_async(buf + (k ^ 1) * n_vec, reinterpret_cast<const float4*>(x + next * row_len), n_vec);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 1;\n" ::);  // all but the newest group: the current row has landed
+    __syncthreads();
+    softmax_row_in_smem<LOG>(buf + k * n_vec, n_vec, reinterpret_cast<float4*>(out + r * row_len));
+    __syncthreads();  // buffer k is refilled by the next iteration's prefetch
+  }
+  asm volatile("cp.async.wait_all;\n" ::);
+}
+
 // Rows too long for registers: online statistics in one read, then a second read to write.
 template <bool LOG, int V>
 __global__ void __launch_bounds__(1024)
-    softmax_rows_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows, std::int64_t row_len) {
+    softmax_rows_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_rows,
+                        std::int64_t row_len) {
   const std::int64_t n_vec = row_len / V;
   for (std::int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
     const float* xr = x + r * row_len;
@@ -179,8 +270,8 @@ __global__ void __launch_bounds__(1024)
 // Strided axis: thread per (outer o, inner c); element r of the column at (o * n_axis + r) * n_inner + c.
 template <bool LOG>
 __global__ void __launch_bounds__(256)
-    softmax_cols_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_outer, std::int64_t n_axis,
-                        std::int64_t n_inner) {
+    softmax_cols_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n_outer,
+                        std::int64_t n_axis, std::int64_t n_inner) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n_outer * n_inner;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t o = i / n_inner, c = i % n_inner;
@@ -189,7 +280,8 @@ __global__ void __launch_bounds__(256)
     for (std::int64_t r = 0; r < n_axis; ++r) update(st, __ldg(xc + r * n_inner));
     const float sc = scale<LOG>(st);
     float* yc = out + o * n_axis * n_inner + c;
-    for (std::int64_t r = 0; r < n_axis; ++r) yc[r * n_inner] = finish<LOG>(__ldg(xc + r * n_inner), st.m, sc);
+    for (std::int64_t r = 0; r < n_axis; ++r)
+      yc[r * n_inner] = finish<LOG>(__ldg(xc + r * n_inner), st.m, sc);
   }
 }
 
@@ -199,34 +291,81 @@ int pow2_at_least(std::int64_t n) {
   return p;
 }
 
+// Blocks for `items` equal work items (`per_block` per block per round) on a full wave of resident blocks:
+// every block gets the same number of rounds, so the last round is not a partial wave.
+template <class Kernel>
+int balanced_grid(Kernel* kernel, int threads, std::int64_t items, int per_block = 1) {
+  const std::int64_t wave =
+      std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads)) *
+      current_sm_count() * per_block;
+  const std::int64_t rounds = (items + wave - 1) / wave;
+  const std::int64_t slots = (items + rounds - 1) / rounds;
+  return static_cast<int>(std::max<std::int64_t>(1, (slots + per_block - 1) / per_block));
+}
+
+// Rows up to this many bytes are staged in shared memory (two or more blocks per SM).
+constexpr std::int64_t kSmemRowBytes = 96 * 1024;
+
 template <bool LOG, int V>
-void softmax_rows(const float* x, float* out, std::int64_t n_rows, std::int64_t row_len, cudaStream_t stream) {
+void softmax_rows(SoftmaxKernel which, const float* x, float* out, std::int64_t n_rows, std::int64_t row_len,
+                  cudaStream_t stream) {
   const std::int64_t n_vec = row_len / V;
-  if (n_vec <= 32 * kCache) {
+  if (which == SoftmaxKernel::Auto) {
+    if (n_vec <= 32 * kCache) {
+      which = SoftmaxKernel::RegisterCached;
+    } else if (V == 4 && row_len * 4 <= kSmemRowBytes) {
+      // Measured on H200 at 16384 x 16384: single buffer, 3 blocks per SM 0.83 of copy; double-buffered, one
+      // block per SM 0.68; row in registers 0.68; two passes 0.67.
+      which = SoftmaxKernel::SharedCached;
+    } else if (n_vec <= 1024 * kCache) {
+      which = SoftmaxKernel::RegisterCached;
+    } else {
+      which = SoftmaxKernel::TwoPass;
+    }
+  }
+  const bool shared = which == SoftmaxKernel::SharedCached || which == SoftmaxKernel::SharedPipelined;
+  MT_CHECK(!shared || (V == 4 && row_len * 4 <= kSmemRowBytes), InvalidArgument,
+           "softmax: the shared-memory kernel needs aligned rows of at most ", kSmemRowBytes / 4, " floats");
+  MT_CHECK(which != SoftmaxKernel::RegisterCached || n_vec <= 1024 * kCache, InvalidArgument,
+           "softmax: rows of ", row_len, " floats do not fit in registers");
+  if (shared) {
+    const bool pipelined = which == SoftmaxKernel::SharedPipelined;
+    auto* kernel = pipelined ? softmax_rows_pipelined_kernel<LOG> : softmax_rows_smem_kernel<LOG>;
+    const std::size_t smem = static_cast<std::size_t>(row_len) * sizeof(float) * (pipelined ? 2 : 1);
+    MT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemRowBytes * 2)));
+    const int threads = pipelined ? 1024 : 512;
+    const std::int64_t wave =
+        std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem)) *
+        current_sm_count();
+    const std::int64_t rounds = (n_rows + wave - 1) / wave;
+    const int grid = static_cast<int>((n_rows + rounds - 1) / rounds);
+    kernel<<<grid, threads, smem, stream>>>(x, out, n_rows, row_len);
+  } else if (which == SoftmaxKernel::RegisterCached && n_vec <= 32 * kCache) {
     auto* kernel = softmax_rows_cached_kernel<LOG, V, true>;
-    const int grid = grid_stride_blocks(kernel, 256, n_rows, 256 / 32);
+    const int grid = balanced_grid(kernel, 256, n_rows, 256 / 32);
     kernel<<<grid, 256, 0, stream>>>(x, out, n_rows, row_len);
-  } else if (n_vec <= 1024 * kCache) {
+  } else if (which == SoftmaxKernel::RegisterCached) {
     auto* kernel = softmax_rows_cached_kernel<LOG, V, false>;
     const int threads = std::max(64, pow2_at_least((n_vec + kCache - 1) / kCache));
-    const int grid = grid_stride_blocks(kernel, threads, n_rows, 1);
+    const int grid = balanced_grid(kernel, threads, n_rows);
     kernel<<<grid, threads, 0, stream>>>(x, out, n_rows, row_len);
   } else {
     auto* kernel = softmax_rows_kernel<LOG, V>;
-    const int grid = grid_stride_blocks(kernel, 1024, n_rows, 1);
+    const int grid = balanced_grid(kernel, 1024, n_rows);
     kernel<<<grid, 1024, 0, stream>>>(x, out, n_rows, row_len);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
 
 template <bool LOG>
-void softmax_any(const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis, std::int64_t n_inner,
-                 cudaStream_t stream) {
+void softmax_any(SoftmaxKernel which, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,
+                 std::int64_t n_inner, cudaStream_t stream) {
   if (n_inner == 1) {
     const bool vec = n_axis % 4 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
                      reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
-    return vec ? softmax_rows<LOG, 4>(x, out, n_outer, n_axis, stream)
-               : softmax_rows<LOG, 1>(x, out, n_outer, n_axis, stream);
+    return vec ? softmax_rows<LOG, 4>(which, x, out, n_outer, n_axis, stream)
+               : softmax_rows<LOG, 1>(which, x, out, n_outer, n_axis, stream);
   }
   auto* kernel = softmax_cols_kernel<LOG>;
   const int grid = grid_stride_blocks(kernel, 256, n_outer * n_inner, 256);
@@ -237,12 +376,12 @@ void softmax_any(const float* x, float* out, std::int64_t n_outer, std::int64_t 
 }  // namespace
 
 void launch_softmax(bool log, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,
-                    std::int64_t n_inner, cudaStream_t stream) {
+                    std::int64_t n_inner, cudaStream_t stream, SoftmaxKernel which) {
   if (n_outer == 0 || n_axis == 0 || n_inner == 0) return;
   if (log) {
-    softmax_any<true>(x, out, n_outer, n_axis, n_inner, stream);
+    softmax_any<true>(which, x, out, n_outer, n_axis, n_inner, stream);
   } else {
-    softmax_any<false>(x, out, n_outer, n_axis, n_inner, stream);
+    softmax_any<false>(which, x, out, n_outer, n_axis, n_inner, stream);
   }
 }
 

@@ -1,5 +1,5 @@
-// Launchers of tensor/'s data-movement kernels (tensor/copy.cu, tensor/transpose.cu) and their CPU counterparts (tensor/copy_cpu.cpp).
-// Raw pointers and layouts; the Tensor methods validate and call these.
+// Launchers of tensor/'s data-movement kernels (tensor/copy.cu, tensor/transpose.cu) and their CPU
+// counterparts (tensor/copy_cpu.cpp). Raw pointers and layouts; the Tensor methods validate and call these.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,16 +24,18 @@ void cpu_copy_strided(void* dst, const StridedLayout& dl, const void* src, const
 bool launch_copy_tiled(void* dst, const StridedLayout& dl, const void* src, const StridedLayout& sl,
                        std::size_t elem_size, std::int64_t n, cudaStream_t stream);
 
-// The 2-D transposes one by one, for benchmarks and tests: dst (n_cols, n_rows) = src (n_rows, n_cols)^T, both
-// contiguous, 4-byte elements. Naive: a thread per element, strided writes. SharedNoPad: 32 x 32 shared tile
-// without padding (bank conflicts). SharedPadded: padded tile, scalar accesses. Best: what copies use (padded,
-// 16-byte accesses where the alignment allows).
-enum class TransposeKernel { Naive, SharedNoPad, SharedPadded, Best };
-void launch_transpose_2d(TransposeKernel kernel, void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols,
-                         cudaStream_t stream);
+// The 2-D transposes one by one, for benchmarks and tests: dst (n_cols, n_rows) = src (n_rows, n_cols)^T,
+// both contiguous, 4-byte elements. Naive: a thread per element, strided writes. SharedNoPad: 32 x 32 shared
+// tile without padding (bank conflicts). SharedPadded: padded tiles, scalar accesses. Vec4Wide: 16-byte
+// accesses, 1 x 4 tiles per block (needs dims divisible by 4, aligned). Best: what copies use (padded,
+// 16-byte accesses over 2 x 2 tiles where the alignment allows).
+enum class TransposeKernel { Naive, SharedNoPad, SharedPadded, Vec4Wide, Best };
+void launch_transpose_2d(TransposeKernel kernel, void* dst, const void* src, std::int64_t n_rows,
+                         std::int64_t n_cols, cudaStream_t stream);
 
 // Every element of the layout set to `value` (converted to dtype).
-void launch_fill(void* dst, const StridedLayout& l, std::int64_t n, DType dtype, double value, cudaStream_t stream);
+void launch_fill(void* dst, const StridedLayout& l, std::int64_t n, DType dtype, double value,
+                 cudaStream_t stream);
 void cpu_fill(void* dst, const StridedLayout& l, std::int64_t n, DType dtype, double value);
 
 // dst[i] = start + i * step, contiguous.

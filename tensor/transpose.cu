@@ -25,56 +25,112 @@ struct Batch {
   std::int64_t n;
 };
 
-// One tile per block. src: (n_rows, n_cols), row stride src_ld, unit column stride. dst: (n_cols, n_rows), row
-// stride dst_ld. PAD = 0 is the unpadded baseline (a 32-way bank conflict on every write-phase read).
-template <class T, int PAD>
-__global__ void __launch_bounds__(TILE * ROWS)
-    transpose_tile_kernel(T* __restrict__ dst, const T* __restrict__ src, std::int64_t n_rows, std::int64_t n_cols,
-                          std::int64_t src_ld, std::int64_t dst_ld, std::int64_t tiles_c, Batch batch) {
-  __shared__ T tile[TILE][TILE + PAD];
-  const std::int64_t r0 = (blockIdx.x / tiles_c) * TILE, c0 = (blockIdx.x % tiles_c) * TILE;
+// A block moves TILES tiles side by side along the source rows (TILES * TILE contiguous source elements per
+// row: more bytes in flight per thread, fewer and longer-lived blocks). src: (n_rows, n_cols), row stride
+// src_ld, unit column stride. dst: (n_cols, n_rows), row stride dst_ld. PAD = 0, TILES = 1 is the seed's
+// unpadded baseline (a 32-way bank conflict on every read of the write phase).
+template <class T, int PAD, int TILES>
+__global__ void __launch_bounds__(TILE* ROWS)
+    transpose_tile_kernel(T* __restrict__ dst, const T* __restrict__ src, std::int64_t n_rows,
+                          std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld,
+                          std::int64_t blocks_c, Batch batch) {
+  __shared__ T tile[TILES][TILE][TILE + PAD];
+  const std::int64_t r0 = (blockIdx.x / blocks_c) * TILE, c0 = (blockIdx.x % blocks_c) * TILE * TILES;
   const int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;
+  // Interior blocks skip the bounds checks; pointers step by whole rows (64-bit index products per element
+  // would make this kernel instruction-bound: it moves only 4 bytes per access).
+  const bool full = r0 + TILE <= n_rows && c0 + TILE * TILES <= n_cols;
+  const std::int64_t src_step = ROWS * src_ld, dst_step = ROWS * dst_ld;
   for (std::int64_t b = blockIdx.y; b < batch.n; b += gridDim.y) {
-    const T* s = src + batch.src.offset(b);
-    T* d = dst + batch.dst.offset(b);
+    const T* s = src + batch.src.offset(b) + (r0 + ty) * src_ld + c0 + tx;
+    T* d = dst + batch.dst.offset(b) + (c0 + ty) * dst_ld + r0 + tx;
+    if (full) {
 #pragma unroll
-    for (int i = ty; i < TILE; i += ROWS) {
-      const std::int64_t r = r0 + i, c = c0 + tx;
-      if (r < n_rows && c < n_cols) tile[i][tx] = s[r * src_ld + c];
+      for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+        for (int k = 0; k < TILE / ROWS; ++k) tile[t][ty + k * ROWS][tx] = s[k * src_step + t * TILE];
+      }
+    } else {
+#pragma unroll
+      for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+        for (int k = 0; k < TILE / ROWS; ++k) {
+          if (r0 + ty + k * ROWS < n_rows && c0 + t * TILE + tx < n_cols) {
+            tile[t][ty + k * ROWS][tx] = s[k * src_step + t * TILE];
+          }
+        }
+      }
     }
     __syncthreads();
+    if (full) {
 #pragma unroll
-    for (int i = ty; i < TILE; i += ROWS) {
-      const std::int64_t c = c0 + i, r = r0 + tx;
-      if (c < n_cols && r < n_rows) d[c * dst_ld + r] = tile[tx][i];
+      for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+        for (int k = 0; k < TILE / ROWS; ++k)
+          d[k * dst_step + t * TILE * dst_ld] = tile[t][tx][ty + k * ROWS];
+      }
+    } else {
+#pragma unroll
+      for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+        for (int k = 0; k < TILE / ROWS; ++k) {
+          if (c0 + t * TILE + ty + k * ROWS < n_cols && r0 + tx < n_rows) {
+            d[k * dst_step + t * TILE * dst_ld] = tile[t][tx][ty + k * ROWS];
+          }
+        }
+      }
     }
     __syncthreads();
   }
 }
 
-// 4-byte elements, 16-byte accesses. 256 threads: thread t reads source row t / 8 of the tile, columns
-// 4 * (t % 8) .. + 3, and writes destination row t / 8, columns 4 * (t % 8) .. + 3. Shared-memory bank of
-// element (i, j) is (33 i + j) % 32 = (i + j) % 32: distinct across a warp in both phases.
+// 4-byte elements, 16-byte accesses. 256 threads: per tile, thread t reads source row t / 8 of the tile,
+// columns 4 * (t % 8) .. + 3, and writes destination row t / 8, columns 4 * (t % 8) .. + 3. The shared-memory
+// bank of element (i, j) is (33 i + j) % 32 = (i + j) % 32: distinct across a warp in both phases.
 // Needs n_rows, n_cols, both leading dims and every batch offset divisible by 4, and aligned base pointers.
-__global__ void __launch_bounds__(TILE * ROWS)
+// A block covers TR x TC tiles: TR * TILE source rows by TC * TILE source columns (longer contiguous runs on
+// both sides than one tile: 4 * TC * TILE bytes per source row read, 4 * TR * TILE per destination row
+// written).
+template <int TR, int TC>
+__global__ void __launch_bounds__(TILE* ROWS)
     transpose_tile_vec4_kernel(float* __restrict__ dst, const float* __restrict__ src, std::int64_t n_rows,
-                               std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld, std::int64_t tiles_c,
-                               Batch batch) {
+                               std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld,
+                               std::int64_t blocks_c, Batch batch) {
   static_assert(TILE * ROWS == TILE * TILE / 4, "one float4 per thread per tile");
-  __shared__ float tile[TILE][TILE + 1];
-  const std::int64_t r0 = (blockIdx.x / tiles_c) * TILE, c0 = (blockIdx.x % tiles_c) * TILE;
+  __shared__ float tile[TR * TC][TILE][TILE + 1];
+  const std::int64_t r0 = (blockIdx.x / blocks_c) * TILE * TR, c0 = (blockIdx.x % blocks_c) * TILE * TC;
   const int i = threadIdx.x / 8, q = 4 * (threadIdx.x % 8);
   for (std::int64_t b = blockIdx.y; b < batch.n; b += gridDim.y) {
     const float* s = src + batch.src.offset(b);
     float* d = dst + batch.dst.offset(b);
-    if (r0 + i < n_rows && c0 + q < n_cols) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(s + (r0 + i) * src_ld + c0 + q));
-      tile[i][q] = v.x, tile[i][q + 1] = v.y, tile[i][q + 2] = v.z, tile[i][q + 3] = v.w;
+    float4 v[TR * TC];
+#pragma unroll
+    for (int tr = 0; tr < TR; ++tr) {
+#pragma unroll
+      for (int tc = 0; tc < TC; ++tc) {
+        const std::int64_t r = r0 + tr * TILE + i, c = c0 + tc * TILE + q;
+        if (r < n_rows && c < n_cols)
+          v[tr * TC + tc] = __ldg(reinterpret_cast<const float4*>(s + r * src_ld + c));
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TR * TC; ++t) {
+      tile[t][i][q] = v[t].x, tile[t][i][q + 1] = v[t].y, tile[t][i][q + 2] = v[t].z,
+      tile[t][i][q + 3] = v[t].w;
     }
     __syncthreads();
-    if (c0 + i < n_cols && r0 + q < n_rows) {
-      const float4 v = make_float4(tile[q][i], tile[q + 1][i], tile[q + 2][i], tile[q + 3][i]);
-      *reinterpret_cast<float4*>(d + (c0 + i) * dst_ld + r0 + q) = v;
+#pragma unroll
+    for (int tc = 0; tc < TC; ++tc) {
+#pragma unroll
+      for (int tr = 0; tr < TR; ++tr) {
+        const int t = tr * TC + tc;
+        const std::int64_t c = c0 + tc * TILE + i, r = r0 + tr * TILE + q;
+        if (c < n_cols && r < n_rows) {
+          const float4 w =
+              make_float4(tile[t][q][i], tile[t][q + 1][i], tile[t][q + 2][i], tile[t][q + 3][i]);
+          *reinterpret_cast<float4*>(d + c * dst_ld + r) = w;
+        }
+      }
     }
     __syncthreads();
   }
@@ -82,8 +138,8 @@ __global__ void __launch_bounds__(TILE * ROWS)
 
 // The seed's transpose: a thread per element, reads coalesced, writes strided by n_rows (one 32-byte sector
 // per 4-byte write). A benchmark baseline.
-__global__ void transpose_naive_kernel(float* __restrict__ dst, const float* __restrict__ src, std::int64_t n_rows,
-                                       std::int64_t n_cols) {
+__global__ void transpose_naive_kernel(float* __restrict__ dst, const float* __restrict__ src,
+                                       std::int64_t n_rows, std::int64_t n_cols) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n_rows * n_cols;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / n_cols, c = i % n_cols;
@@ -91,45 +147,77 @@ __global__ void transpose_naive_kernel(float* __restrict__ dst, const float* __r
   }
 }
 
-template <class T, int PAD>
+// Source columns per block: TILES tiles where the matrix is wide enough, else one.
+constexpr int kTiles = 4;
+
+template <class T, int PAD, int MAX_TILES>
 void launch_tiles(void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols, std::int64_t src_ld,
                   std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
-  const std::int64_t tiles_r = (n_rows + TILE - 1) / TILE, tiles_c = (n_cols + TILE - 1) / TILE;
-  MT_CHECK(tiles_r * tiles_c <= 0x7fffffff, InvalidArgument, "transpose: ", n_rows, " x ", n_cols,
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  const std::int64_t blocks_r = (n_rows + TILE - 1) / TILE;
+  const int tiles = n_cols >= TILE * MAX_TILES ? MAX_TILES : 1;
+  const std::int64_t blocks_c = (n_cols + TILE * tiles - 1) / (TILE * tiles);
+  MT_CHECK(blocks_r * blocks_c <= 0x7fffffff, InvalidArgument, "transpose: ", n_rows, " x ", n_cols,
            " needs too many tiles");
-  const dim3 grid(static_cast<unsigned>(tiles_r * tiles_c), static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
-  transpose_tile_kernel<T, PAD><<<grid, TILE * ROWS, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src),
-                                                                  n_rows, n_cols, src_ld, dst_ld, tiles_c, batch);
+  const dim3 grid(static_cast<unsigned>(blocks_r * blocks_c),
+                  static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
+  if (tiles == MAX_TILES) {
+    transpose_tile_kernel<T, PAD, MAX_TILES>
+        <<<grid, TILE * ROWS, 0, stream>>>(d, s, n_rows, n_cols, src_ld, dst_ld, blocks_c, batch);
+  } else {
+    transpose_tile_kernel<T, PAD, 1>
+        <<<grid, TILE * ROWS, 0, stream>>>(d, s, n_rows, n_cols, src_ld, dst_ld, blocks_c, batch);
+  }
   MT_CUDA_CHECK_LAUNCH();
 }
 
-void launch_tiles_vec4(void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols, std::int64_t src_ld,
-                       std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
-  const std::int64_t tiles_r = (n_rows + TILE - 1) / TILE, tiles_c = (n_cols + TILE - 1) / TILE;
-  MT_CHECK(tiles_r * tiles_c <= 0x7fffffff, InvalidArgument, "transpose: ", n_rows, " x ", n_cols,
+template <int TR, int TC>
+void launch_tiles_vec4(void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols,
+                       std::int64_t src_ld, std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
+  const std::int64_t blocks_r = (n_rows + TILE * TR - 1) / (TILE * TR);
+  const std::int64_t blocks_c = (n_cols + TILE * TC - 1) / (TILE * TC);
+  MT_CHECK(blocks_r * blocks_c <= 0x7fffffff, InvalidArgument, "transpose: ", n_rows, " x ", n_cols,
            " needs too many tiles");
-  const dim3 grid(static_cast<unsigned>(tiles_r * tiles_c), static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
-  transpose_tile_vec4_kernel<<<grid, TILE * ROWS, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src),
-                                                               n_rows, n_cols, src_ld, dst_ld, tiles_c, batch);
+  const dim3 grid(static_cast<unsigned>(blocks_r * blocks_c),
+                  static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
+  transpose_tile_vec4_kernel<TR, TC>
+      <<<grid, TILE * ROWS, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src), n_rows,
+                                         n_cols, src_ld, dst_ld, blocks_c, batch);
   MT_CUDA_CHECK_LAUNCH();
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
 
-void launch_padded(void* dst, const void* src, std::size_t elem_size, std::int64_t n_rows, std::int64_t n_cols,
-                   std::int64_t src_ld, std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
+void launch_padded(void* dst, const void* src, std::size_t elem_size, std::int64_t n_rows,
+                   std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld, const Batch& batch,
+                   cudaStream_t stream) {
   bool vec = elem_size == 4 && n_rows % 4 == 0 && n_cols % 4 == 0 && src_ld % 4 == 0 && dst_ld % 4 == 0 &&
              aligned16(src) && aligned16(dst);
   for (int d = 0; d < batch.src.rank; ++d) {
     vec = vec && (batch.src.shape[d] == 1 || (batch.src.stride[d] % 4 == 0 && batch.dst.stride[d] % 4 == 0));
   }
-  if (vec) return launch_tiles_vec4(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+  if (vec) {
+    // 2 x 2 tiles where the matrix has room for them, else one.
+    if (n_rows >= 2 * TILE && n_cols >= 2 * TILE) {
+      return launch_tiles_vec4<2, 2>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    }
+    return launch_tiles_vec4<1, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+  }
   switch (elem_size) {
-    case 1: return launch_tiles<std::uint8_t, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
-    case 2: return launch_tiles<std::uint16_t, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
-    case 4: return launch_tiles<std::uint32_t, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
-    case 8: return launch_tiles<std::uint64_t, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
-    case 16: return launch_tiles<uint4, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 1:
+      return launch_tiles<std::uint8_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 2:
+      return launch_tiles<std::uint16_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 4:
+      return launch_tiles<std::uint32_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    case 8:
+      return launch_tiles<std::uint64_t, 1, kTiles>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    // 16-byte elements: four tiles would take 4 x 16.9 KiB of shared memory per block.
+    case 16:
+      return launch_tiles<uint4, 1, 1>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
   }
   MT_THROW(InvalidArgument, "transpose: unsupported element size ", elem_size);
 }
@@ -178,15 +266,17 @@ void launch_transpose_2d(TransposeKernel kernel, void* dst, const void* src, std
   switch (kernel) {
     case TransposeKernel::Naive: {
       const int grid = grid_stride_blocks(transpose_naive_kernel, 256, n_rows * n_cols, 256);
-      transpose_naive_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src),
-                                                       n_rows, n_cols);
+      transpose_naive_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(dst),
+                                                       static_cast<const float*>(src), n_rows, n_cols);
       MT_CUDA_CHECK_LAUNCH();
       return;
     }
     case TransposeKernel::SharedNoPad:
-      return launch_tiles<std::uint32_t, 0>(dst, src, n_rows, n_cols, n_cols, n_rows, batch, stream);
+      return launch_tiles<std::uint32_t, 0, 1>(dst, src, n_rows, n_cols, n_cols, n_rows, batch, stream);
     case TransposeKernel::SharedPadded:
-      return launch_tiles<std::uint32_t, 1>(dst, src, n_rows, n_cols, n_cols, n_rows, batch, stream);
+      return launch_tiles<std::uint32_t, 1, kTiles>(dst, src, n_rows, n_cols, n_cols, n_rows, batch, stream);
+    case TransposeKernel::Vec4Wide:
+      return launch_tiles_vec4<1, 4>(dst, src, n_rows, n_cols, n_cols, n_rows, batch, stream);
     case TransposeKernel::Best:
       return launch_padded(dst, src, 4, n_rows, n_cols, n_cols, n_rows, batch, stream);
   }

@@ -30,16 +30,35 @@ MMap<T> mmap(Tensor& t) {
 
 void unary_f32(UnaryOp op, const CMap<float>& x, MMap<float> y) {
   switch (op) {
-    case UnaryOp::Neg: y = -x; return;
-    case UnaryOp::Abs: y = x.abs(); return;
-    case UnaryOp::Relu: y = x.unaryExpr([](float v) { return fn::relu(v); }); return;
-    case UnaryOp::Sigmoid: y = (1.f + (-x).exp()).inverse(); return;
-    case UnaryOp::Tanh: y = x.unaryExpr([](float v) { return std::tanh(v); }); return;
-    case UnaryOp::Exp: y = x.exp(); return;
-    // Eigen's vectorised log / sqrt flush denormals and mishandle sqrt(-denormal), sqrt(inf): scalar libm here.
-    case UnaryOp::Log: y = x.unaryExpr([](float v) { return std::log(v); }); return;
-    case UnaryOp::Sqrt: y = x.unaryExpr([](float v) { return std::sqrt(v); }); return;
-    case UnaryOp::Rsqrt: y = x.unaryExpr([](float v) { return 1.f / std::sqrt(v); }); return;
+    case UnaryOp::Neg:
+      y = -x;
+      return;
+    case UnaryOp::Abs:
+      y = x.abs();
+      return;
+    case UnaryOp::Relu:
+      y = x.unaryExpr([](float v) { return fn::relu(v); });
+      return;
+    case UnaryOp::Sigmoid:
+      y = (1.f + (-x).exp()).inverse();
+      return;
+    case UnaryOp::Tanh:
+      y = x.unaryExpr([](float v) { return std::tanh(v); });
+      return;
+    case UnaryOp::Exp:
+      y = x.exp();
+      return;
+    // Eigen's vectorised log / sqrt flush denormals and mishandle sqrt(-denormal), sqrt(inf): scalar libm
+    // here.
+    case UnaryOp::Log:
+      y = x.unaryExpr([](float v) { return std::log(v); });
+      return;
+    case UnaryOp::Sqrt:
+      y = x.unaryExpr([](float v) { return std::sqrt(v); });
+      return;
+    case UnaryOp::Rsqrt:
+      y = x.unaryExpr([](float v) { return 1.f / std::sqrt(v); });
+      return;
     case UnaryOp::Gelu: {
       // Evaluated in double: an independent formulation of fn::gelu, not the same float expression.
       const Arr<double> d = x.cast<double>();
@@ -47,35 +66,53 @@ void unary_f32(UnaryOp op, const CMap<float>& x, MMap<float> y) {
       y = (0.5 * d * (1.0 + (k0 * (d + k1 * d.cube())).tanh())).cast<float>();
       return;
     }
-    case UnaryOp::Square: y = x.square(); return;
-    case UnaryOp::Reciprocal: y = x.inverse(); return;
+    case UnaryOp::Square:
+      y = x.square();
+      return;
+    case UnaryOp::Reciprocal:
+      y = x.inverse();
+      return;
   }
 }
 
 template <class T>
 void unary_int(UnaryOp op, const CMap<T>& x, MMap<T> y) {
   switch (op) {
-    case UnaryOp::Neg: y = x.unaryExpr([](T v) { return fn::neg(v); }); return;
-    case UnaryOp::Abs: y = x.unaryExpr([](T v) { return fn::abs(v); }); return;
-    case UnaryOp::Relu: y = x.unaryExpr([](T v) { return fn::relu(v); }); return;
-    case UnaryOp::Square: y = x.unaryExpr([](T v) { return fn::square(v); }); return;
-    default: MT_THROW(DTypeError, op_name(op), ": dtype ", dtype_v<T>, " is not supported");
+    case UnaryOp::Neg:
+      y = x.unaryExpr([](T v) { return fn::neg(v); });
+      return;
+    case UnaryOp::Abs:
+      y = x.unaryExpr([](T v) { return fn::abs(v); });
+      return;
+    case UnaryOp::Relu:
+      y = x.unaryExpr([](T v) { return fn::relu(v); });
+      return;
+    case UnaryOp::Square:
+      y = x.unaryExpr([](T v) { return fn::square(v); });
+      return;
+    default:
+      MT_THROW(DTypeError, op_name(op), ": dtype ", dtype_v<T>, " is not supported");
   }
 }
 
 template <class T>
 T apply_binary(BinaryOp op, T a, T b) {
   switch (op) {
-    case BinaryOp::Add: return fn::add(a, b);
-    case BinaryOp::Sub: return fn::sub(a, b);
-    case BinaryOp::Mul: return fn::mul(a, b);
+    case BinaryOp::Add:
+      return fn::add(a, b);
+    case BinaryOp::Sub:
+      return fn::sub(a, b);
+    case BinaryOp::Mul:
+      return fn::mul(a, b);
     case BinaryOp::Div:
       if constexpr (!std::is_same_v<T, float>) {
         MT_CHECK(b != 0, InvalidArgument, "div: integer division by zero");
       }
       return fn::div(a, b);
-    case BinaryOp::Maximum: return fn::maximum(a, b);
-    case BinaryOp::Minimum: return fn::minimum(a, b);
+    case BinaryOp::Maximum:
+      return fn::maximum(a, b);
+    case BinaryOp::Minimum:
+      return fn::minimum(a, b);
     case BinaryOp::Pow:
       if constexpr (std::is_same_v<T, float>) return fn::pow(a, b);
       break;
@@ -87,12 +124,23 @@ T apply_binary(BinaryOp op, T a, T b) {
 template <class A, class B>
 void binary_f32(BinaryOp op, const A& a, const B& b, MMap<float> y) {
   switch (op) {
-    case BinaryOp::Add: y = a + b; return;
-    case BinaryOp::Sub: y = a - b; return;
-    case BinaryOp::Mul: y = a * b; return;
-    case BinaryOp::Div: y = a / b; return;
-    case BinaryOp::Pow: y = a.pow(b); return;
-    default: break;  // maximum / minimum: through the shared math (NaN propagation)
+    case BinaryOp::Add:
+      y = a + b;
+      return;
+    case BinaryOp::Sub:
+      y = a - b;
+      return;
+    case BinaryOp::Mul:
+      y = a * b;
+      return;
+    case BinaryOp::Div:
+      y = a / b;
+      return;
+    case BinaryOp::Pow:
+      y = a.pow(b);
+      return;
+    default:
+      break;  // maximum / minimum: through the shared math (NaN propagation)
   }
 }
 
@@ -136,7 +184,8 @@ Tensor cpu_binary_scalar(BinaryOp op, const Tensor& x_in, double s, bool scalar_
         return scalar_first ? binary_f32(op, sa, xv, mmap<float>(y)) : binary_f32(op, xv, sa, mmap<float>(y));
       }
     }
-    mmap<T>(y) = xv.unaryExpr([&](T v) { return scalar_first ? apply_binary(op, sv, v) : apply_binary(op, v, sv); });
+    mmap<T>(y) =
+        xv.unaryExpr([&](T v) { return scalar_first ? apply_binary(op, sv, v) : apply_binary(op, v, sv); });
   });
   return y;
 }

@@ -31,15 +31,22 @@ Tensor cpu_reduce_rows(ReduceOp op, const Tensor& rows) {
   }
   Eigen::Map<Eigen::VectorXf> o(static_cast<float*>(out.data_ptr()), n_rows);
   switch (op) {
-    case ReduceOp::Sum: o = m.cast<double>().rowwise().sum().cast<float>(); break;
-    case ReduceOp::Mean: o = (m.cast<double>().rowwise().sum() / static_cast<double>(row_len)).cast<float>(); break;
+    case ReduceOp::Sum:
+      o = m.cast<double>().rowwise().sum().cast<float>();
+      break;
+    case ReduceOp::Mean:
+      o = (m.cast<double>().rowwise().sum() / static_cast<double>(row_len)).cast<float>();
+      break;
     case ReduceOp::Max:
-      for (Eigen::Index r = 0; r < n_rows; ++r) o[r] = m.row(r).redux([](float a, float b) { return fn::max_combine(a, b); });
+      for (Eigen::Index r = 0; r < n_rows; ++r)
+        o[r] = m.row(r).redux([](float a, float b) { return fn::max_combine(a, b); });
       break;
     case ReduceOp::Min:
-      for (Eigen::Index r = 0; r < n_rows; ++r) o[r] = m.row(r).redux([](float a, float b) { return fn::min_combine(a, b); });
+      for (Eigen::Index r = 0; r < n_rows; ++r)
+        o[r] = m.row(r).redux([](float a, float b) { return fn::min_combine(a, b); });
       break;
-    default: break;
+    default:
+      break;
   }
   return out;
 }

@@ -23,11 +23,13 @@ Tensor cpu_softmax(bool log, const Tensor& x, int axis) {
     const double m = in.row(r).redux([](float a, float b) { return fn::max_combine(a, b); });
     const Eigen::ArrayXd shifted = in.row(r).transpose().cast<double>().array() - m;
     const double s = shifted.exp().sum();
-    out.row(r) = (log ? (shifted - std::log(s)).eval() : (shifted.exp() / s).eval()).cast<float>().transpose();
+    out.row(r) =
+        (log ? (shifted - std::log(s)).eval() : (shifted.exp() / s).eval()).cast<float>().transpose();
   }
   // Back to x's dim order (inverse of `order`), contiguous.
   std::vector<std::int64_t> inverse(order.size());
-  for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<std::int64_t>(i);
+  for (size_t i = 0; i < order.size(); ++i)
+    inverse[static_cast<size_t>(order[i])] = static_cast<std::int64_t>(i);
   return y.permute(inverse).contiguous();
 }
 

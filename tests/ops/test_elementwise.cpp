@@ -21,8 +21,8 @@ using test::Tolerance;
 
 const Layout kLayouts[] = {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided,
                            Layout::Expanded};
-const UnaryOp kFloatUnary[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Relu,  UnaryOp::Sigmoid,
-                               UnaryOp::Tanh, UnaryOp::Exp,  UnaryOp::Log,   UnaryOp::Sqrt,
+const UnaryOp kFloatUnary[] = {UnaryOp::Neg,   UnaryOp::Abs,  UnaryOp::Relu,   UnaryOp::Sigmoid,
+                               UnaryOp::Tanh,  UnaryOp::Exp,  UnaryOp::Log,    UnaryOp::Sqrt,
                                UnaryOp::Rsqrt, UnaryOp::Gelu, UnaryOp::Square, UnaryOp::Reciprocal};
 const BinaryOp kBinary[] = {BinaryOp::Add,     BinaryOp::Sub,     BinaryOp::Mul, BinaryOp::Div,
                             BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow};
@@ -36,11 +36,14 @@ Tolerance unary_tolerance(UnaryOp op) {
     case UnaryOp::Neg:
     case UnaryOp::Abs:
     case UnaryOp::Relu:
-    case UnaryOp::Square: return Tolerance::exactly();
+    case UnaryOp::Square:
+      return Tolerance::exactly();
     case UnaryOp::Sqrt:
     case UnaryOp::Rsqrt:
-    case UnaryOp::Reciprocal: return Tolerance::close(0, 1e-6);
-    default: return Tolerance::close(1e-6, 2e-6);
+    case UnaryOp::Reciprocal:
+      return Tolerance::close(0, 1e-6);
+    default:
+      return Tolerance::close(1e-6, 2e-6);
   }
 }
 
@@ -51,7 +54,8 @@ TEST(Elementwise, UnaryF32_AllOps_AllLayouts_Specials) {
         OpCase c;
         c.name = op_name(op);
         InputSpec in{shape, layout, DType::F32, -3.0, 3.0, 0.05};
-        if (op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt) in.lo = -0.5;  // mostly in domain
+        if (op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt)
+          in.lo = -0.5;  // mostly in domain
         c.inputs = {in};
         c.tol = unary_tolerance(op);
         c.run = [op](const std::vector<Tensor>& x) { return unary(op, x[0]); };
@@ -69,7 +73,8 @@ TEST(Elementwise, UnaryIntegers_I32_U8) {
         for (Layout layout : kLayouts) {
           OpCase c;
           c.name = op_name(op);
-          c.inputs = {InputSpec{shape, layout, dt, dt == DType::U8 ? 0.0 : -1000.0, dt == DType::U8 ? 255.0 : 1000.0}};
+          c.inputs = {InputSpec{shape, layout, dt, dt == DType::U8 ? 0.0 : -1000.0,
+                                dt == DType::U8 ? 255.0 : 1000.0}};
           c.tol = Tolerance::exactly();
           c.run = [op](const std::vector<Tensor>& x) { return unary(op, x[0]); };
           test::run_case(c);
@@ -83,10 +88,14 @@ struct Pattern {
   Shape a, b;
 };
 const Pattern kPatterns[] = {
-    {{5, 4}, {5, 4}},     {{5, 4}, {4}},          {{5, 4}, {1, 4}},     {{5, 4}, {5, 1}},
-    {{5, 1}, {1, 4}},     {{4}, {5, 4}},          {{}, {5, 4}},         {{5, 4}, {}},
-    {{3, 1, 7}, {1, 6, 1}}, {{2, 3, 4, 5}, {3, 1, 5}}, {{0, 4}, {4}},       {{1}, {1}},
-    {{129, 67}, {129, 67}}, {{(1 << 20) + 3}, {(1 << 20) + 3}}, {{257, 33}, {33}}, {{1000, 3}, {1000, 1}},
+    {{5, 4}, {5, 4}},       {{5, 4}, {4}},
+    {{5, 4}, {1, 4}},       {{5, 4}, {5, 1}},
+    {{5, 1}, {1, 4}},       {{4}, {5, 4}},
+    {{}, {5, 4}},           {{5, 4}, {}},
+    {{3, 1, 7}, {1, 6, 1}}, {{2, 3, 4, 5}, {3, 1, 5}},
+    {{0, 4}, {4}},          {{1}, {1}},
+    {{129, 67}, {129, 67}}, {{(1 << 20) + 3}, {(1 << 20) + 3}},
+    {{257, 33}, {33}},      {{1000, 3}, {1000, 1}},
 };
 
 TEST(Elementwise, BinaryF32_AllOps_BroadcastPatterns_Layouts) {
@@ -111,16 +120,17 @@ TEST(Elementwise, BinaryF32_AllOps_BroadcastPatterns_Layouts) {
 
 TEST(Elementwise, BinaryIntegers_I32_U8) {
   for (DType dt : {DType::I32, DType::U8}) {
-    for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum,
-                        BinaryOp::Minimum}) {
-      for (const Pattern& p : {Pattern{{7, 45}, {7, 45}}, Pattern{{7, 45}, {45}}, Pattern{{(1 << 20) + 3}, {1}}}) {
+    for (BinaryOp op :
+         {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum}) {
+      for (const Pattern& p :
+           {Pattern{{7, 45}, {7, 45}}, Pattern{{7, 45}, {45}}, Pattern{{(1 << 20) + 3}, {1}}}) {
         for (Layout la : {Layout::Contiguous, Layout::Offset1, Layout::Transposed}) {
           OpCase c;
           c.name = op_name(op);
           const double lo = dt == DType::U8 ? 0.0 : -500.0, hi = dt == DType::U8 ? 255.0 : 500.0;
           // Divisors stay away from zero.
-          c.inputs = {InputSpec{p.a, la, dt, lo, hi}, InputSpec{p.b, Layout::Contiguous, dt,
-                                                                op == BinaryOp::Div ? 1.0 : lo, hi}};
+          c.inputs = {InputSpec{p.a, la, dt, lo, hi},
+                      InputSpec{p.b, Layout::Contiguous, dt, op == BinaryOp::Div ? 1.0 : lo, hi}};
           c.tol = Tolerance::exactly();
           c.run = [op](const std::vector<Tensor>& x) { return binary(op, x[0], x[1]); };
           test::run_case(c);
@@ -182,13 +192,15 @@ TEST(Elementwise, InvertRgba_U8_Layouts) {
     }
   }
   const Tensor px = from_vector<std::uint8_t>({10, 20, 30, 40, 0, 255, 128, 7}, Shape{2, 4});
-  EXPECT_EQ(invert_rgba(px).to_vector<std::uint8_t>(), (std::vector<std::uint8_t>{245, 235, 225, 40, 255, 0, 127, 7}));
+  EXPECT_EQ(invert_rgba(px).to_vector<std::uint8_t>(),
+            (std::vector<std::uint8_t>{245, 235, 225, 40, 255, 0, 127, 7}));
 }
 
 // The reference itself against scalar float64 math, special values included.
 TEST(Elementwise, ReferenceMatchesScalarFloat64Math) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> v = {-3.5f, -1.f, -0.f, 0.f, 1e-40f, -3e-39f, 0.25f, 1.f, 2.5f, 88.f, -100.f, inf, -inf, nan};
+  const std::vector<float> v = {-3.5f, -1.f, -0.f, 0.f,    1e-40f, -3e-39f, 0.25f,
+                                1.f,   2.5f, 88.f, -100.f, inf,    -inf,    nan};
   const Tensor x = from_vector(v);
   auto check = [&](UnaryOp op, double (*f)(double), double rel) {
     const std::vector<float> got = unary(op, x).to_vector<float>();
@@ -204,15 +216,26 @@ TEST(Elementwise, ReferenceMatchesScalarFloat64Math) {
       }
     }
   };
-  check(UnaryOp::Exp, [](double a) { return std::exp(a); }, 3e-7);
-  check(UnaryOp::Log, [](double a) { return std::log(a); }, 3e-7);
-  check(UnaryOp::Tanh, [](double a) { return std::tanh(a); }, 3e-7);
-  check(UnaryOp::Sigmoid, [](double a) { return 1.0 / (1.0 + std::exp(-a)); }, 3e-7);
-  check(UnaryOp::Sqrt, [](double a) { return std::sqrt(a); }, 1e-7);
-  check(UnaryOp::Rsqrt, [](double a) { return 1.0 / std::sqrt(a); }, 2e-7);
-  check(UnaryOp::Reciprocal, [](double a) { return 1.0 / a; }, 1e-7);
-  check(UnaryOp::Gelu, [](double a) { return 0.5 * a * (1.0 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))); }, 3e-6);
-  check(UnaryOp::Relu, [](double a) { return std::isnan(a) ? a : (a > 0 ? a : 0.0); }, 0);
+  check(
+      UnaryOp::Exp, [](double a) { return std::exp(a); }, 3e-7);
+  check(
+      UnaryOp::Log, [](double a) { return std::log(a); }, 3e-7);
+  check(
+      UnaryOp::Tanh, [](double a) { return std::tanh(a); }, 3e-7);
+  check(
+      UnaryOp::Sigmoid, [](double a) { return 1.0 / (1.0 + std::exp(-a)); }, 3e-7);
+  check(
+      UnaryOp::Sqrt, [](double a) { return std::sqrt(a); }, 1e-7);
+  check(
+      UnaryOp::Rsqrt, [](double a) { return 1.0 / std::sqrt(a); }, 2e-7);
+  check(
+      UnaryOp::Reciprocal, [](double a) { return 1.0 / a; }, 1e-7);
+  check(
+      UnaryOp::Gelu,
+      [](double a) { return 0.5 * a * (1.0 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))); },
+      3e-6);
+  check(
+      UnaryOp::Relu, [](double a) { return std::isnan(a) ? a : (a > 0 ? a : 0.0); }, 0);
   // NaN propagation and signed zeros of the exact ops.
   const Tensor a = from_vector<float>({nan, 1.f, -0.f, 2.f}), b = from_vector<float>({1.f, nan, 0.f, -inf});
   const auto mx = maximum(a, b).to_vector<float>(), mn = minimum(a, b).to_vector<float>();
@@ -244,7 +267,8 @@ std::string message_of(const std::function<void()>& f) {
 }
 
 TEST(Elementwise, ErrorsNameTheProblem) {
-  const Tensor a = zeros({3, 4}), b = zeros({5, 4}), i = zeros({3, 4}, DType::I32), u = zeros({3, 4}, DType::U8);
+  const Tensor a = zeros({3, 4}), b = zeros({5, 4}), i = zeros({3, 4}, DType::I32),
+               u = zeros({3, 4}, DType::U8);
   const std::string bc = message_of<ShapeError>([&] { add(a, b); });
   EXPECT_NE(bc.find("(3, 4)"), std::string::npos) << bc;
   EXPECT_NE(bc.find("(5, 4)"), std::string::npos) << bc;

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/kernels.h"
 #include "ops/reduce.h"
+#include "runtime/stream.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 
@@ -29,11 +31,12 @@ void run_softmax(bool log, const Shape& shape, std::int64_t axis, Layout layout,
 
 TEST(Softmax, Rows_AllPaths_Layouts) {
   // 7, 33, 1000: a warp per row; 3001 and 16384: a block per row (scalar / float4), 40000: two passes.
-  const std::vector<Shape> shapes = {{1}, {7}, {5, 33}, {3, 1000}, {4, 3001}, {2, 16384}, {3, 40000}, {2, 3, 4, 129}};
+  const std::vector<Shape> shapes = {{1},       {7},        {5, 33},    {3, 1000},
+                                     {4, 3001}, {2, 16384}, {3, 40000}, {2, 3, 4, 129}};
   for (bool log : {false, true}) {
     for (const Shape& s : shapes) {
-      for (Layout layout : {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided,
-                            Layout::Expanded}) {
+      for (Layout layout :
+           {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided, Layout::Expanded}) {
         run_softmax(log, s, -1, layout, -8.0, 8.0);
       }
     }
@@ -64,6 +67,21 @@ TEST(Softmax, LargeInputsStable_Specials) {
   EXPECT_EQ(y, (std::vector<float>{0.f, 0.5f, 0.f, 0.5f}));
   EXPECT_TRUE(std::isnan(softmax(from_vector<float>({-inf, -inf})).to_vector<float>()[0]));
   EXPECT_EQ(softmax(from_vector<float>({5.f}, Shape{})).item<float>(), 1.f);
+}
+
+TEST(Softmax, Cuda_EveryRowKernelMatchesReference) {
+  MT_REQUIRE_GPU();
+  for (bool log : {false, true}) {
+    const Tensor x = randn({37, 4096}, 9, Device::cuda(0)) * 4.0;
+    const Tensor ref = log ? log_softmax(x.cpu()) : softmax(x.cpu());
+    for (auto k : {detail::SoftmaxKernel::RegisterCached, detail::SoftmaxKernel::SharedCached,
+                   detail::SoftmaxKernel::SharedPipelined, detail::SoftmaxKernel::TwoPass}) {
+      Tensor y = empty({37, 4096}, DType::F32, Device::cuda(0));
+      detail::launch_softmax(log, x.data<float>(), y.data<float>(), 37, 4096, 1, current_stream(0), k);
+      const auto r = test::compare(y, ref, log ? Tolerance::close(2e-5, 2e-6) : Tolerance::close(1e-7, 2e-5));
+      EXPECT_TRUE(r.ok) << "kernel " << static_cast<int>(k) << (log ? " log " : " ") << r.summary();
+    }
+  }
 }
 
 TEST(Softmax, Errors) {

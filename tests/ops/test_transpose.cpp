@@ -19,11 +19,12 @@ using test::OpCase;
 using test::Tolerance;
 
 TEST(Transpose, TwoD_Shapes_Layouts_DTypes) {
-  const std::vector<Shape> shapes = {{0, 5}, {1, 1}, {7, 13}, {32, 32}, {33, 65}, {1000, 4}, {64, 128}, {257, 1031}};
+  const std::vector<Shape> shapes = {{0, 5},   {1, 1},    {7, 13},   {32, 32},
+                                     {33, 65}, {1000, 4}, {64, 128}, {257, 1031}};
   for (DType dt : {DType::F32, DType::I32, DType::U8}) {
     for (const Shape& s : shapes) {
-      for (Layout layout : {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided,
-                            Layout::Expanded}) {
+      for (Layout layout :
+           {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided, Layout::Expanded}) {
         OpCase c;
         c.name = "transpose";
         c.inputs = {InputSpec{s, layout, dt, 0.0, 200.0, dt == DType::F32 ? 0.02 : 0.0}};
@@ -41,9 +42,14 @@ TEST(Transpose, Permute_UpTo8Dims) {
     std::vector<std::int64_t> dims;
   };
   const std::vector<P> cases = {
-      {{3, 64, 96}, {0, 2, 1}},   {{3, 64, 96}, {2, 1, 0}},       {{3, 64, 96}, {1, 0, 2}},
-      {{40, 3, 50}, {2, 1, 0}},   {{4, 5, 36, 40}, {0, 3, 2, 1}}, {{2, 3, 2, 3, 2, 3, 2, 3}, {7, 6, 5, 4, 3, 2, 1, 0}},
-      {{2, 17, 2, 3, 2, 19, 2, 3}, {1, 5, 0, 2, 3, 4, 6, 7}}, {{2, 3, 4, 5, 6, 2, 20, 20}, {0, 1, 2, 3, 4, 5, 7, 6}},
+      {{3, 64, 96}, {0, 2, 1}},
+      {{3, 64, 96}, {2, 1, 0}},
+      {{3, 64, 96}, {1, 0, 2}},
+      {{40, 3, 50}, {2, 1, 0}},
+      {{4, 5, 36, 40}, {0, 3, 2, 1}},
+      {{2, 3, 2, 3, 2, 3, 2, 3}, {7, 6, 5, 4, 3, 2, 1, 0}},
+      {{2, 17, 2, 3, 2, 19, 2, 3}, {1, 5, 0, 2, 3, 4, 6, 7}},
+      {{2, 3, 4, 5, 6, 2, 20, 20}, {0, 1, 2, 3, 4, 5, 7, 6}},
   };
   for (const P& p : cases) {
     for (Layout layout : {Layout::Contiguous, Layout::Offset1, Layout::Transposed}) {
