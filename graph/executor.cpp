@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include "graph/executor_impl.h"
-#include "graph/kernels.h"
+#include "ops/kernels.h"
+
+#include <cmath>
 #include "ops/ops.h"
 #include "runtime/stream.h"
 #include "tensor/kernels.h"
@@ -25,6 +27,29 @@ void CudaGraphExec::reset() noexcept {
 }
 
 namespace {
+
+// op over the middle extent of a contiguous float32 tensor seen as (outer, len, inner), into out (outer, inner).
+// Never split across blocks: the launch may be captured into a CUDA graph (see launch_reduce_rows).
+void reduce_middle(ReduceOp op, const float* x, void* out, std::int64_t outer, std::int64_t len,
+                   std::int64_t inner, cudaStream_t stream) {
+  StridedLayout l;
+  l.rank = 1;
+  l.shape[0] = outer;
+  if (len == 0) {  // inference admits only sum (0) and mean (NaN) over nothing
+    l.shape[0] = outer * inner;
+    l.stride[0] = 1;
+    launch_fill(out, l, outer * inner, DType::F32, op == ReduceOp::Sum ? 0.0 : std::nan(""), stream);
+    return;
+  }
+  if (inner == 1) {
+    l.stride[0] = len;
+    launch_reduce_rows(op, x, l, outer, len, out, stream, /*allow_split=*/false);
+  } else {
+    l.stride[0] = len * inner;
+    launch_reduce_cols(op, x, l, outer, len, /*r_stride=*/inner, /*n_cols=*/inner, out, stream,
+                       /*allow_split=*/false);
+  }
+}
 
 Tensor view_of(const std::shared_ptr<Storage>& storage, std::size_t byte_offset, const NodeData& n) {
   const std::size_t es = dtype_size(n.dtype);
@@ -213,7 +238,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       const Tensor x = in(0);
       std::int64_t outer, len, inner;
       if (!m_fallback_reduce[static_cast<size_t>(i)] && split_axes(x.shape(), n.axes, outer, len, inner)) {
-        launch_reduce(n.reduce, x.data<float>(), out.data_ptr(), outer, len, inner, stream);
+        reduce_middle(n.reduce, x.data<float>(), out.data_ptr(), outer, len, inner, stream);
       } else {
         const Tensor r = reduce(n.reduce, x, n.axes, n.keepdim);
         launch_copy_strided(out.data_ptr(), out.layout(), r.data_ptr(), r.layout(), r.element_size(),
@@ -226,7 +251,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       const Tensor x = in(0);
       std::int64_t outer, len, inner;
       split_axes(x.shape(), n.axes, outer, len, inner);
-      launch_softmax(x.data<float>(), out.data<float>(), outer, len, inner, n.kind == OpKind::LogSoftmax,
+      launch_softmax(n.kind == OpKind::LogSoftmax, x.data<float>(), out.data<float>(), outer, len, inner,
                      stream);
       break;
     }

@@ -39,14 +39,18 @@ void launch_add_naive(float* out, const float* a, const float* b, std::int64_t n
 
 // ---------------------------------------------------------------- reductions (ops/reduce.cu)
 // Row case: n_rows rows of row_len contiguous floats, row r starting at x + rows.offset(r). out: n_rows
-// values (float, or int32 indices for ArgMax/ArgMin), contiguous. `count` is the divisor of Mean.
+// values (float, or int32 indices for ArgMax/ArgMin), contiguous.
+// allow_split: when there are too few rows or columns to fill the device, the reduced extent is split across
+// blocks and finished by a second pass through a per-stream scratch buffer. Pass false where the launch is
+// captured into a CUDA graph: the graph would keep the scratch pointer, which a later eager reduction on the
+// same stream may replace.
 void launch_reduce_rows(ReduceOp op, const float* x, const StridedLayout& rows, std::int64_t n_rows,
-                        std::int64_t row_len, void* out, cudaStream_t stream);
+                        std::int64_t row_len, void* out, cudaStream_t stream, bool allow_split = true);
 // Column case: element (o, r, c) at x + outer.offset(o) + r * r_stride + c, reduced over r; out[o * n_cols +
 // c].
 void launch_reduce_cols(ReduceOp op, const float* x, const StridedLayout& outer, std::int64_t n_outer,
                         std::int64_t n_reduce, std::int64_t r_stride, std::int64_t n_cols, void* out,
-                        cudaStream_t stream);
+                        cudaStream_t stream, bool allow_split = true);
 
 // ---------------------------------------------------------------- softmax (ops/softmax.cu)
 // Which row kernel (n_inner == 1): Auto picks by row length; the others are for benchmarks and tests

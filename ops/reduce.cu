@@ -332,7 +332,7 @@ int balanced_grid(std::int64_t items, std::int64_t wave) {
 
 template <class R>
 void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows, std::int64_t row_len,
-                 void* out, double count, cudaStream_t stream) {
+                 void* out, double count, cudaStream_t stream, bool allow_split) {
   // Short rows: a warp each. A block per row from 4096 elements (64 float4 per thread in a warp would leave
   // too few warps busy when rows are few).
   if (row_len < 4096) {
@@ -348,7 +348,7 @@ void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows,
   // Split rows when there are fewer rows than resident blocks, keeping >= 8192 elements per split; chunks are
   // multiples of 4 floats so that every split of an aligned row starts aligned.
   std::int64_t n_splits = 1;
-  if (n_rows < wave)
+  if (n_rows < wave && allow_split)
     n_splits = std::min((wave + n_rows - 1) / n_rows, std::max<std::int64_t>(1, row_len / 8192));
   std::int64_t chunk = (row_len + n_splits - 1) / n_splits;
   chunk = (chunk + 3) / 4 * 4;
@@ -370,7 +370,8 @@ void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows,
 
 template <class R>
 void reduce_cols(const float* x, const StridedLayout& outer, std::int64_t n_outer, std::int64_t n_reduce,
-                 std::int64_t r_stride, std::int64_t n_cols, void* out, double count, cudaStream_t stream) {
+                 std::int64_t r_stride, std::int64_t n_cols, void* out, double count, cudaStream_t stream,
+                 bool allow_split) {
   // 16-byte loads when every row of every outer slice starts 16-byte aligned.
   bool vec = n_cols % 4 == 0 && r_stride % 4 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
   for (int d = 0; d < outer.rank; ++d) vec = vec && (outer.shape[d] == 1 || outer.stride[d] % 4 == 0);
@@ -382,7 +383,7 @@ void reduce_cols(const float* x, const StridedLayout& outer, std::int64_t n_oute
     // Split the reduced extent until the grid fills the device, keeping >= 64 rows per split.
     std::int64_t n_splits = std::max<std::int64_t>(1, wave / std::max<std::int64_t>(1, tiles * z));
     n_splits = std::min(n_splits, std::max<std::int64_t>(1, n_reduce / 64));
-    n_splits = std::min<std::int64_t>(n_splits, 65535);
+    n_splits = allow_split ? std::min<std::int64_t>(n_splits, 65535) : 1;
     const std::int64_t rows_per_split = (n_reduce + n_splits - 1) / n_splits;
     n_splits = (n_reduce + rows_per_split - 1) / rows_per_split;
     MT_CHECK(tiles <= 0x7fffffff, InvalidArgument, "reduce: ", n_cols, " columns are too many");
@@ -428,20 +429,20 @@ void with_reducer(ReduceOp op, Body&& body) {
 }  // namespace
 
 void launch_reduce_rows(ReduceOp op, const float* x, const StridedLayout& rows, std::int64_t n_rows,
-                        std::int64_t row_len, void* out, cudaStream_t stream) {
+                        std::int64_t row_len, void* out, cudaStream_t stream, bool allow_split) {
   if (n_rows == 0) return;
   with_reducer(op, [&](auto r) {
-    reduce_rows<decltype(r)>(x, rows, n_rows, row_len, out, static_cast<double>(row_len), stream);
+    reduce_rows<decltype(r)>(x, rows, n_rows, row_len, out, static_cast<double>(row_len), stream, allow_split);
   });
 }
 
 void launch_reduce_cols(ReduceOp op, const float* x, const StridedLayout& outer, std::int64_t n_outer,
                         std::int64_t n_reduce, std::int64_t r_stride, std::int64_t n_cols, void* out,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, bool allow_split) {
   if (n_outer == 0 || n_cols == 0) return;
   with_reducer(op, [&](auto r) {
     reduce_cols<decltype(r)>(x, outer, n_outer, n_reduce, r_stride, n_cols, out,
-                             static_cast<double>(n_reduce), stream);
+                             static_cast<double>(n_reduce), stream, allow_split);
   });
 }
 
