@@ -94,18 +94,18 @@ std::string fused_kernel_source(const Program& p, const Step& step) {
     os << "    const float " << value_name(m) << " = ";
     switch (nd.kind) {
       case OpKind::Unary:
-        os << "mt::fn::" << unary_name(nd.unary) << "(" << value_name(nd.inputs[0]) << ")";
+        os << "mt::fn::" << op_name(nd.unary) << "(" << value_name(nd.inputs[0]) << ")";
         break;
       case OpKind::Binary:
-        os << "mt::fn::" << binary_name(nd.binary) << "(" << value_name(nd.inputs[0]) << ", "
+        os << "mt::fn::" << op_name(nd.binary) << "(" << value_name(nd.inputs[0]) << ", "
            << value_name(nd.inputs[1]) << ")";
         break;
       case OpKind::BinaryScalar:
-        os << "mt::fn::" << binary_name(nd.binary) << "(" << value_name(nd.inputs[0]) << ", "
+        os << "mt::fn::" << op_name(nd.binary) << "(" << value_name(nd.inputs[0]) << ", "
            << float_literal(nd.scalar) << ")";
         break;
       case OpKind::ScalarBinary:
-        os << "mt::fn::" << binary_name(nd.binary) << "(" << float_literal(nd.scalar) << ", "
+        os << "mt::fn::" << op_name(nd.binary) << "(" << float_literal(nd.scalar) << ", "
            << value_name(nd.inputs[0]) << ")";
         break;
       case OpKind::Clamp:

@@ -45,74 +45,6 @@ const char* kind_name(OpKind k) {
   return "?";
 }
 
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg:
-      return "neg";
-    case UnaryOp::Abs:
-      return "abs";
-    case UnaryOp::Relu:
-      return "relu";
-    case UnaryOp::Sigmoid:
-      return "sigmoid";
-    case UnaryOp::Tanh:
-      return "tanh";
-    case UnaryOp::Exp:
-      return "exp";
-    case UnaryOp::Log:
-      return "log";
-    case UnaryOp::Sqrt:
-      return "sqrt";
-    case UnaryOp::Rsqrt:
-      return "rsqrt";
-    case UnaryOp::Gelu:
-      return "gelu";
-    case UnaryOp::Square:
-      return "square";
-    case UnaryOp::Reciprocal:
-      return "reciprocal";
-  }
-  return "?";
-}
-
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add:
-      return "add";
-    case BinaryOp::Sub:
-      return "sub";
-    case BinaryOp::Mul:
-      return "mul";
-    case BinaryOp::Div:
-      return "div";
-    case BinaryOp::Maximum:
-      return "maximum";
-    case BinaryOp::Minimum:
-      return "minimum";
-    case BinaryOp::Pow:
-      return "pow";
-  }
-  return "?";
-}
-
-const char* reduce_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return "sum";
-    case ReduceOp::Mean:
-      return "mean";
-    case ReduceOp::Max:
-      return "max";
-    case ReduceOp::Min:
-      return "min";
-    case ReduceOp::ArgMax:
-      return "argmax";
-    case ReduceOp::ArgMin:
-      return "argmin";
-  }
-  return "?";
-}
-
 const char* activation_name(Activation a) {
   switch (a) {
     case Activation::None:
@@ -128,17 +60,17 @@ const char* activation_name(Activation a) {
 std::string node_op_string(const NodeData& n) {
   switch (n.kind) {
     case OpKind::Unary:
-      return unary_name(n.unary);
+      return op_name(n.unary);
     case OpKind::Binary:
-      return binary_name(n.binary);
+      return op_name(n.binary);
     case OpKind::BinaryScalar:
-      return str(binary_name(n.binary), "(x, ", n.scalar, ")");
+      return str(op_name(n.binary), "(x, ", n.scalar, ")");
     case OpKind::ScalarBinary:
-      return str(binary_name(n.binary), "(", n.scalar, ", x)");
+      return str(op_name(n.binary), "(", n.scalar, ", x)");
     case OpKind::Clamp:
       return str("clamp(", n.scalar, ", ", n.scalar2, ")");
     case OpKind::Reduce: {
-      std::string s = str(reduce_name(n.reduce), "(axes=");
+      std::string s = str(op_name(n.reduce), "(axes=");
       for (size_t i = 0; i < n.axes.size(); ++i) s += str(i ? "," : "", n.axes[i]);
       return s + (n.keepdim ? ", keepdim)" : ")");
     }
@@ -330,7 +262,7 @@ Node Graph::constant(const Tensor& value, const std::string& name) {
 }
 
 Node Graph::unary(UnaryOp op, Node x, const std::string& name) {
-  const std::string ctx = op_context(detail::unary_name(op), name);
+  const std::string ctx = op_context(op_name(op), name);
   const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
   MT_CHECK(!detail::float_only(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
            in.dtype, " ", in.shape);
@@ -345,7 +277,7 @@ Node Graph::unary(UnaryOp op, Node x, const std::string& name) {
 }
 
 Node Graph::binary(BinaryOp op, Node a, Node b, const std::string& name) {
-  const std::string ctx = op_context(detail::binary_name(op), name);
+  const std::string ctx = op_context(op_name(op), name);
   const NodeData& na = m_data->at(m_data->own(a, ctx.c_str()));
   const NodeData& nb = m_data->at(m_data->own(b, ctx.c_str()));
   MT_CHECK(na.dtype == nb.dtype, DTypeError, ctx, ": dtypes differ: ", na.dtype, " ", na.shape, " and ",
@@ -362,7 +294,7 @@ Node Graph::binary(BinaryOp op, Node a, Node b, const std::string& name) {
 }
 
 Node Graph::binary_scalar(BinaryOp op, Node x, double s, const std::string& name) {
-  const std::string ctx = op_context(detail::binary_name(op), name);
+  const std::string ctx = op_context(op_name(op), name);
   const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
   MT_CHECK(op != BinaryOp::Pow || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", in.dtype);
   NodeData n;
@@ -399,7 +331,7 @@ Node Graph::clamp(Node x, double lo, double hi, const std::string& name) {
 
 Node Graph::reduce(ReduceOp op, Node x, std::vector<std::int64_t> axes, bool keepdim,
                    const std::string& name) {
-  const std::string ctx = op_context(detail::reduce_name(op), name);
+  const std::string ctx = op_context(op_name(op), name);
   const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
   MT_CHECK(in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", in.dtype, " ", in.shape);
   const int rank = in.shape.rank();

@@ -77,9 +77,6 @@ std::string op_context(const char* op, const std::string& name);
 
 // An op's display name ("add", "relu", "sum", "linear+relu", ...), with its scalars.
 std::string node_op_string(const NodeData& n);
-const char* unary_name(UnaryOp op);
-const char* binary_name(BinaryOp op);
-const char* reduce_name(ReduceOp op);
 const char* activation_name(Activation a);
 
 // Shape inference helpers (no ops/ dependency, so building a graph needs no kernels).
