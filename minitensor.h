@@ -6,3 +6,4 @@
 #include "tensor/tensor.h"
 #include "tensor/eigen.h"
 #include "ops/ops.h"
+#include "graph/graph.h"
