@@ -313,6 +313,8 @@ const char* kernel_name(Kernel k) {
       return "simt_128x128x16_w64x32_t8x8_s3";
     case Kernel::Simt128x128x2:
       return "simt_128x128x8_w64x32_t8x8_s4_2cta";
+    case Kernel::Simt128x128k16x2:
+      return "simt_128x128x16_w64x32_t8x8_s3_2cta";
     case Kernel::Simt256x128:
       return "simt_256x128x8_w64x64_t16x8_s3";
     case Kernel::Simt128x64:
@@ -334,8 +336,9 @@ const char* kernel_name(Kernel k) {
 }
 
 std::vector<Kernel> simt_kernels() {
-  return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
-          Kernel::Simt128x64,  Kernel::Simt64x64,      Kernel::Simt32x128,    Kernel::Simt32x64};
+  return {Kernel::Simt128x128,      Kernel::Simt128x128k16, Kernel::Simt128x128x2,
+          Kernel::Simt128x128k16x2, Kernel::Simt256x128,    Kernel::Simt128x64,
+          Kernel::Simt64x64,        Kernel::Simt32x128,     Kernel::Simt32x64};
 }
 std::vector<Kernel> tensor_kernels() {
   return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64};
@@ -368,6 +371,8 @@ TileInfo tile_of(Kernel k) {
       return {128, 128, 16};
     case Kernel::Simt128x128x2:
       return {128, 128, 8};
+    case Kernel::Simt128x128k16x2:
+      return {128, 128, 16};
     case Kernel::Simt256x128:
       return {256, 128, 8};
     case Kernel::Simt128x64:
@@ -535,6 +540,8 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       return launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, stream);
     case Kernel::Simt128x128x2:
       return launch_simt<128, 128, 8, 64, 32, 8, 8, 4, 2>(p, split, stream);
+    case Kernel::Simt128x128k16x2:
+      return launch_simt<128, 128, 16, 64, 32, 8, 8, 3, 2>(p, split, stream);
     case Kernel::Simt256x128:
       return launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, stream);
     case Kernel::Simt128x64:
