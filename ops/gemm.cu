@@ -149,7 +149,10 @@ struct SimtShape {
   static_assert(kThreads <= 1024, "too many threads per block");
 };
 
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, bool B_VEC>
+// SPLIT: K is split over gridDim.z blocks and reduced in the same launch (a separate instantiation, so the
+// fix-up code does not cost the unsplit kernel registers in its main loop).
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, bool B_VEC,
+          bool SPLIT>
 __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
     gemm_simt(Problem p, int k_per_split, float* ws, unsigned* counters, bool a_kfast, bool b_kfast,
               bool c_vec) {
@@ -238,39 +241,61 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 
   // Epilogue: row i of the thread tile is C row m0 + a_col + (i/4) * kLanesM * 4 + i%4.
   float* C = c_batch(p, b);
-  if (ws) {
+  if constexpr (SPLIT) {
     // Split K (serial fix-up, one launch): store this split's raw sums; the last block of the tile to finish
     // adds all splits in split order (0, 1, ...; the order does not depend on which block is last, so the
-    // result is deterministic) and runs the epilogue. Partials stay in L2: split * m * n * 4 bytes.
+    // result is deterministic) and runs the epilogue. Partials stay in L2: split * m * n * 4 bytes. The
+    // reducer reads its own split back too (acc is dead by then) and issues a chunk of float4 loads per
+    // split before adding, so the tail costs about `split` L2 round trips, not one per fragment.
     const std::int64_t plane = static_cast<std::int64_t>(gridDim.y) * p.m * p.n;
     const float* w0 = ws + static_cast<std::int64_t>(b) * p.m * p.n;
     float* w = ws + split * plane + static_cast<std::int64_t>(b) * p.m * p.n;
+    auto row_of = [&](int f) {
+      return m0 + a_col + ((f / (TN / 4)) / 4) * S::kLanesM * 4 + (f / (TN / 4)) % 4;
+    };
+    auto col_of = [&](int f) { return n0 + b_col + (f % (TN / 4)) * S::kLanesN * 4; };
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int g = 0; g < TN / 4; ++g)
-        store_partial<4>(w, p.m, p.n, m0 + a_col + (i / 4) * S::kLanesM * 4 + i % 4,
-                         n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g]);
+        store_partial<4>(w, p.m, p.n, row_of(i * (TN / 4) + g), col_of(i * (TN / 4) + g), &acc[i][4 * g]);
     if (!splitk_last_block(counters + b * gridDim.x + blockIdx.x, gridDim.z)) return;
+    constexpr int kFrags = TM * TN / 4, kChunk = kFrags < 8 ? kFrags : 8;
+    static_assert(kFrags % kChunk == 0, "fix-up chunks must tile the thread's fragments");
+    const bool interior = m0 + BM <= p.m && n0 + BN <= p.n && (p.n & 3) == 0;
 #pragma unroll
-    for (int i = 0; i < TM; ++i)
+    for (int f0 = 0; f0 < kFrags; f0 += kChunk) {
+      float sum[kChunk][4];
 #pragma unroll
-      for (int g = 0; g < TN / 4; ++g) {
-        const int row = m0 + a_col + (i / 4) * S::kLanesM * 4 + i % 4, col = n0 + b_col + g * S::kLanesN * 4;
-        float sum[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int sp = 0; sp < static_cast<int>(gridDim.z); ++sp) {
-          float v[4] = {0.f, 0.f, 0.f, 0.f};
-          if (sp == split) {
+      for (int f = 0; f < kChunk; ++f)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) v[c] = acc[i][4 * g + c];
-          } else {
-            load_partial<4>(w0 + sp * plane, p.m, p.n, row, col, v);
+        for (int c = 0; c < 4; ++c) sum[f][c] = 0.f;
+      for (int sp = 0; sp < static_cast<int>(gridDim.z); ++sp) {
+        const float* ws_sp = w0 + sp * plane;
+        float v[kChunk][4];
+        if (interior) {
+#pragma unroll
+          for (int f = 0; f < kChunk; ++f) {
+            const float4 q = __ldcg(reinterpret_cast<const float4*>(
+                ws_sp + static_cast<std::int64_t>(row_of(f0 + f)) * p.n + col_of(f0 + f)));
+            v[f][0] = q.x, v[f][1] = q.y, v[f][2] = q.z, v[f][3] = q.w;
           }
+        } else {
 #pragma unroll
-          for (int c = 0; c < 4; ++c) sum[c] += v[c];
+          for (int f = 0; f < kChunk; ++f) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) v[f][c] = 0.f;
+            load_partial<4>(ws_sp, p.m, p.n, row_of(f0 + f), col_of(f0 + f), v[f]);
+          }
         }
-        store_run<4>(p, C, row, col, sum, c_vec);
+#pragma unroll
+        for (int f = 0; f < kChunk; ++f)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) sum[f][c] += v[f][c];
       }
+#pragma unroll
+      for (int f = 0; f < kChunk; ++f) store_run<4>(p, C, row_of(f0 + f), col_of(f0 + f), sum[f], c_vec);
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -313,8 +338,6 @@ const char* kernel_name(Kernel k) {
       return "simt_128x128x16_w64x32_t8x8_s3";
     case Kernel::Simt128x128x2:
       return "simt_128x128x8_w64x32_t8x8_s4_2cta";
-    case Kernel::Simt128x128k16x2:
-      return "simt_128x128x16_w64x32_t8x8_s3_2cta";
     case Kernel::Simt256x128:
       return "simt_256x128x8_w64x64_t16x8_s3";
     case Kernel::Simt128x64:
@@ -336,9 +359,8 @@ const char* kernel_name(Kernel k) {
 }
 
 std::vector<Kernel> simt_kernels() {
-  return {Kernel::Simt128x128,      Kernel::Simt128x128k16, Kernel::Simt128x128x2,
-          Kernel::Simt128x128k16x2, Kernel::Simt256x128,    Kernel::Simt128x64,
-          Kernel::Simt64x64,        Kernel::Simt32x128,     Kernel::Simt32x64};
+  return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
+          Kernel::Simt128x64,  Kernel::Simt64x64,      Kernel::Simt32x128,    Kernel::Simt32x64};
 }
 std::vector<Kernel> tensor_kernels() {
   return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64};
@@ -371,8 +393,6 @@ TileInfo tile_of(Kernel k) {
       return {128, 128, 16};
     case Kernel::Simt128x128x2:
       return {128, 128, 8};
-    case Kernel::Simt128x128k16x2:
-      return {128, 128, 16};
     case Kernel::Simt256x128:
       return {256, 128, 8};
     case Kernel::Simt128x64:
@@ -463,14 +483,19 @@ void launch_simt(const Problem& p, int split, cudaStream_t stream) {
   const bool bvec = b_vectorisable(p);
   // The scalar B loader needs more registers than a 2-blocks-per-SM budget leaves (it would spill), so that
   // variant always runs one block per SM.
-  auto kernel = bvec ? gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true>
-                     : gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false>;
+  using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, false>);
+  static const Kern kernels[2][2] = {// [bvec][split > 1]
+                                     {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false, false>,
+                                      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false, true>},
+                                     {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, false>,
+                                      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, true>}};
   static const bool once = [&] {
-    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true>, S::kSmemBytes);
-    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false>, S::kSmemBytes);
+    for (auto& row : kernels)
+      for (Kern k : row) allow_smem(k, S::kSmemBytes);
     return true;
   }();
   (void)once;
+  const Kern kernel = kernels[bvec ? 1 : 0][split > 1 ? 1 : 0];
   const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
   const dim3 grid(tiles, p.batch, split);
   SplitScratch scratch;
@@ -540,16 +565,14 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       return launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, stream);
     case Kernel::Simt128x128x2:
       return launch_simt<128, 128, 8, 64, 32, 8, 8, 4, 2>(p, split, stream);
-    case Kernel::Simt128x128k16x2:
-      return launch_simt<128, 128, 16, 64, 32, 8, 8, 3, 2>(p, split, stream);
     case Kernel::Simt256x128:
       return launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, stream);
     case Kernel::Simt128x64:
       return launch_simt<128, 64, 8, 64, 32, 8, 8, 4>(p, split, stream);
     case Kernel::Simt64x64:
-      return launch_simt<64, 64, 8, 32, 32, 8, 4, 4>(p, split, stream);
+      return launch_simt<64, 64, 8, 32, 32, 8, 4, 4, 4>(p, split, stream);  // 128 registers: 4 blocks per SM
     case Kernel::Simt32x128:
-      return launch_simt<32, 128, 8, 32, 32, 8, 4, 4>(p, split, stream);
+      return launch_simt<32, 128, 8, 32, 32, 8, 4, 4, 4>(p, split, stream);
     case Kernel::Simt32x64:
       return launch_simt<32, 64, 8, 32, 32, 8, 4, 4>(p, split, stream);
     default:

@@ -40,8 +40,7 @@ enum class Kernel {
   RegTiled,     // 128x128x8 tiles, 8x8 per thread, outer-product inner loop, one stage
   Simt128x128,  // production FP32: warp tiles, cp.async pipeline, register double buffering
   Simt128x128k16,
-  Simt128x128x2,     // the same tiles held to 128 registers: two blocks per SM
-  Simt128x128k16x2,  // BK = 16 (half the barriers per FMA), two blocks per SM
+  Simt128x128x2,  // the same tiles held to 128 registers: two blocks per SM
   Simt256x128,
   Simt128x64,
   Simt64x64,
