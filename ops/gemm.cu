@@ -149,9 +149,13 @@ struct SimtShape {
   static_assert(kThreads <= 1024, "too many threads per block");
 };
 
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, bool B_VEC>
+// SPLIT: K is split over gridDim.z blocks and reduced in the same launch (a separate instantiation, so the
+// fix-up code does not cost the unsplit kernel registers in its main loop).
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, bool B_VEC,
+          bool SPLIT>
 __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
-    gemm_simt(Problem p, int k_per_split, float* ws, bool a_kfast, bool b_kfast, bool c_vec) {
+    gemm_simt(Problem p, int k_per_split, float* ws, unsigned* counters, bool a_kfast, bool b_kfast,
+              bool c_vec) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   constexpr int NT = S::kThreads;
   extern __shared__ float4 smem4[];
@@ -236,16 +240,63 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   cp_async_wait<0>();
 
   // Epilogue: row i of the thread tile is C row m0 + a_col + (i/4) * kLanesM * 4 + i%4.
-  if (ws) {
-    float* w = ws + (static_cast<std::int64_t>(split) * gridDim.y + b) * p.m * p.n;
+  float* C = c_batch(p, b);
+  if constexpr (SPLIT) {
+    // Split K (serial fix-up, one launch): store this split's raw sums; the last block of the tile to finish
+    // adds all splits in split order (0, 1, ...; the order does not depend on which block is last, so the
+    // result is deterministic) and runs the epilogue. Partials stay in L2: split * m * n * 4 bytes. The
+    // reducer reads its own split back too (acc is dead by then) and issues a chunk of float4 loads per
+    // split before adding, so the tail costs about `split` L2 round trips, not one per fragment.
+    const std::int64_t plane = static_cast<std::int64_t>(gridDim.y) * p.m * p.n;
+    const float* w0 = ws + static_cast<std::int64_t>(b) * p.m * p.n;
+    float* w = ws + split * plane + static_cast<std::int64_t>(b) * p.m * p.n;
+    auto row_of = [&](int f) {
+      return m0 + a_col + ((f / (TN / 4)) / 4) * S::kLanesM * 4 + (f / (TN / 4)) % 4;
+    };
+    auto col_of = [&](int f) { return n0 + b_col + (f % (TN / 4)) * S::kLanesN * 4; };
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int g = 0; g < TN / 4; ++g)
-        store_partial<4>(w, p.m, p.n, m0 + a_col + (i / 4) * S::kLanesM * 4 + i % 4,
-                         n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g]);
+        store_partial<4>(w, p.m, p.n, row_of(i * (TN / 4) + g), col_of(i * (TN / 4) + g), &acc[i][4 * g]);
+    if (!splitk_last_block(counters + b * gridDim.x + blockIdx.x, gridDim.z)) return;
+    constexpr int kFrags = TM * TN / 4, kChunk = kFrags < 8 ? kFrags : 8;
+    static_assert(kFrags % kChunk == 0, "fix-up chunks must tile the thread's fragments");
+    const bool interior = m0 + BM <= p.m && n0 + BN <= p.n && (p.n & 3) == 0;
+#pragma unroll
+    for (int f0 = 0; f0 < kFrags; f0 += kChunk) {
+      float sum[kChunk][4];
+#pragma unroll
+      for (int f = 0; f < kChunk; ++f)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) sum[f][c] = 0.f;
+      for (int sp = 0; sp < static_cast<int>(gridDim.z); ++sp) {
+        const float* ws_sp = w0 + sp * plane;
+        float v[kChunk][4];
+        if (interior) {
+#pragma unroll
+          for (int f = 0; f < kChunk; ++f) {
+            const float4 q = __ldcg(reinterpret_cast<const float4*>(
+                ws_sp + static_cast<std::int64_t>(row_of(f0 + f)) * p.n + col_of(f0 + f)));
+            v[f][0] = q.x, v[f][1] = q.y, v[f][2] = q.z, v[f][3] = q.w;
+          }
+        } else {
+#pragma unroll
+          for (int f = 0; f < kChunk; ++f) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) v[f][c] = 0.f;
+            load_partial<4>(ws_sp, p.m, p.n, row_of(f0 + f), col_of(f0 + f), v[f]);
+          }
+        }
+#pragma unroll
+        for (int f = 0; f < kChunk; ++f)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) sum[f][c] += v[f][c];
+      }
+#pragma unroll
+      for (int f = 0; f < kChunk; ++f) store_run<4>(p, C, row_of(f0 + f), col_of(f0 + f), sum[f], c_vec);
+    }
   } else {
-    float* C = c_batch(p, b);
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -295,6 +346,8 @@ const char* kernel_name(Kernel k) {
       return "simt_64x64x8_w32x32_t8x4_s4";
     case Kernel::Simt32x128:
       return "simt_32x128x8_w32x32_t8x4_s4";
+    case Kernel::Simt32x64:
+      return "simt_32x64x8_w32x32_t8x4_s4";
     case Kernel::Tensor128x128:
       return "mma_128x128x16_w64x32_s4";
     case Kernel::Tensor128x64:
@@ -307,7 +360,7 @@ const char* kernel_name(Kernel k) {
 
 std::vector<Kernel> simt_kernels() {
   return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
-          Kernel::Simt128x64,  Kernel::Simt64x64,      Kernel::Simt32x128};
+          Kernel::Simt128x64,  Kernel::Simt64x64,      Kernel::Simt32x128,    Kernel::Simt32x64};
 }
 std::vector<Kernel> tensor_kernels() {
   return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64};
@@ -348,6 +401,8 @@ TileInfo tile_of(Kernel k) {
       return {64, 64, 8};
     case Kernel::Simt32x128:
       return {32, 128, 8};
+    case Kernel::Simt32x64:
+      return {32, 64, 8};
     case Kernel::Tensor128x128:
       return {128, 128, 16};
     case Kernel::Tensor128x64:
@@ -381,20 +436,38 @@ int k_per_split(const Problem& p, int split, int bk) {
   return (per + bk - 1) / bk * bk;
 }
 
-// A workspace per stream, grown on demand and kept: work on one stream is ordered, so reuse needs no sync.
-float* workspace(std::size_t bytes, cudaStream_t stream) {
+// Split-K scratch per (device, stream), grown on demand and kept: work on one stream is ordered, so reuse
+// needs no sync and no per-call allocation or memset. `partials`: split * batch * m * n floats.
+// `counters`: one fix-up ticket per output tile, zeroed once when allocated; every launch leaves them at
+// zero again (the last block of a tile re-arms its counter).
+struct SplitScratch {
+  float* partials = nullptr;
+  unsigned* counters = nullptr;
+};
+SplitScratch split_scratch(std::size_t partial_bytes, std::size_t n_counters, cudaStream_t stream) {
+  struct Entry {
+    Allocation partials, counters;
+  };
   static std::mutex mutex;
   // Never destroyed: freeing at static destruction could outlive the allocators it came from.
-  static auto& cache = *new std::map<std::pair<int, cudaStream_t>, Allocation>();
+  static auto& cache = *new std::map<std::pair<int, cudaStream_t>, Entry>();
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mutex);
-  Allocation& a = cache[{device, stream}];
-  if (a.size() < bytes) {
-    a.reset();
-    a = cuda_allocator(device).allocate(std::max<std::size_t>(bytes, std::size_t{1} << 20), stream);
+  Entry& e = cache[{device, stream}];
+  if (e.partials.size() < partial_bytes) {
+    e.partials.reset();
+    e.partials =
+        cuda_allocator(device).allocate(std::max<std::size_t>(partial_bytes, std::size_t{1} << 20), stream);
   }
-  return static_cast<float*>(a.data());
+  const std::size_t counter_bytes = sizeof(unsigned) * std::max<std::size_t>(n_counters, 1);
+  if (e.counters.size() < counter_bytes) {
+    e.counters.reset();
+    const std::size_t bytes = std::max<std::size_t>(counter_bytes, std::size_t{1} << 14);
+    e.counters = cuda_allocator(device).allocate(bytes, stream);
+    MT_CUDA_CHECK(cudaMemsetAsync(e.counters.data(), 0, bytes, stream));
+  }
+  return {static_cast<float*>(e.partials.data()), static_cast<unsigned*>(e.counters.data())};
 }
 
 template <class Kern>
@@ -405,26 +478,35 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 }
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1>
-void launch_simt(const Problem& p, int split, float* ws, cudaStream_t stream) {
+void launch_simt(const Problem& p, int split, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   const bool bvec = b_vectorisable(p);
   // The scalar B loader needs more registers than a 2-blocks-per-SM budget leaves (it would spill), so that
   // variant always runs one block per SM.
-  auto kernel = bvec ? gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true>
-                     : gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false>;
+  using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, false>);
+  static const Kern kernels[2][2] = {// [bvec][split > 1]
+                                     {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false, false>,
+                                      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false, true>},
+                                     {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, false>,
+                                      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, true>}};
   static const bool once = [&] {
-    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true>, S::kSmemBytes);
-    allow_smem(gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false>, S::kSmemBytes);
+    for (auto& row : kernels)
+      for (Kern k : row) allow_smem(k, S::kSmemBytes);
     return true;
   }();
   (void)once;
+  const Kern kernel = kernels[bvec ? 1 : 0][split > 1 ? 1 : 0];
   const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
   const dim3 grid(tiles, p.batch, split);
+  SplitScratch scratch;
+  if (split > 1)
+    scratch = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n,
+                            static_cast<std::size_t>(tiles) * p.batch, stream);
   // k-fast loads for operands that are contiguous along k (row-major A, transposed B).
   const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
   const bool b_kfast = p.b_sk == 1 && p.b_sn != 1;
-  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, k_per_split(p, split, BK), ws, a_kfast, b_kfast,
-                                                       c_vectorisable(p));
+  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, k_per_split(p, split, BK), scratch.partials,
+                                                       scratch.counters, a_kfast, b_kfast, c_vectorisable(p));
   MT_CUDA_CHECK_LAUNCH();
 }
 
@@ -467,39 +549,35 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       break;
   }
   const int split = std::max(1, cfg.split_k);
-  float* ws = nullptr;
-  if (split > 1)
-    ws = workspace(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n, stream);
   if (is_tensor(cfg.kernel)) {
+    float* ws = nullptr;
+    if (split > 1)
+      ws = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n, 0, stream)
+               .partials;
     launch_tensor(p, cfg.kernel, cfg.math == MathMode::TF32x3, split, k_per_split(p, split, 16), ws, stream);
-  } else {
-    switch (cfg.kernel) {
-      case Kernel::Simt128x128:
-        launch_simt<128, 128, 8, 64, 32, 8, 8, 4>(p, split, ws, stream);
-        break;
-      case Kernel::Simt128x128k16:
-        launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, ws, stream);
-        break;
-      case Kernel::Simt128x128x2:
-        launch_simt<128, 128, 8, 64, 32, 8, 8, 4, 2>(p, split, ws, stream);
-        break;
-      case Kernel::Simt256x128:
-        launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, ws, stream);
-        break;
-      case Kernel::Simt128x64:
-        launch_simt<128, 64, 8, 64, 32, 8, 8, 4>(p, split, ws, stream);
-        break;
-      case Kernel::Simt64x64:
-        launch_simt<64, 64, 8, 32, 32, 8, 4, 4>(p, split, ws, stream);
-        break;
-      case Kernel::Simt32x128:
-        launch_simt<32, 128, 8, 32, 32, 8, 4, 4>(p, split, ws, stream);
-        break;
-      default:
-        MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
-    }
+    if (split > 1) launch_reduce(p, ws, split, stream);
+    return;
   }
-  if (split > 1) launch_reduce(p, ws, split, stream);
+  switch (cfg.kernel) {
+    case Kernel::Simt128x128:
+      return launch_simt<128, 128, 8, 64, 32, 8, 8, 4>(p, split, stream);
+    case Kernel::Simt128x128k16:
+      return launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, stream);
+    case Kernel::Simt128x128x2:
+      return launch_simt<128, 128, 8, 64, 32, 8, 8, 4, 2>(p, split, stream);
+    case Kernel::Simt256x128:
+      return launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, stream);
+    case Kernel::Simt128x64:
+      return launch_simt<128, 64, 8, 64, 32, 8, 8, 4>(p, split, stream);
+    case Kernel::Simt64x64:
+      return launch_simt<64, 64, 8, 32, 32, 8, 4, 4, 4>(p, split, stream);  // 128 registers: 4 blocks per SM
+    case Kernel::Simt32x128:
+      return launch_simt<32, 128, 8, 32, 32, 8, 4, 4, 4>(p, split, stream);
+    case Kernel::Simt32x64:
+      return launch_simt<32, 64, 8, 32, 32, 8, 4, 4>(p, split, stream);
+    default:
+      MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
+  }
 }
 
 }  // namespace
@@ -572,13 +650,20 @@ Config choose(const Problem& p, MathMode math) {
     const TileInfo t = tile_of(c.kernel);
     c.split_k = split_for(blocks(t.bm, t.bn), sms, 256);
   } else if (p.m <= 64) {
-    // Small M (64x4096x4096: 0.85x cuBLAS with split 8, best of the sweep).
-    c.kernel = Kernel::Simt32x128;
-    c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
+    // Small M. Few output tiles (the 64x512x512 MLP layer: 16 tiles of 32x64) take the 64-thread tile with K
+    // split until about two blocks per SM; wide N (64x4096x4096) the 32x128 tile, split 8 (0.85x cuBLAS).
+    if (blocks(32, 128) < 32) {
+      c.kernel = Kernel::Simt32x64;
+      c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
+    } else {
+      c.kernel = Kernel::Simt32x128;
+      c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
+    }
   } else if (blocks(64, 64) < sms) {
-    // Tiny problems (127x129x255, 512^3): latency bound; 64x64 tiles and K split to fill the SMs (1.3-1.6x).
+    // Few output tiles (127x129x255, 512^3, the 256x1024x1024 MLP layer): latency bound; 64x64 tiles and K
+    // split to about four blocks per SM (the split is reduced inside the same launch).
     c.kernel = Kernel::Simt64x64;
-    c.split_k = split_for(blocks(64, 64), 2 * sms, 32);
+    c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
   } else if (p.n <= 64) {
     // Skinny N (16384x64x4096: 128x64 split 2).
     c.kernel = Kernel::Simt128x64;

@@ -45,6 +45,7 @@ enum class Kernel {
   Simt128x64,
   Simt64x64,
   Simt32x128,     // the small-M kernel
+  Simt32x64,      // small M and few output tiles (MLP-sized problems): 64 threads, many blocks per SM
   Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,
   Tensor64x64,
@@ -64,7 +65,8 @@ std::string config_name(const Config& c);
 bool can_implement(const Problem& p, const Config& config);
 
 // Runs `p` with `config` on `stream`; InvalidArgument when !can_implement(p, config). `stream` must belong to
-// the current device. Split-K takes its workspace from a per-stream cache.
+// the current device. Split-K takes its workspace from a per-stream cache; the SIMT kernels reduce the splits
+// in the same launch (the last block of each tile), the tensor-core kernels with a second reduction kernel.
 void launch(const Problem& p, const Config& config, cudaStream_t stream);
 
 // The dispatcher's choice for `p` in `math` mode (a table measured on H100/H200).
