@@ -6,6 +6,7 @@
 #   bash scripts/gpu_check.sh                 # everything
 #   MT_CHECK_STEPS="build tests" bash ...     # a subset of: build tests memcheck bench demo
 #   MT_BENCH_FILTER=regex                     # passed to every benchmark binary as --benchmark_filter
+#   MT_BENCHES="bench_ops bench_gemm"         # which benchmark binaries (default: all)
 #   MT_MEMCHECK_FILTER=gtest-filter           # default: all but the 2^31-element, 4095x4097x1023 and 500-graph tests
 #                                             (minutes each under the sanitizer; the plain run covers them)
 # Logs and JSON go to $OUT (when set) or out/gpu_check.
@@ -55,6 +56,7 @@ if has bench; then
   echo "== benchmarks"
   for bin in $(binaries build/bench/bench_*); do
     name=$(basename "$bin")
+    [[ -n "${MT_BENCHES:-}" && " $MT_BENCHES " != *" $name "* ]] && continue
     timeout 900 "$bin" --benchmark_filter="${MT_BENCH_FILTER:-.}" --benchmark_out="$out/$name.json" \
       --benchmark_out_format=json > "$out/$name.log" 2>&1
     echo "  $name: exit $?"
