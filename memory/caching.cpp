@@ -27,7 +27,9 @@
 
 namespace mt {
 
-struct CachingDeviceAllocator::Block {
+// Blocks and segments are written on every allocate and release of their pool. A cache line each, so that
+// two streams' pools (used by different threads) never share one, whoever allocated the objects.
+struct alignas(64) CachingDeviceAllocator::Block {
   char* ptr = nullptr;
   std::size_t size = 0;
   std::size_t requested = 0;
@@ -41,12 +43,13 @@ struct CachingDeviceAllocator::Block {
   std::vector<cudaStream_t> uses;  // other streams recorded with record_stream
 };
 
-struct CachingDeviceAllocator::Segment {
+struct alignas(64) CachingDeviceAllocator::Segment {
   char* ptr = nullptr;
   std::size_t size = 0;
   Pool* pool = nullptr;
   bool small = false;
   int n_used = 0;  // blocks allocated or awaiting streams
+  int n_moves = 0;  // times it moved to another stream's pool on an ordinary miss
   Block* head = nullptr;
   std::size_t index = 0;  // in pool.segments
 };
@@ -61,6 +64,72 @@ struct BySizeThenAddress {
     return a->ptr < b->ptr;
   }
 };
+
+// Recycles the nodes of one pool's free-block sets. Every cache hit splits a block and every release merges it
+// back, so without this each allocate/release pair is a malloc and a free of a tree node, and glibc's free path
+// is what threads on different streams end up sharing. Used under the pool's lock only.
+class NodeCache {
+ public:
+  NodeCache() = default;
+  NodeCache(const NodeCache&) = delete;
+  NodeCache& operator=(const NodeCache&) = delete;
+  ~NodeCache() {
+    for (void* p : m_free) ::operator delete(p);
+  }
+  void* get(std::size_t bytes) {
+    if (bytes == m_bytes && !m_free.empty()) {
+      void* p = m_free.back();
+      m_free.pop_back();
+      return p;
+    }
+    return ::operator new(bytes);
+  }
+  void put(void* p, std::size_t bytes) noexcept {
+    if (m_bytes == 0) m_bytes = bytes;
+    if (bytes == m_bytes && m_free.size() < kMaxKept) {
+      try {
+        m_free.push_back(p);
+        return;
+      } catch (...) {
+      }
+    }
+    ::operator delete(p);
+  }
+
+ private:
+  static constexpr std::size_t kMaxKept = 4096;
+  std::vector<void*> m_free;
+  std::size_t m_bytes = 0;  // the node size (the sets' only single-object allocation)
+};
+
+template <class T>
+struct CachedNodeAllocator {
+  using value_type = T;
+  NodeCache* cache;
+  explicit CachedNodeAllocator(NodeCache* c) noexcept : cache(c) {}
+  template <class U>
+  CachedNodeAllocator(const CachedNodeAllocator<U>& other) noexcept : cache(other.cache) {}
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(n == 1 ? cache->get(sizeof(T)) : ::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n == 1) {
+      cache->put(p, sizeof(T));
+    } else {
+      ::operator delete(p);
+    }
+  }
+  template <class U>
+  bool operator==(const CachedNodeAllocator<U>& other) const noexcept {
+    return cache == other.cache;
+  }
+};
+
+// Ordinary misses move a whole free segment between stream pools at most this often; after that it stays with
+// its pool, and the other stream gets a segment of its own (the reclaim path can still lend its blocks).
+constexpr int kMaxSegmentMoves = 4;
+
+using FreeBlockSet = std::set<Block*, BySizeThenAddress, CachedNodeAllocator<Block*>>;
 
 struct PendingRelease {
   MemoryBackend::EventHandle event;
@@ -121,9 +190,13 @@ std::string bytes_and_exact(std::size_t bytes) {
 struct alignas(64) CachingDeviceAllocator::Pool {
   explicit Pool(cudaStream_t s) : stream(s) {}
 
-  cudaStream_t stream;
-  std::mutex mutex;
-  std::set<Block*, BySizeThenAddress> small, large;
+  cudaStream_t stream;  // read without the lock by every pool_for() probe that passes this pool's slot
+  // The mutex and everything after it change on every allocate and release: a cache line away from `stream`,
+  // so lookups by other threads do not pull this pool's line while its own thread works.
+  alignas(64) std::mutex mutex;
+  NodeCache nodes;  // before the sets: it must outlive them
+  FreeBlockSet small{BySizeThenAddress{}, CachedNodeAllocator<Block*>(&nodes)};
+  FreeBlockSet large{BySizeThenAddress{}, CachedNodeAllocator<Block*>(&nodes)};
   std::vector<PendingRelease> pending;
   std::deque<Fence> fences;
   std::uint64_t seq = 0;         // releases so far
@@ -133,7 +206,7 @@ struct alignas(64) CachingDeviceAllocator::Pool {
   std::vector<Block*> spare;  // Block objects to reuse (splits make them, merges retire them)
   MemoryStats stats;
 
-  std::set<Block*, BySizeThenAddress>& set_for(bool small_pool) { return small_pool ? small : large; }
+  FreeBlockSet& set_for(bool small_pool) { return small_pool ? small : large; }
 
   Block* new_block() {
     if (spare.empty()) return new Block;
@@ -342,7 +415,10 @@ CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, s
   auto usable = [&](const Block* c) {
     if (!foreign) return true;
     if (c->free_seq > pool.safe_seq) return false;
-    return mode == Take::AnyBlock || (c->segment->n_used == 0 && c->size == c->segment->size);
+    if (mode == Take::AnyBlock) return true;
+    // A whole free segment, that has not already moved too often: two streams allocating the same sizes at
+    // once would otherwise trade one segment back and forth, a cross-pool lock and miss on every call.
+    return c->segment->n_used == 0 && c->size == c->segment->size && c->segment->n_moves < kMaxSegmentMoves;
   };
   while (it != set.end() && !usable(*it)) {
     if (++scanned > kMaxForeignScan) return nullptr;
@@ -368,6 +444,7 @@ CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, s
 void CachingDeviceAllocator::adopt_segment(Pool& own, Block* whole) {
   Segment* seg = whole->segment;
   seg->pool = &own;
+  ++seg->n_moves;
   seg->index = own.segments.size();
   own.segments.push_back(seg);
   whole->free_seq = 0;  // the old stream's fence has passed: nothing uses it
