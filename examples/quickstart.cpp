@@ -1,5 +1,5 @@
-// The README's quickstart, built with the examples so that it keeps compiling: eager ops, then the same MLP as
-// a graph, checked against the Eigen reference.
+// The README's quickstart, built with the examples so that it keeps compiling: eager ops, then the same MLP
+// as a graph, checked against the Eigen reference.
 #include <iostream>
 
 #include "minitensor.h"
@@ -12,7 +12,7 @@ int main() {
     Tensor w = randn({1024, 512}, 2, dev) * 0.03;
     Tensor b = zeros({512}, DType::F32, dev);
     Tensor y = softmax(linear(x, w, b, Activation::Relu), -1);  // bias + ReLU fused into the GEMM epilogue
-    Tensor s = sum(y, 1);                                         // row sums: all 1
+    Tensor s = sum(y, 1);                                       // row sums: all 1
     std::cout << s.cpu() << "\n";
     std::cout << "x.t() is contiguous: " << x.t().is_contiguous() << "\n";  // views share storage
 

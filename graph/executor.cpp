@@ -28,8 +28,8 @@ void CudaGraphExec::reset() noexcept {
 
 namespace {
 
-// op over the middle extent of a contiguous float32 tensor seen as (outer, len, inner), into out (outer, inner).
-// Never split across blocks: the launch may be captured into a CUDA graph (see launch_reduce_rows).
+// op over the middle extent of a contiguous float32 tensor seen as (outer, len, inner), into out (outer,
+// inner). Never split across blocks: the launch may be captured into a CUDA graph (see launch_reduce_rows).
 void reduce_middle(ReduceOp op, const float* x, void* out, std::int64_t outer, std::int64_t len,
                    std::int64_t inner, cudaStream_t stream) {
   StridedLayout l;

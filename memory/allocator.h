@@ -1,8 +1,8 @@
 // The allocator interface every Tensor allocates through, and the process-wide allocators.
 //
 // An Allocation is a move-only RAII handle: when it dies, its memory goes back to the allocator that made it.
-// For device memory that return is stream-ordered: the block may be reused at once by later work on the stream
-// it was allocated on, and by other streams only once that stream (and every stream recorded with
+// For device memory that return is stream-ordered: the block may be reused at once by later work on the
+// stream it was allocated on, and by other streams only once that stream (and every stream recorded with
 // record_stream) has finished with it.
 #pragma once
 
@@ -51,11 +51,12 @@ class Allocator {
  public:
   virtual ~Allocator() = default;
 
-  // `bytes` may be 0 (a valid, empty allocation). `stream` orders device allocations; host allocators ignore it.
-  // Throws OutOfMemoryError when the memory cannot be had.
+  // `bytes` may be 0 (a valid, empty allocation). `stream` orders device allocations; host allocators ignore
+  // it. Throws OutOfMemoryError when the memory cannot be had.
   virtual Allocation allocate(std::size_t bytes, cudaStream_t stream = nullptr) = 0;
 
-  // Marks `allocation` as used on `stream` too: it is not reused until that stream's work queued so far is done.
+  // Marks `allocation` as used on `stream` too: it is not reused until that stream's work queued so far is
+  // done.
   virtual void record_stream(const Allocation& allocation, cudaStream_t stream) {
     (void)allocation;
     (void)stream;
@@ -73,7 +74,8 @@ class Allocator {
 // Aligned host memory (64-byte aligned, plain malloc underneath).
 Allocator& cpu_allocator();
 
-// The device allocator used for every CUDA tensor on `device` (throws DeviceError when there is no such device).
+// The device allocator used for every CUDA tensor on `device` (throws DeviceError when there is no such
+// device).
 Allocator& cuda_allocator(int device);
 
 // Page-locked host memory for fast and asynchronous copies.

@@ -48,7 +48,7 @@ struct alignas(64) CachingDeviceAllocator::Segment {
   std::size_t size = 0;
   Pool* pool = nullptr;
   bool small = false;
-  int n_used = 0;  // blocks allocated or awaiting streams
+  int n_used = 0;   // blocks allocated or awaiting streams
   int n_moves = 0;  // times it moved to another stream's pool on an ordinary miss
   Block* head = nullptr;
   std::size_t index = 0;  // in pool.segments
@@ -65,9 +65,9 @@ struct BySizeThenAddress {
   }
 };
 
-// Recycles the nodes of one pool's free-block sets. Every cache hit splits a block and every release merges it
-// back, so without this each allocate/release pair is a malloc and a free of a tree node, and glibc's free path
-// is what threads on different streams end up sharing. Used under the pool's lock only.
+// Recycles the nodes of one pool's free-block sets. Every cache hit splits a block and every release merges
+// it back, so without this each allocate/release pair is a malloc and a free of a tree node, and glibc's free
+// path is what threads on different streams end up sharing. Used under the pool's lock only.
 class NodeCache {
  public:
   NodeCache() = default;

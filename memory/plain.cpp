@@ -21,8 +21,8 @@ Allocation PlainCudaAllocator::allocate(std::size_t bytes, cudaStream_t stream) 
     (void)cudaGetLastError();
     std::size_t free_b = 0, total_b = 0;
     (void)cudaMemGetInfo(&free_b, &total_b);
-    MT_THROW(OutOfMemoryError, "cuda:", m_device, ": out of memory allocating ", bytes, " bytes (device free ",
-             free_b, " of ", total_b, " bytes)");
+    MT_THROW(OutOfMemoryError, "cuda:", m_device, ": out of memory allocating ", bytes,
+             " bytes (device free ", free_b, " of ", total_b, " bytes)");
   }
   MT_CUDA_CHECK(status);
   return make_allocation(p, bytes, stream, nullptr);
@@ -41,7 +41,8 @@ Allocation PlainPinnedAllocator::allocate(std::size_t bytes, cudaStream_t stream
   const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    MT_THROW(OutOfMemoryError, "pinned: out of memory allocating ", bytes, " bytes of page-locked host memory");
+    MT_THROW(OutOfMemoryError, "pinned: out of memory allocating ", bytes,
+             " bytes of page-locked host memory");
   }
   MT_CUDA_CHECK(status);
   return make_allocation(p, bytes, stream, nullptr);

@@ -9,9 +9,21 @@
 
 namespace mt {
 
-// The math of each op is written once, in ops/functors.h, and shared with the graph's run-time generated kernels.
+// The math of each op is written once, in ops/functors.h, and shared with the graph's run-time generated
+// kernels.
 enum class UnaryOp {
-  Neg, Abs, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt, Gelu /* tanh form */, Square, Reciprocal
+  Neg,
+  Abs,
+  Relu,
+  Sigmoid,
+  Tanh,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Gelu /* tanh form */,
+  Square,
+  Reciprocal
 };
 enum class BinaryOp { Add, Sub, Mul, Div, Maximum, Minimum, Pow };
 
@@ -21,51 +33,117 @@ const char* op_name(BinaryOp op);
 // Result shape of broadcasting a with b (NumPy rules); ShapeError naming both shapes and `op` otherwise.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 
-// `out`, when given, must have the result's shape, dtype and device (it may be a strided view); it is returned.
+// `out`, when given, must have the result's shape, dtype and device (it may be a strided view); it is
+// returned.
 Tensor unary(UnaryOp op, const Tensor& x, std::optional<Tensor> out = std::nullopt);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, std::optional<Tensor> out = std::nullopt);
 
-inline Tensor neg(const Tensor& x) { return unary(UnaryOp::Neg, x); }
-inline Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x); }
-inline Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x); }
-inline Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x); }
-inline Tensor tanh(const Tensor& x) { return unary(UnaryOp::Tanh, x); }
-inline Tensor exp(const Tensor& x) { return unary(UnaryOp::Exp, x); }
-inline Tensor log(const Tensor& x) { return unary(UnaryOp::Log, x); }
-inline Tensor sqrt(const Tensor& x) { return unary(UnaryOp::Sqrt, x); }
-inline Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::Rsqrt, x); }
-inline Tensor gelu(const Tensor& x) { return unary(UnaryOp::Gelu, x); }
-inline Tensor square(const Tensor& x) { return unary(UnaryOp::Square, x); }
-inline Tensor reciprocal(const Tensor& x) { return unary(UnaryOp::Reciprocal, x); }
+inline Tensor neg(const Tensor& x) {
+  return unary(UnaryOp::Neg, x);
+}
+inline Tensor abs(const Tensor& x) {
+  return unary(UnaryOp::Abs, x);
+}
+inline Tensor relu(const Tensor& x) {
+  return unary(UnaryOp::Relu, x);
+}
+inline Tensor sigmoid(const Tensor& x) {
+  return unary(UnaryOp::Sigmoid, x);
+}
+inline Tensor tanh(const Tensor& x) {
+  return unary(UnaryOp::Tanh, x);
+}
+inline Tensor exp(const Tensor& x) {
+  return unary(UnaryOp::Exp, x);
+}
+inline Tensor log(const Tensor& x) {
+  return unary(UnaryOp::Log, x);
+}
+inline Tensor sqrt(const Tensor& x) {
+  return unary(UnaryOp::Sqrt, x);
+}
+inline Tensor rsqrt(const Tensor& x) {
+  return unary(UnaryOp::Rsqrt, x);
+}
+inline Tensor gelu(const Tensor& x) {
+  return unary(UnaryOp::Gelu, x);
+}
+inline Tensor square(const Tensor& x) {
+  return unary(UnaryOp::Square, x);
+}
+inline Tensor reciprocal(const Tensor& x) {
+  return unary(UnaryOp::Reciprocal, x);
+}
 
-inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Add, a, b); }
-inline Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Sub, a, b); }
-inline Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Mul, a, b); }
-inline Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Div, a, b); }
-inline Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Maximum, a, b); }
-inline Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Minimum, a, b); }
-inline Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Pow, a, b); }
+inline Tensor add(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::Add, a, b);
+}
+inline Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::Sub, a, b);
+}
+inline Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::Mul, a, b);
+}
+inline Tensor div(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::Div, a, b);
+}
+inline Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::Maximum, a, b);
+}
+inline Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::Minimum, a, b);
+}
+inline Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::Pow, a, b);
+}
 
 // Scalar forms: x op s with s converted to x's dtype (InvalidArgument when it does not fit an integer dtype).
 Tensor binary_scalar(BinaryOp op, const Tensor& x, double s, std::optional<Tensor> out = std::nullopt);
-Tensor scalar_binary(BinaryOp op, double s, const Tensor& x, std::optional<Tensor> out = std::nullopt);  // s op x
+Tensor scalar_binary(BinaryOp op, double s, const Tensor& x,
+                     std::optional<Tensor> out = std::nullopt);  // s op x
 Tensor clamp(const Tensor& x, double lo, double hi, std::optional<Tensor> out = std::nullopt);
 
 // Inverts the colour of RGBA uint8 pixels: (r, g, b, a) -> (255 - r, 255 - g, 255 - b, a). x: (..., 4) uint8.
 Tensor invert_rgba(const Tensor& x, std::optional<Tensor> out = std::nullopt);
 
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator-(const Tensor& x) { return neg(x); }
-inline Tensor operator+(const Tensor& x, double s) { return binary_scalar(BinaryOp::Add, x, s); }
-inline Tensor operator-(const Tensor& x, double s) { return binary_scalar(BinaryOp::Sub, x, s); }
-inline Tensor operator*(const Tensor& x, double s) { return binary_scalar(BinaryOp::Mul, x, s); }
-inline Tensor operator/(const Tensor& x, double s) { return binary_scalar(BinaryOp::Div, x, s); }
-inline Tensor operator+(double s, const Tensor& x) { return scalar_binary(BinaryOp::Add, s, x); }
-inline Tensor operator-(double s, const Tensor& x) { return scalar_binary(BinaryOp::Sub, s, x); }
-inline Tensor operator*(double s, const Tensor& x) { return scalar_binary(BinaryOp::Mul, s, x); }
-inline Tensor operator/(double s, const Tensor& x) { return scalar_binary(BinaryOp::Div, s, x); }
+inline Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+inline Tensor operator-(const Tensor& x) {
+  return neg(x);
+}
+inline Tensor operator+(const Tensor& x, double s) {
+  return binary_scalar(BinaryOp::Add, x, s);
+}
+inline Tensor operator-(const Tensor& x, double s) {
+  return binary_scalar(BinaryOp::Sub, x, s);
+}
+inline Tensor operator*(const Tensor& x, double s) {
+  return binary_scalar(BinaryOp::Mul, x, s);
+}
+inline Tensor operator/(const Tensor& x, double s) {
+  return binary_scalar(BinaryOp::Div, x, s);
+}
+inline Tensor operator+(double s, const Tensor& x) {
+  return scalar_binary(BinaryOp::Add, s, x);
+}
+inline Tensor operator-(double s, const Tensor& x) {
+  return scalar_binary(BinaryOp::Sub, s, x);
+}
+inline Tensor operator*(double s, const Tensor& x) {
+  return scalar_binary(BinaryOp::Mul, s, x);
+}
+inline Tensor operator/(double s, const Tensor& x) {
+  return scalar_binary(BinaryOp::Div, s, x);
+}
 
 }  // namespace mt

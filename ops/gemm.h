@@ -22,7 +22,7 @@ MathMode default_math_mode();
 
 struct GemmOptions {
   float alpha = 1.0f;
-  float beta = 0.0f;   // beta == 0: C is not read (NaN in C does not leak into the result)
+  float beta = 0.0f;             // beta == 0: C is not read (NaN in C does not leak into the result)
   std::optional<MathMode> math;  // unset: default_math_mode()
   Activation activation = Activation::None;  // applied after alpha*AB + beta*C (+ bias)
 };
@@ -37,9 +37,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, std::optional<MathMode> math = s
 Tensor& gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a = false, bool trans_b = false,
              const GemmOptions& options = {}, const Tensor& bias = Tensor());
 
-// y = act(x * w + bias): x (..., in), w (in, out), bias (out) or undefined. The bias add and the activation run
-// in the GEMM's epilogue.
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), Activation activation = Activation::None,
-              std::optional<MathMode> math = std::nullopt);
+// y = act(x * w + bias): x (..., in), w (in, out), bias (out) or undefined. The bias add and the activation
+// run in the GEMM's epilogue.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(),
+              Activation activation = Activation::None, std::optional<MathMode> math = std::nullopt);
 
 }  // namespace mt

@@ -432,7 +432,8 @@ void launch_reduce_rows(ReduceOp op, const float* x, const StridedLayout& rows, 
                         std::int64_t row_len, void* out, cudaStream_t stream, bool allow_split) {
   if (n_rows == 0) return;
   with_reducer(op, [&](auto r) {
-    reduce_rows<decltype(r)>(x, rows, n_rows, row_len, out, static_cast<double>(row_len), stream, allow_split);
+    reduce_rows<decltype(r)>(x, rows, n_rows, row_len, out, static_cast<double>(row_len), stream,
+                             allow_split);
   });
 }
 

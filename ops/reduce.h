@@ -37,12 +37,24 @@ inline Tensor argmin(const Tensor& x, std::span<const std::int64_t> axes = {}, b
   return reduce(ReduceOp::ArgMin, x, axes, keepdim);
 }
 // Single-axis conveniences: sum(x, 1), max(x, -1, true).
-inline Tensor sum(const Tensor& x, std::int64_t axis, bool keepdim = false) { return sum(x, {&axis, 1}, keepdim); }
-inline Tensor mean(const Tensor& x, std::int64_t axis, bool keepdim = false) { return mean(x, {&axis, 1}, keepdim); }
-inline Tensor max(const Tensor& x, std::int64_t axis, bool keepdim = false) { return max(x, {&axis, 1}, keepdim); }
-inline Tensor min(const Tensor& x, std::int64_t axis, bool keepdim = false) { return min(x, {&axis, 1}, keepdim); }
-inline Tensor argmax(const Tensor& x, std::int64_t axis, bool keepdim = false) { return argmax(x, {&axis, 1}, keepdim); }
-inline Tensor argmin(const Tensor& x, std::int64_t axis, bool keepdim = false) { return argmin(x, {&axis, 1}, keepdim); }
+inline Tensor sum(const Tensor& x, std::int64_t axis, bool keepdim = false) {
+  return sum(x, {&axis, 1}, keepdim);
+}
+inline Tensor mean(const Tensor& x, std::int64_t axis, bool keepdim = false) {
+  return mean(x, {&axis, 1}, keepdim);
+}
+inline Tensor max(const Tensor& x, std::int64_t axis, bool keepdim = false) {
+  return max(x, {&axis, 1}, keepdim);
+}
+inline Tensor min(const Tensor& x, std::int64_t axis, bool keepdim = false) {
+  return min(x, {&axis, 1}, keepdim);
+}
+inline Tensor argmax(const Tensor& x, std::int64_t axis, bool keepdim = false) {
+  return argmax(x, {&axis, 1}, keepdim);
+}
+inline Tensor argmin(const Tensor& x, std::int64_t axis, bool keepdim = false) {
+  return argmin(x, {&axis, 1}, keepdim);
+}
 
 // Result shape of reducing `shape` over `axes` (validated; empty = all).
 Shape reduced_shape(const Shape& shape, std::span<const std::int64_t> axes, bool keepdim, const char* op);

@@ -10,9 +10,13 @@
 
 namespace mt {
 
-std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(m_index); }
+std::string Device::str() const {
+  return is_cpu() ? "cpu" : "cuda:" + std::to_string(m_index);
+}
 
-std::ostream& operator<<(std::ostream& os, const Device& device) { return os << device.str(); }
+std::ostream& operator<<(std::ostream& os, const Device& device) {
+  return os << device.str();
+}
 
 namespace {
 
@@ -37,7 +41,9 @@ const DeviceCount& device_count_once() {
 
 }  // namespace
 
-int cuda_device_count() noexcept { return device_count_once().count; }
+int cuda_device_count() noexcept {
+  return device_count_once().count;
+}
 
 void check_device(Device device) {
   if (device.is_cpu()) return;
@@ -97,8 +103,8 @@ std::string device_report() {
   const int n = cuda_device_count();
   if (n == 0) {
     const DeviceCount& dc = device_count_once();
-    return detail::str("CUDA devices: none (", dc.status == cudaSuccess ? "no device found" : cudaGetErrorString(dc.status),
-                       ")\n");
+    return detail::str("CUDA devices: none (",
+                       dc.status == cudaSuccess ? "no device found" : cudaGetErrorString(dc.status), ")\n");
   }
   int driver = 0, runtime = 0;
   (void)cudaDriverGetVersion(&driver);
@@ -108,9 +114,9 @@ std::string device_report() {
      << runtime / 1000 << "." << (runtime % 1000) / 10 << ")\n";
   for (int i = 0; i < n; ++i) {
     const DeviceProperties& p = device_properties(i);
-    os << "  cuda:" << i << "  " << p.name << "  sm_" << p.cc_major << p.cc_minor << "  " << p.sm_count << " SMs  "
-       << p.total_memory / (1 << 20) << " MiB  L2 " << p.l2_bytes / (1 << 20) << " MiB  smem/block (opt-in) "
-       << p.smem_per_block_optin / 1024 << " KiB\n";
+    os << "  cuda:" << i << "  " << p.name << "  sm_" << p.cc_major << p.cc_minor << "  " << p.sm_count
+       << " SMs  " << p.total_memory / (1 << 20) << " MiB  L2 " << p.l2_bytes / (1 << 20)
+       << " MiB  smem/block (opt-in) " << p.smem_per_block_optin / 1024 << " KiB\n";
   }
   return os.str();
 }

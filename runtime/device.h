@@ -50,7 +50,9 @@ struct DeviceProperties {
 
 // Number of CUDA devices; 0 when there is no device or no usable driver (never throws).
 int cuda_device_count() noexcept;
-inline bool cuda_available() noexcept { return cuda_device_count() > 0; }
+inline bool cuda_available() noexcept {
+  return cuda_device_count() > 0;
+}
 
 // Throws DeviceError naming the device and what exists when `device` is a CUDA device that does not exist.
 void check_device(Device device);

@@ -5,9 +5,11 @@
 namespace mt {
 namespace {
 
-std::string describe(cudaError_t code, const std::string& expr, const std::string& file, int line, int device) {
-  return detail::str("CUDA error ", cudaGetErrorName(code), " (", static_cast<int>(code), "): ",
-                     cudaGetErrorString(code), "\n  in ", expr, "\n  at ", file, ":", line, " on device ", device);
+std::string describe(cudaError_t code, const std::string& expr, const std::string& file, int line,
+                     int device) {
+  return detail::str("CUDA error ", cudaGetErrorName(code), " (", static_cast<int>(code),
+                     "): ", cudaGetErrorString(code), "\n  in ", expr, "\n  at ", file, ":", line,
+                     " on device ", device);
 }
 
 }  // namespace
@@ -41,7 +43,9 @@ void log_cuda_error(cudaError_t code, const char* expr, const char* file, int li
                cudaGetErrorString(code), expr, file, line);
 }
 
-void log_error(const std::string& message) noexcept { std::fprintf(stderr, "minitensor: %s\n", message.c_str()); }
+void log_error(const std::string& message) noexcept {
+  std::fprintf(stderr, "minitensor: %s\n", message.c_str());
+}
 
 }  // namespace detail
 }  // namespace mt

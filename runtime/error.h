@@ -43,7 +43,8 @@ class DeviceError : public Error {  // a device that does not exist, or tensors 
  public:
   using Error::Error;
 };
-class OutOfMemoryError : public Error {  // the allocator could not satisfy a request, even after freeing its cache
+class OutOfMemoryError
+    : public Error {  // the allocator could not satisfy a request, even after freeing its cache
  public:
   using Error::Error;
 };
@@ -73,29 +74,27 @@ void log_error(const std::string& message) noexcept;
 }  // namespace mt
 
 // Throws mt::CudaError when `expr` does not return cudaSuccess.
-#define MT_CUDA_CHECK(expr)                                                           \
-  do {                                                                                \
-    const cudaError_t mt_status_ = (expr);                                            \
-    if (mt_status_ != cudaSuccess)                                                    \
-      ::mt::detail::throw_cuda_error(mt_status_, #expr, __FILE__, __LINE__);          \
+#define MT_CUDA_CHECK(expr)                                                                               \
+  do {                                                                                                    \
+    const cudaError_t mt_status_ = (expr);                                                                \
+    if (mt_status_ != cudaSuccess) ::mt::detail::throw_cuda_error(mt_status_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // Right after every kernel launch: catches bad launch configurations (and earlier asynchronous faults).
 #define MT_CUDA_CHECK_LAUNCH() MT_CUDA_CHECK(cudaGetLastError())
 
 // In destructors: logs and swallows.
-#define MT_CUDA_CHECK_NOTHROW(expr)                                                   \
-  do {                                                                                \
-    const cudaError_t mt_status_ = (expr);                                            \
-    if (mt_status_ != cudaSuccess)                                                    \
-      ::mt::detail::log_cuda_error(mt_status_, #expr, __FILE__, __LINE__);            \
+#define MT_CUDA_CHECK_NOTHROW(expr)                                                                     \
+  do {                                                                                                  \
+    const cudaError_t mt_status_ = (expr);                                                              \
+    if (mt_status_ != cudaSuccess) ::mt::detail::log_cuda_error(mt_status_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // MT_THROW(ShapeError, "add: cannot broadcast ", a, " with ", b)
 #define MT_THROW(ErrorType, ...) throw ::mt::ErrorType(::mt::detail::str(__VA_ARGS__))
 
 // MT_CHECK(cond, ShapeError, "message parts", ...): throws when cond is false.
-#define MT_CHECK(cond, ErrorType, ...)        \
-  do {                                        \
+#define MT_CHECK(cond, ErrorType, ...)             \
+  do {                                             \
     if (!(cond)) MT_THROW(ErrorType, __VA_ARGS__); \
   } while (0)

@@ -10,7 +10,8 @@ Event::~Event() {
   if (m_event) MT_CUDA_CHECK_NOTHROW(cudaEventDestroy(m_event));
 }
 
-Event::Event(Event&& other) noexcept : m_event(std::exchange(other.m_event, nullptr)), m_timing(other.m_timing) {}
+Event::Event(Event&& other) noexcept
+    : m_event(std::exchange(other.m_event, nullptr)), m_timing(other.m_timing) {}
 
 Event& Event::operator=(Event&& other) noexcept {
   if (this != &other) {
@@ -22,7 +23,8 @@ Event& Event::operator=(Event&& other) noexcept {
 }
 
 void Event::record(cudaStream_t stream) {
-  if (!m_event) MT_CUDA_CHECK(cudaEventCreateWithFlags(&m_event, m_timing ? cudaEventDefault : cudaEventDisableTiming));
+  if (!m_event)
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&m_event, m_timing ? cudaEventDefault : cudaEventDisableTiming));
   MT_CUDA_CHECK(cudaEventRecord(m_event, stream));
 }
 
@@ -46,7 +48,8 @@ void Event::synchronize() const {
 }
 
 float Event::elapsed_ms(const Event& start, const Event& end) {
-  MT_CHECK(start.m_event && end.m_event, InvalidArgument, "Event::elapsed_ms: both events must have been recorded");
+  MT_CHECK(start.m_event && end.m_event, InvalidArgument,
+           "Event::elapsed_ms: both events must have been recorded");
   MT_CHECK(start.m_timing && end.m_timing, InvalidArgument,
            "Event::elapsed_ms: both events must be created with timing = true");
   float ms = 0.f;

@@ -17,9 +17,10 @@ class Event {
   Event& operator=(const Event&) = delete;
 
   void record(cudaStream_t stream);
-  void wait(cudaStream_t stream) const;  // makes `stream` wait for this event (no host block); no-op if unrecorded
-  bool query() const;                    // true once the recorded work has completed (or nothing was recorded)
-  void synchronize() const;              // host blocks until the recorded work has completed
+  void wait(
+      cudaStream_t stream) const;  // makes `stream` wait for this event (no host block); no-op if unrecorded
+  bool query() const;              // true once the recorded work has completed (or nothing was recorded)
+  void synchronize() const;        // host blocks until the recorded work has completed
   bool recorded() const noexcept { return m_event != nullptr; }
   cudaEvent_t get() const noexcept { return m_event; }
 

@@ -7,8 +7,8 @@
 namespace mt {
 
 ForkJoin::ForkJoin(cudaStream_t origin, int device, int n_branches, int first_pool_slot) : m_origin(origin) {
-  MT_CHECK(n_branches >= 0 && n_branches <= kStreamPoolSize, InvalidArgument, "ForkJoin: n_branches = ", n_branches,
-           " is outside [0, ", kStreamPoolSize, "]");
+  MT_CHECK(n_branches >= 0 && n_branches <= kStreamPoolSize, InvalidArgument,
+           "ForkJoin: n_branches = ", n_branches, " is outside [0, ", kStreamPoolSize, "]");
   DeviceGuard guard(device);
   Event forked;
   forked.record(origin);

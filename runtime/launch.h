@@ -1,4 +1,5 @@
-// Launch geometry shared by the kernels: grids sized from the device (SM count x resident blocks), not constants.
+// Launch geometry shared by the kernels: grids sized from the device (SM count x resident blocks), not
+// constants.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,9 +22,9 @@ template <class Kernel>
 int grid_stride_blocks(Kernel* kernel, int threads, std::int64_t n_items, std::int64_t items_per_block,
                        std::size_t smem = 0) {
   const std::int64_t needed = std::max<std::int64_t>(1, (n_items + items_per_block - 1) / items_per_block);
-  const std::int64_t resident =
-      static_cast<std::int64_t>(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem)) *
-      current_sm_count();
+  const std::int64_t resident = static_cast<std::int64_t>(resident_blocks_per_sm(
+                                    reinterpret_cast<const void*>(kernel), threads, smem)) *
+                                current_sm_count();
   return static_cast<int>(std::max<std::int64_t>(1, std::min(needed, resident)));
 }
 

@@ -31,7 +31,9 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   return *this;
 }
 
-void Stream::synchronize() const { synchronize_stream(m_stream); }
+void Stream::synchronize() const {
+  synchronize_stream(m_stream);
+}
 
 bool Stream::query() const {
   const cudaError_t status = cudaStreamQuery(m_stream);
@@ -58,7 +60,8 @@ struct DevicePool {
 
 DevicePool& pool_for(int device) {
   check_device(Device::cuda(device));
-  MT_CHECK(device < kMaxDevices, DeviceError, "device cuda:", device, " is beyond the supported ", kMaxDevices);
+  MT_CHECK(device < kMaxDevices, DeviceError, "device cuda:", device, " is beyond the supported ",
+           kMaxDevices);
   static std::array<DevicePool, kMaxDevices> pools;
   DevicePool& pool = pools[static_cast<size_t>(device)];
   std::call_once(pool.once, [&] {
@@ -73,7 +76,9 @@ thread_local std::array<cudaStream_t, kMaxDevices> t_current{};
 
 }  // namespace
 
-cudaStream_t default_stream(int device) { return pool_for(device).main; }
+cudaStream_t default_stream(int device) {
+  return pool_for(device).main;
+}
 
 cudaStream_t pool_stream(int device, int i) {
   const int slot = ((i % kStreamPoolSize) + kStreamPoolSize) % kStreamPoolSize;
@@ -97,8 +102,12 @@ StreamGuard::StreamGuard(cudaStream_t stream, int device) : m_device(device) {
   t_current[static_cast<size_t>(device)] = stream;
 }
 
-StreamGuard::~StreamGuard() { t_current[static_cast<size_t>(m_device)] = m_previous; }
+StreamGuard::~StreamGuard() {
+  t_current[static_cast<size_t>(m_device)] = m_previous;
+}
 
-void synchronize_stream(cudaStream_t stream) { MT_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+void synchronize_stream(cudaStream_t stream) {
+  MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
 
 }  // namespace mt

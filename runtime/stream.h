@@ -1,7 +1,8 @@
 // Streams: an RAII owner, the per-device pool, and the per-thread current stream.
 //
-// Nothing in minitensor runs on the legacy default stream: every launch takes an explicit cudaStream_t, and the
-// ops pick `current_stream(device)` unless told otherwise. Pool streams are non-blocking and live for the process.
+// Nothing in minitensor runs on the legacy default stream: every launch takes an explicit cudaStream_t, and
+// the ops pick `current_stream(device)` unless told otherwise. Pool streams are non-blocking and live for the
+// process.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -13,8 +13,8 @@ namespace {
 constexpr int kThreads = 256;
 
 template <class T>
-__global__ void copy_strided_kernel(T* __restrict__ dst, StridedLayout dl, const T* __restrict__ src, StridedLayout sl,
-                                    std::int64_t n) {
+__global__ void copy_strided_kernel(T* __restrict__ dst, StridedLayout dl, const T* __restrict__ src,
+                                    StridedLayout sl, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     dst[dl.offset(i)] = src[sl.offset(i)];
@@ -41,7 +41,8 @@ __global__ void arange_kernel(T* __restrict__ dst, std::int64_t n, double start,
 __global__ void random_kernel(float* __restrict__ dst, std::int64_t n, std::uint64_t seed, bool normal) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
-    dst[i] = normal ? normal01(seed, static_cast<std::uint64_t>(i)) : uniform01(seed, static_cast<std::uint64_t>(i));
+    dst[i] = normal ? normal01(seed, static_cast<std::uint64_t>(i))
+                    : uniform01(seed, static_cast<std::uint64_t>(i));
   }
 }
 
@@ -49,7 +50,8 @@ template <class T>
 void copy_as(void* dst, const StridedLayout& dl, const void* src, const StridedLayout& sl, std::int64_t n,
              cudaStream_t stream) {
   const int grid = grid_stride_blocks(copy_strided_kernel<T>, kThreads, n, kThreads);
-  copy_strided_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(dst), dl, static_cast<const T*>(src), sl, n);
+  copy_strided_kernel<T>
+      <<<grid, kThreads, 0, stream>>>(static_cast<T*>(dst), dl, static_cast<const T*>(src), sl, n);
   MT_CUDA_CHECK_LAUNCH();
 }
 
@@ -59,16 +61,22 @@ void launch_copy_strided(void* dst, const StridedLayout& dl, const void* src, co
                          std::size_t elem_size, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   switch (elem_size) {
-    case 1: return copy_as<std::uint8_t>(dst, dl, src, sl, n, stream);
-    case 2: return copy_as<std::uint16_t>(dst, dl, src, sl, n, stream);
-    case 4: return copy_as<std::uint32_t>(dst, dl, src, sl, n, stream);
-    case 8: return copy_as<std::uint64_t>(dst, dl, src, sl, n, stream);
-    case 16: return copy_as<uint4>(dst, dl, src, sl, n, stream);
+    case 1:
+      return copy_as<std::uint8_t>(dst, dl, src, sl, n, stream);
+    case 2:
+      return copy_as<std::uint16_t>(dst, dl, src, sl, n, stream);
+    case 4:
+      return copy_as<std::uint32_t>(dst, dl, src, sl, n, stream);
+    case 8:
+      return copy_as<std::uint64_t>(dst, dl, src, sl, n, stream);
+    case 16:
+      return copy_as<uint4>(dst, dl, src, sl, n, stream);
   }
   MT_THROW(InvalidArgument, "copy: unsupported element size ", elem_size);
 }
 
-void launch_fill(void* dst, const StridedLayout& l, std::int64_t n, DType dtype, double value, cudaStream_t stream) {
+void launch_fill(void* dst, const StridedLayout& l, std::int64_t n, DType dtype, double value,
+                 cudaStream_t stream) {
   if (n == 0) return;
   MT_DISPATCH_DTYPE(dtype, "fill", T, [&] {
     const int grid = grid_stride_blocks(fill_kernel<T>, kThreads, n, kThreads);

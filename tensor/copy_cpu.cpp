@@ -30,11 +30,16 @@ void cpu_copy_strided(void* dst, const StridedLayout& dl, const void* src, const
     return;
   }
   switch (elem_size) {
-    case 1: return copy_as<std::uint8_t>(dst, dl, src, sl, n);
-    case 2: return copy_as<std::uint16_t>(dst, dl, src, sl, n);
-    case 4: return copy_as<std::uint32_t>(dst, dl, src, sl, n);
-    case 8: return copy_as<std::uint64_t>(dst, dl, src, sl, n);
-    case 16: return copy_as<Bytes16>(dst, dl, src, sl, n);
+    case 1:
+      return copy_as<std::uint8_t>(dst, dl, src, sl, n);
+    case 2:
+      return copy_as<std::uint16_t>(dst, dl, src, sl, n);
+    case 4:
+      return copy_as<std::uint32_t>(dst, dl, src, sl, n);
+    case 8:
+      return copy_as<std::uint64_t>(dst, dl, src, sl, n);
+    case 16:
+      return copy_as<Bytes16>(dst, dl, src, sl, n);
   }
   MT_THROW(InvalidArgument, "copy: unsupported element size ", elem_size);
 }
@@ -56,7 +61,8 @@ void cpu_arange(void* dst, std::int64_t n, DType dtype, double start, double ste
 
 void cpu_random(float* dst, std::int64_t n, std::uint64_t seed, bool normal) {
   for (std::int64_t i = 0; i < n; ++i) {
-    dst[i] = normal ? normal01(seed, static_cast<std::uint64_t>(i)) : uniform01(seed, static_cast<std::uint64_t>(i));
+    dst[i] = normal ? normal01(seed, static_cast<std::uint64_t>(i))
+                    : uniform01(seed, static_cast<std::uint64_t>(i));
   }
 }
 

@@ -13,8 +13,8 @@ using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Row
 template <class Derived>
 Tensor from_eigen(const Eigen::MatrixBase<Derived>& m, Device device = Device::cpu()) {
   const MatrixRM rm = m.template cast<float>();
-  return from_host(rm.data(), Shape{static_cast<std::int64_t>(rm.rows()), static_cast<std::int64_t>(rm.cols())},
-                   device);
+  return from_host(rm.data(),
+                   Shape{static_cast<std::int64_t>(rm.rows()), static_cast<std::int64_t>(rm.cols())}, device);
 }
 
 // The values of a 2-D float32 tensor (any device, any strides) as a row-major Eigen matrix.

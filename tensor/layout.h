@@ -43,8 +43,8 @@ struct StridedLayout {
 // size-1 dims dropped. Merging keeps the row-major enumeration order, so offset(i) is unchanged for all i.
 StridedLayout make_layout(const Shape& shape, const Shape& strides);
 
-// Merges the dims of several same-shape operands together: a dim pair is merged only where every operand allows
-// it, so linear index i still names the same element in each. Used by elementwise ops over N operands.
+// Merges the dims of several same-shape operands together: a dim pair is merged only where every operand
+// allows it, so linear index i still names the same element in each. Used by elementwise ops over N operands.
 void coalesce_layouts(StridedLayout* layouts, int n);
 
 }  // namespace mt

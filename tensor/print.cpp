@@ -8,8 +8,8 @@ namespace mt {
 namespace {
 
 template <class T>
-void print_values(std::ostream& os, const T* base, const Tensor& t, int d, std::int64_t offset, int max_per_dim,
-                  int indent) {
+void print_values(std::ostream& os, const T* base, const Tensor& t, int d, std::int64_t offset,
+                  int max_per_dim, int indent) {
   const std::int64_t n = t.shape()[d];
   const bool clip = n > max_per_dim;
   const std::int64_t head = clip ? max_per_dim / 2 : n;
@@ -29,7 +29,8 @@ void print_values(std::ostream& os, const T* base, const Tensor& t, int d, std::
     } else {
       print_values(os, base, t, d + 1, off, max_per_dim, indent + 1);
     }
-    if (i + 1 < n) os << (d + 1 == t.dim() ? ", " : ",\n" + std::string(static_cast<size_t>(indent + 1), ' '));
+    if (i + 1 < n)
+      os << (d + 1 == t.dim() ? ", " : ",\n" + std::string(static_cast<size_t>(indent + 1), ' '));
   }
   os << ']';
 }
@@ -55,6 +56,8 @@ std::string Tensor::str(int max_per_dim) const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  return os << t.str();
+}
 
 }  // namespace mt

@@ -7,7 +7,8 @@
 
 namespace mt {
 
-Shape::Shape(std::initializer_list<std::int64_t> dims) : Shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
+Shape::Shape(std::initializer_list<std::int64_t> dims)
+    : Shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
 
 Shape::Shape(std::span<const std::int64_t> dims) {
   MT_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), ShapeError, "shape has ", dims.size(),
@@ -49,7 +50,9 @@ std::string Shape::str() const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
+std::ostream& operator<<(std::ostream& os, const Shape& s) {
+  return os << s.str();
+}
 
 Shape contiguous_strides(const Shape& shape) {
   Shape strides = shape;
@@ -65,20 +68,23 @@ void validate_shape(const Shape& shape, std::size_t elem_size, const char* op) {
   const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(elem_size);
   std::int64_t n = 1;
   for (int i = 0; i < shape.rank(); ++i) {
-    MT_CHECK(shape[i] >= 0, ShapeError, op, ": negative extent ", shape[i], " in dim ", i, " of shape ", shape);
+    MT_CHECK(shape[i] >= 0, ShapeError, op, ": negative extent ", shape[i], " in dim ", i, " of shape ",
+             shape);
   }
   for (int i = 0; i < shape.rank(); ++i) {
     if (shape[i] == 0) return;  // zero elements: no overflow possible
   }
   for (int i = 0; i < shape.rank(); ++i) {
-    MT_CHECK(n <= limit / shape[i], ShapeError, op, ": shape ", shape, " has too many elements (the byte size overflows int64)");
+    MT_CHECK(n <= limit / shape[i], ShapeError, op, ": shape ", shape,
+             " has too many elements (the byte size overflows int64)");
     n *= shape[i];
   }
 }
 
 int wrap_dim(std::int64_t dim, int rank, const char* op) {
   const std::int64_t r = rank;
-  MT_CHECK(dim >= -r && dim < r && r > 0, ShapeError, op, ": dim ", dim, " is out of range for a tensor of rank ", rank,
+  MT_CHECK(dim >= -r && dim < r && r > 0, ShapeError, op, ": dim ", dim,
+           " is out of range for a tensor of rank ", rank,
            rank > 0 ? detail::str(" (expected -", rank, " .. ", rank - 1, ")") : std::string());
   return static_cast<int>(dim < 0 ? dim + r : dim);
 }

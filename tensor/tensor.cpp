@@ -28,11 +28,16 @@ void Tensor::check_defined(const char* op) const {
 
 void Tensor::check_dtype(DType expected, const char* op) const {
   check_defined(op);
-  MT_CHECK(m_dtype == expected, DTypeError, op, ": tensor has dtype ", m_dtype, ", but ", expected, " was requested");
+  MT_CHECK(m_dtype == expected, DTypeError, op, ": tensor has dtype ", m_dtype, ", but ", expected,
+           " was requested");
 }
 
-std::int64_t Tensor::size(std::int64_t d) const { return m_shape[wrap_dim(d, dim(), "size")]; }
-std::int64_t Tensor::stride(std::int64_t d) const { return m_strides[wrap_dim(d, dim(), "stride")]; }
+std::int64_t Tensor::size(std::int64_t d) const {
+  return m_shape[wrap_dim(d, dim(), "size")];
+}
+std::int64_t Tensor::stride(std::int64_t d) const {
+  return m_strides[wrap_dim(d, dim(), "stride")];
+}
 
 bool Tensor::is_contiguous() const noexcept {
   std::int64_t expected = 1;
@@ -70,8 +75,8 @@ Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, std::int64_t
     last += (shape[d] - 1) * strides[d];
   }
   MT_CHECK(last < capacity || (last == -1) || (shape.numel() == 0), ShapeError, "as_strided: view ", shape,
-           " with strides ", strides, " at offset ", offset, " reaches element ", last, ", beyond the storage's ",
-           capacity, " elements");
+           " with strides ", strides, " at offset ", offset, " reaches element ", last,
+           ", beyond the storage's ", capacity, " elements");
   return Tensor(m_storage, m_dtype, shape, strides, offset);
 }
 
@@ -178,7 +183,8 @@ Tensor Tensor::view(const Shape& requested) const {
 Tensor Tensor::reshape(const Shape& requested) const {
   check_defined("reshape");
   const Shape shape = infer_shape(requested, numel(), m_shape, "reshape");
-  if (const auto strides = view_strides(m_shape, m_strides, shape)) return Tensor(m_storage, m_dtype, shape, *strides, m_offset);
+  if (const auto strides = view_strides(m_shape, m_strides, shape))
+    return Tensor(m_storage, m_dtype, shape, *strides, m_offset);
   return contiguous().view(shape);
 }
 
@@ -200,8 +206,9 @@ Tensor Tensor::narrow(std::int64_t dim_, std::int64_t start, std::int64_t length
   check_defined("narrow");
   const int d = wrap_dim(dim_, dim(), "narrow");
   const std::int64_t n = m_shape[d];
-  MT_CHECK(start >= 0 && length >= 0 && start <= n && length <= n - start, ShapeError, "narrow: start ", start,
-           " and length ", length, " are out of range for dim ", d, " of extent ", n, " (shape ", m_shape, ")");
+  MT_CHECK(start >= 0 && length >= 0 && start <= n && length <= n - start, ShapeError, "narrow: start ",
+           start, " and length ", length, " are out of range for dim ", d, " of extent ", n, " (shape ",
+           m_shape, ")");
   Shape shape = m_shape;
   shape[d] = length;
   return Tensor(m_storage, m_dtype, shape, m_strides, m_offset + start * m_strides[d]);
@@ -270,8 +277,8 @@ Tensor Tensor::expand(const Shape& target) const {
       shape[d] = have;
       strides[d] = m_strides[src];
     } else {
-      MT_CHECK(have == 1 && target[d] >= 0, ShapeError, "expand: cannot expand shape ", m_shape, " to ", target,
-               ": dim ", src, " has extent ", have, ", which must be 1 or ", target[d]);
+      MT_CHECK(have == 1 && target[d] >= 0, ShapeError, "expand: cannot expand shape ", m_shape, " to ",
+               target, ": dim ", src, " has extent ", have, ", which must be 1 or ", target[d]);
       strides[d] = 0;
     }
   }
@@ -282,7 +289,9 @@ Tensor Tensor::expand(const Shape& target) const {
 
 namespace detail {
 
-cudaStream_t stream_for(Device device) { return device.is_cuda() ? current_stream(device.index()) : nullptr; }
+cudaStream_t stream_for(Device device) {
+  return device.is_cuda() ? current_stream(device.index()) : nullptr;
+}
 
 void record_stream(const Tensor& t, cudaStream_t stream) {
   if (!t.defined() || !stream) return;
@@ -341,7 +350,8 @@ Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
     if (is_contiguous() && src.is_contiguous()) {
       MT_CUDA_CHECK(cudaMemcpyAsync(data_ptr(), src.data_ptr(), nbytes(), cudaMemcpyDeviceToDevice, stream));
     } else {
-      // Both layouts coalesced together, so that a transpose shows as one: then a tiled copy, else element-wise.
+      // Both layouts coalesced together, so that a transpose shows as one: then a tiled copy, else
+      // element-wise.
       StridedLayout ls[2];
       for (int k = 0; k < 2; ++k) {
         const Tensor& t = k == 0 ? *this : src;
@@ -352,8 +362,10 @@ Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
         }
       }
       coalesce_layouts(ls, 2);
-      if (!detail::launch_copy_tiled(data_ptr(), ls[0], src.data_ptr(), ls[1], element_size(), numel(), stream)) {
-        detail::launch_copy_strided(data_ptr(), ls[0], src.data_ptr(), ls[1], element_size(), numel(), stream);
+      if (!detail::launch_copy_tiled(data_ptr(), ls[0], src.data_ptr(), ls[1], element_size(), numel(),
+                                     stream)) {
+        detail::launch_copy_strided(data_ptr(), ls[0], src.data_ptr(), ls[1], element_size(), numel(),
+                                    stream);
       }
     }
     detail::record_stream(*this, stream);
@@ -367,7 +379,8 @@ Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
     Tensor d = is_contiguous() ? *this : empty(m_shape, m_dtype, m_device);
     DeviceGuard guard(m_device);
     cudaStream_t stream = current_stream(m_device.index());
-    MT_CUDA_CHECK(cudaMemcpyPeerAsync(d.data_ptr(), m_device.index(), s.data_ptr(), s.device().index(), nbytes(), stream));
+    MT_CUDA_CHECK(cudaMemcpyPeerAsync(d.data_ptr(), m_device.index(), s.data_ptr(), s.device().index(),
+                                      nbytes(), stream));
     if (d.data_ptr() != data_ptr()) copy_(d);
     synchronize_stream(stream);
     return *this;
@@ -399,10 +412,12 @@ Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
 Tensor& Tensor::fill_(double value) {
   check_defined("fill_");
   if (m_dtype != DType::F32) {
-    const double lo = m_dtype == DType::U8 ? 0.0 : static_cast<double>(std::numeric_limits<std::int32_t>::min());
-    const double hi = m_dtype == DType::U8 ? 255.0 : static_cast<double>(std::numeric_limits<std::int32_t>::max());
-    MT_CHECK(std::isfinite(value) && value == std::trunc(value) && value >= lo && value <= hi, InvalidArgument,
-             "fill_: value ", value, " is not representable in ", m_dtype);
+    const double lo =
+        m_dtype == DType::U8 ? 0.0 : static_cast<double>(std::numeric_limits<std::int32_t>::min());
+    const double hi =
+        m_dtype == DType::U8 ? 255.0 : static_cast<double>(std::numeric_limits<std::int32_t>::max());
+    MT_CHECK(std::isfinite(value) && value == std::trunc(value) && value >= lo && value <= hi,
+             InvalidArgument, "fill_: value ", value, " is not representable in ", m_dtype);
   }
   if (numel() == 0) return *this;
   if (is_cpu()) {
@@ -428,7 +443,8 @@ std::vector<T> Tensor::to_vector() const {
 template <class T>
 T Tensor::item() const {
   check_dtype(dtype_v<T>, "item");
-  MT_CHECK(numel() == 1, ShapeError, "item: tensor of shape ", m_shape, " has ", numel(), " elements, expected 1");
+  MT_CHECK(numel() == 1, ShapeError, "item: tensor of shape ", m_shape, " has ", numel(),
+           " elements, expected 1");
   return to_vector<T>()[0];
 }
 
@@ -460,7 +476,9 @@ Tensor allocate(const Shape& shape, DType dtype, Device device, bool pinned, con
 
 }  // namespace
 
-Tensor empty(const Shape& shape, DType dtype, Device device) { return allocate(shape, dtype, device, false, "empty"); }
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  return allocate(shape, dtype, device, false, "empty");
+}
 
 Tensor empty_pinned(const Shape& shape, DType dtype) {
   return allocate(shape, dtype, Device::cpu(), true, "empty_pinned");
@@ -471,8 +489,12 @@ Tensor empty_like(const Tensor& t) {
   return empty(t.shape(), t.dtype(), t.device());
 }
 
-Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
-Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
+Tensor ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = allocate(shape, dtype, device, false, "full");
@@ -514,13 +536,18 @@ Tensor random(const Shape& shape, std::uint64_t seed, Device device, bool normal
 
 }  // namespace
 
-Tensor rand(const Shape& shape, std::uint64_t seed, Device device) { return random(shape, seed, device, false); }
-Tensor randn(const Shape& shape, std::uint64_t seed, Device device) { return random(shape, seed, device, true); }
+Tensor rand(const Shape& shape, std::uint64_t seed, Device device) {
+  return random(shape, seed, device, false);
+}
+Tensor randn(const Shape& shape, std::uint64_t seed, Device device) {
+  return random(shape, seed, device, true);
+}
 
 template <class T>
 Tensor from_host(const T* data, const Shape& shape, Device device) {
   validate_shape(shape, sizeof(T), "from_host");
-  MT_CHECK(data != nullptr || shape.numel() == 0, InvalidArgument, "from_host: null data pointer for shape ", shape);
+  MT_CHECK(data != nullptr || shape.numel() == 0, InvalidArgument, "from_host: null data pointer for shape ",
+           shape);
   Tensor t = empty(shape, dtype_v<T>, device);
   if (t.numel() == 0) return t;
   if (device.is_cpu()) {

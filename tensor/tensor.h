@@ -39,7 +39,8 @@ class Storage {
 class Tensor {
  public:
   Tensor() = default;  // an undefined tensor: defined() is false and any access throws InvalidArgument
-  Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, const Shape& strides, std::int64_t offset);
+  Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, const Shape& strides,
+         std::int64_t offset);
 
   // --- what it is
   bool defined() const noexcept { return m_storage != nullptr; }
@@ -51,7 +52,7 @@ class Tensor {
   const Shape& shape() const noexcept { return m_shape; }
   const Shape& strides() const noexcept { return m_strides; }
   int dim() const noexcept { return m_shape.rank(); }
-  std::int64_t size(std::int64_t d) const;    // negative d counts from the end
+  std::int64_t size(std::int64_t d) const;  // negative d counts from the end
   std::int64_t stride(std::int64_t d) const;
   std::int64_t numel() const noexcept { return m_shape.numel(); }
   std::int64_t offset() const noexcept { return m_offset; }  // storage offset, in elements
@@ -76,7 +77,7 @@ class Tensor {
   Tensor permute(std::initializer_list<std::int64_t> dims) const {
     return permute(std::span<const std::int64_t>(dims.begin(), dims.size()));
   }
-  Tensor view(const Shape& shape) const;     // one extent may be -1; ShapeError when impossible without a copy
+  Tensor view(const Shape& shape) const;  // one extent may be -1; ShapeError when impossible without a copy
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a contiguous copy
   Tensor flatten() const { return reshape({-1}); }
   Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
@@ -89,14 +90,15 @@ class Tensor {
   Tensor as_strided(const Shape& shape, const Shape& strides, std::int64_t offset) const;  // bounds-checked
 
   // --- copies
-  Tensor contiguous() const;  // *this when already contiguous
-  Tensor clone() const;       // a contiguous copy on the same device
+  Tensor contiguous() const;                                  // *this when already contiguous
+  Tensor clone() const;                                       // a contiguous copy on the same device
   Tensor to(Device device, bool non_blocking = false) const;  // *this when already there
   Tensor cpu() const { return to(Device::cpu()); }
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
   Tensor pin_memory() const;  // a contiguous copy in page-locked host memory
-  // Copies src (broadcast to this shape; same dtype) into this tensor, across devices too. Ordered on the CUDA
-  // device's current stream; returns when the data is usable, unless non_blocking and the host side is pinned.
+  // Copies src (broadcast to this shape; same dtype) into this tensor, across devices too. Ordered on the
+  // CUDA device's current stream; returns when the data is usable, unless non_blocking and the host side is
+  // pinned.
   Tensor& copy_(const Tensor& src, bool non_blocking = false);
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
@@ -126,11 +128,12 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 // --- factories. Seeded random tensors are identical on CPU and CUDA for the same seed.
 Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
 Tensor empty_pinned(const Shape& shape, DType dtype = DType::F32);  // page-locked host memory
-Tensor empty_like(const Tensor& t);                                  // contiguous, same dtype and device
+Tensor empty_like(const Tensor& t);                                 // contiguous, same dtype and device
 Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
 Tensor full(const Shape& shape, double value, DType dtype = DType::F32, Device device = Device::cpu());
-Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::F32, Device device = Device::cpu());
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::F32,
+              Device device = Device::cpu());
 inline Tensor arange(std::int64_t n, DType dtype = DType::F32, Device device = Device::cpu()) {
   return arange(0.0, static_cast<double>(n), 1.0, dtype, device);
 }
@@ -143,8 +146,9 @@ Tensor from_host(const T* data, const Shape& shape, Device device = Device::cpu(
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu()) {
   validate_shape(shape, sizeof(T), "from_vector");
-  MT_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(), ShapeError, "from_vector: ", values.size(),
-           " values do not fill shape ", shape, " (", shape.numel(), " elements)");
+  MT_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(), ShapeError,
+           "from_vector: ", values.size(), " values do not fill shape ", shape, " (", shape.numel(),
+           " elements)");
   return from_host(values.data(), shape, device);
 }
 template <class T>

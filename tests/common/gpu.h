@@ -5,7 +5,7 @@
 
 #include "runtime/device.h"
 
-#define MT_REQUIRE_GPU()                                                      \
-  do {                                                                        \
+#define MT_REQUIRE_GPU()                                                                      \
+  do {                                                                                        \
     if (!::mt::cuda_available()) GTEST_SKIP() << "no CUDA device: " << ::mt::device_report(); \
   } while (0)

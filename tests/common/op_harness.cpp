@@ -20,11 +20,16 @@ std::string Comparison::summary() const {
 
 const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::Contiguous: return "contiguous";
-    case Layout::Offset1: return "offset1";
-    case Layout::Transposed: return "transposed";
-    case Layout::Strided: return "strided";
-    case Layout::Expanded: return "expanded";
+    case Layout::Contiguous:
+      return "contiguous";
+    case Layout::Offset1:
+      return "offset1";
+    case Layout::Transposed:
+      return "transposed";
+    case Layout::Strided:
+      return "strided";
+    case Layout::Expanded:
+      return "expanded";
   }
   return "?";
 }
@@ -86,8 +91,13 @@ double input_value(const InputSpec& spec, std::uint64_t seed, std::int64_t i) {
   if (spec.dtype != DType::F32) return std::round(v);
   if (spec.special_fraction > 0 &&
       detail::uniform01(seed ^ 0xA5A5A5A5ull, static_cast<std::uint64_t>(i)) < spec.special_fraction) {
-    static const double specials[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
-                                      -std::numeric_limits<double>::infinity(), -0.0, 1e-40, -3e-39, 0.0};
+    static const double specials[] = {std::numeric_limits<double>::quiet_NaN(),
+                                      std::numeric_limits<double>::infinity(),
+                                      -std::numeric_limits<double>::infinity(),
+                                      -0.0,
+                                      1e-40,
+                                      -3e-39,
+                                      0.0};
     v = specials[detail::mix64(seed, static_cast<std::uint64_t>(i)) % 7];
   }
   return v;
@@ -98,8 +108,10 @@ Shape base_shape(const InputSpec& s) {
   Shape b = s.shape;
   const int r = b.rank();
   switch (s.layout) {
-    case Layout::Contiguous: return b;
-    case Layout::Offset1: return Shape{b.numel() + 1};
+    case Layout::Contiguous:
+      return b;
+    case Layout::Offset1:
+      return Shape{b.numel() + 1};
     case Layout::Transposed:
       if (r >= 2) std::swap(b[r - 1], b[r - 2]);
       return b;
@@ -116,11 +128,16 @@ Shape base_shape(const InputSpec& s) {
 Tensor view_of(const Tensor& base, const InputSpec& s) {
   const int r = s.shape.rank();
   switch (s.layout) {
-    case Layout::Contiguous: return base;
-    case Layout::Offset1: return base.slice(0, 1, base.numel()).view(s.shape);
-    case Layout::Transposed: return r >= 2 ? base.transpose(-1, -2) : base;
-    case Layout::Strided: return r >= 1 ? base.slice(-1, 0, base.size(-1), 2) : base;
-    case Layout::Expanded: return r >= 1 ? base.expand(s.shape) : base;
+    case Layout::Contiguous:
+      return base;
+    case Layout::Offset1:
+      return base.slice(0, 1, base.numel()).view(s.shape);
+    case Layout::Transposed:
+      return r >= 2 ? base.transpose(-1, -2) : base;
+    case Layout::Strided:
+      return r >= 1 ? base.slice(-1, 0, base.size(-1), 2) : base;
+    case Layout::Expanded:
+      return r >= 1 ? base.expand(s.shape) : base;
   }
   return base;
 }
@@ -144,7 +161,8 @@ Comparison compare(const Tensor& got_in, const Tensor& ref_in, const Tolerance& 
   }
   const Tensor got = got_in.cpu().contiguous(), ref = ref_in.cpu().contiguous();
   MT_DISPATCH_DTYPE(got.dtype(), "compare", T, [&] {
-    compare_values(static_cast<const T*>(got.data_ptr()), static_cast<const T*>(ref.data_ptr()), got.numel(), tol, r);
+    compare_values(static_cast<const T*>(got.data_ptr()), static_cast<const T*>(ref.data_ptr()), got.numel(),
+                   tol, r);
   });
   return r;
 }
@@ -161,11 +179,13 @@ Tensor make_input(const InputSpec& spec, std::uint64_t seed, Device device) {
 
 std::vector<Tensor> make_inputs(const OpCase& c, Device device) {
   std::vector<Tensor> out;
-  for (size_t k = 0; k < c.inputs.size(); ++k) out.push_back(make_input(c.inputs[k], c.seed + 7919 * k, device));
+  for (size_t k = 0; k < c.inputs.size(); ++k)
+    out.push_back(make_input(c.inputs[k], c.seed + 7919 * k, device));
   return out;
 }
 
-Guarded::Guarded(const Shape& shape, DType dtype, Device device, std::int64_t guard_elems) : m_guard(guard_elems) {
+Guarded::Guarded(const Shape& shape, DType dtype, Device device, std::int64_t guard_elems)
+    : m_guard(guard_elems) {
   m_buffer = empty(Shape{shape.numel() + 2 * guard_elems}, dtype, device);
   m_buffer.fill_(dtype == DType::F32 ? -9.87654e30 : dtype == DType::I32 ? -123456789.0 : 165.0);
   m_view = m_buffer.slice(0, guard_elems, guard_elems + shape.numel()).view(shape);
@@ -188,7 +208,9 @@ std::string Guarded::check() const {
       }
     }
     if (bad.empty() && m_guard > 0) {
-      const T expect = host.dtype() == DType::F32 ? static_cast<T>(-9.87654e30) : static_cast<T>(host.dtype() == DType::I32 ? -123456789 : 165);
+      const T expect = host.dtype() == DType::F32
+                           ? static_cast<T>(-9.87654e30)
+                           : static_cast<T>(host.dtype() == DType::I32 ? -123456789 : 165);
       if (std::memcmp(&p[0], &expect, sizeof(T)) != 0) bad = "guard band overwritten at front element 0";
     }
   });

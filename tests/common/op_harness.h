@@ -1,7 +1,7 @@
-// The one op-test harness. A case names the op, its input shapes and layouts, dtype and tolerance; the harness
-// makes seeded inputs, runs the op on CUDA and on the CPU (the Eigen reference), compares the results (max abs,
-// max rel, NMSE; exact ops bit for bit), checks the guard bands around `out` buffers, and prints the seed,
-// shapes and layouts on failure. Adding an op means adding cases, not a new harness.
+// The one op-test harness. A case names the op, its input shapes and layouts, dtype and tolerance; the
+// harness makes seeded inputs, runs the op on CUDA and on the CPU (the Eigen reference), compares the results
+// (max abs, max rel, NMSE; exact ops bit for bit), checks the guard bands around `out` buffers, and prints
+// the seed, shapes and layouts on failure. Adding an op means adding cases, not a new harness.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,9 +16,9 @@
 namespace mt::test {
 
 struct Tolerance {
-  double abs = 1e-5;     // per element: |got - ref| <= abs + rel * |ref|
+  double abs = 1e-5;  // per element: |got - ref| <= abs + rel * |ref|
   double rel = 1e-5;
-  bool exact = false;    // bit-identical (NaN matches any NaN; -0 differs from +0)
+  bool exact = false;  // bit-identical (NaN matches any NaN; -0 differs from +0)
   static Tolerance exactly() { return {0, 0, true}; }
   static Tolerance close(double abs, double rel) { return {abs, rel, false}; }
 };
@@ -49,7 +49,7 @@ struct InputSpec {
   Shape shape;
   Layout layout = Layout::Contiguous;
   DType dtype = DType::F32;
-  double lo = -2.0, hi = 2.0;  // uniform range (integers: rounded)
+  double lo = -2.0, hi = 2.0;     // uniform range (integers: rounded)
   double special_fraction = 0.0;  // fraction of elements replaced by NaN, +-Inf, -0, denormals (float32)
 };
 

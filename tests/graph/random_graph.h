@@ -42,7 +42,7 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
   const int n_inputs = 1 + pick(2);
   for (int i = 0; i < n_inputs; ++i) {
     const Shape s = i == 0 ? base : broadcastable(base);
-    const std::string name = "x" + std::to_string(i);
+    const std::string name = detail::str("x", i);
     pool.push_back(g.input(name, s));
     rg.inputs[name] = random_tensor(s);
   }
@@ -59,7 +59,7 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
     }
     if (!ok.empty() && pick(3) != 0) return ok[static_cast<size_t>(pick(static_cast<int>(ok.size())))];
     const Shape s = broadcastable(a.shape());
-    return pick(2) ? g.parameter("p" + std::to_string(pool.size()), random_tensor(s))
+    return pick(2) ? g.parameter(detail::str("p", pool.size()), random_tensor(s))
                    : g.constant(random_tensor(s));
   };
   const int n_ops = 3 + pick(10);
@@ -121,9 +121,9 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
       case 11: {  // a small GEMM, sometimes with bias and activation (epilogue fusion candidates)
         if (s.rank() != 2) continue;
         const std::int64_t n = dims_pool[1 + pick(7)];
-        const Node w = g.parameter("w" + std::to_string(pool.size()), random_tensor({s[1], n}));
+        const Node w = g.parameter(detail::str("w", pool.size()), random_tensor({s[1], n}));
         r = g.matmul(a, w);
-        if (pick(2)) r = r + g.parameter("b" + std::to_string(pool.size()), random_tensor({n}));
+        if (pick(2)) r = r + g.parameter(detail::str("b", pool.size()), random_tensor({n}));
         if (pick(2)) r = g.relu(r);
         break;
       }
@@ -135,8 +135,8 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
       default: {  // linear with bias on the flattened rows
         if (s.rank() < 1) continue;
         const std::int64_t n = dims_pool[1 + pick(7)];
-        r = g.linear(a, g.parameter("lw" + std::to_string(pool.size()), random_tensor({s.back(), n})),
-                     g.parameter("lb" + std::to_string(pool.size()), random_tensor({n})),
+        r = g.linear(a, g.parameter(detail::str("lw", pool.size()), random_tensor({s.back(), n})),
+                     g.parameter(detail::str("lb", pool.size()), random_tensor({n})),
                      pick(2) ? Activation::Relu : Activation::None);
         break;
       }

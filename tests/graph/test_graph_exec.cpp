@@ -145,7 +145,7 @@ TEST(GraphCuda, MultiStreamEqualsSingleStream) {
   auto x = g.input("x", {128, 64});
   std::vector<Node> branches;
   for (int i = 0; i < 4; ++i) {
-    auto w = g.parameter("w" + std::to_string(i), uniform({64, 64}, 20 + i, -0.2, 0.2));
+    auto w = g.parameter(detail::str("w", i), uniform({64, 64}, 20 + i, -0.2, 0.2));
     branches.push_back(g.softmax(g.tanh(g.matmul(x, w)) * double(i + 1), -1));
   }
   g.output("y", (branches[0] + branches[1]) * (branches[2] - branches[3]));
@@ -205,7 +205,9 @@ TEST(GraphCuda, RunErrorsLeaveTheExecutorUsable) {
   EXPECT_THROW(e.run({{"x", x}, {"w1", x}}), InvalidArgument);
   EXPECT_THROW(e.run({{"x", uniform({4, 9}, 1).cuda()}}), ShapeError);
   EXPECT_THROW(e.run({{"x", zeros({4, 8}, DType::I32, Device::cuda(0))}}), DTypeError);
-  if (cuda_device_count() > 1) EXPECT_THROW(e.run({{"x", uniform({4, 8}, 1).cuda(1)}}), DeviceError);
+  if (cuda_device_count() > 1) {
+    EXPECT_THROW(e.run({{"x", uniform({4, 8}, 1).cuda(1)}}), DeviceError);
+  }
   const Tensor y1 = e.run({{"x", x}}).at("y").clone();
   const Tensor y2 = e.run({{"x", x}}).at("y").clone();
   EXPECT_EQ(max_diff(y1, y2), 0.0);
@@ -340,9 +342,11 @@ TEST(GraphCuda, RandomGraphsCudaGraphEqualsPlain) {
     for (auto& [k, v] : rg.inputs) in[k] = v.cuda();
     for (int rep = 0; rep < 3; ++rep) {
       const TensorMap a = eg.run(in), b = ep.run(in);
-      for (const auto& [name, t] : a)
-        if (t.dtype() == DType::F32)
+      for (const auto& [name, t] : a) {
+        if (t.dtype() == DType::F32) {
           EXPECT_EQ(max_diff(t, b.at(name)), 0.0) << "seed " << seed << " " << name;
+        }
+      }
     }
   }
 }

@@ -71,7 +71,8 @@ TEST(Device, NonexistentDeviceRaisesDeviceError) {
 TEST(Device, ReportDescribesTheDevicesOrTheirAbsence) {
   const std::string report = device_report();
   if (cuda_available()) {
-    EXPECT_NE(report.find("CUDA devices: " + std::to_string(cuda_device_count())), std::string::npos) << report;
+    EXPECT_NE(report.find("CUDA devices: " + std::to_string(cuda_device_count())), std::string::npos)
+        << report;
     EXPECT_NE(report.find("cuda:0"), std::string::npos) << report;
   } else {
     EXPECT_NE(report.find("none"), std::string::npos) << report;
@@ -140,7 +141,9 @@ __global__ void spin_then_write(int* flag, long long cycles, int value) {
   *flag = value;
 }
 
-__global__ void copy_flag(const int* src, int* dst) { *dst = *src; }
+__global__ void copy_flag(const int* src, int* dst) {
+  *dst = *src;
+}
 
 TEST(EventGpu, RecordQueryElapsedAndCrossStreamOrdering) {
   MT_REQUIRE_GPU();

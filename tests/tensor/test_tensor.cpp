@@ -272,7 +272,8 @@ TEST(TensorGpu, FactoriesOnDevice) {
   const Device cu = Device::cuda(0);
   EXPECT_EQ(full({3, 5}, -2.5, DType::F32, cu).to_vector<float>(), std::vector<float>(15, -2.5f));
   EXPECT_EQ(full({7}, 200, DType::U8, cu).to_vector<std::uint8_t>(), std::vector<std::uint8_t>(7, 200));
-  EXPECT_EQ(arange(0, 10, 3, DType::I32, cu).to_vector<std::int32_t>(), (std::vector<std::int32_t>{0, 3, 6, 9}));
+  EXPECT_EQ(arange(0, 10, 3, DType::I32, cu).to_vector<std::int32_t>(),
+            (std::vector<std::int32_t>{0, 3, 6, 9}));
   EXPECT_EQ(zeros({0, 4}, DType::F32, cu).numel(), 0);
   EXPECT_TRUE(empty({4}, DType::F32, cu).is_cuda());
 }
