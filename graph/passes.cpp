@@ -143,6 +143,18 @@ bool fuse_epilogue_at(Program& p, int y) {
   return false;
 }
 
+// A step that runs node m on its own.
+Step single_op_step(const Program& p, int m) {
+  Step one;
+  one.root = m;
+  one.members = {m};
+  one.kind = Step::Kind::Op;
+  one.reads = p.g.at(m).inputs;
+  std::sort(one.reads.begin(), one.reads.end());
+  one.reads.erase(std::unique(one.reads.begin(), one.reads.end()), one.reads.end());
+  return one;
+}
+
 bool fusable_elementwise(const Program& p, int id) {
   const NodeData& n = p.g.at(id);
   if (!n.is_elementwise() || n.dtype != DType::F32) return false;
@@ -252,13 +264,7 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
       p.log.push_back(str("no fusion: group at ", p.g.label(id), " reads ", reads.size(), " tensors (limit ",
                           flags.max_fused_reads, ")"));
       for (int m : s.members) {
-        Step one;
-        one.root = m;
-        one.members = {m};
-        one.kind = Step::Kind::Op;
-        one.reads = p.g.at(m).inputs;
-        std::sort(one.reads.begin(), one.reads.end());
-        one.reads.erase(std::unique(one.reads.begin(), one.reads.end()), one.reads.end());
+        Step one = single_op_step(p, m);
         p.step_of[static_cast<size_t>(m)] = static_cast<int>(p.steps.size());
         p.steps.push_back(std::move(one));
       }
@@ -280,13 +286,7 @@ void unfuse_step(Program& p, int step_index) {
   Step s = p.steps[static_cast<size_t>(step_index)];
   std::vector<Step> split;
   for (int m : s.members) {
-    Step one;
-    one.root = m;
-    one.members = {m};
-    one.kind = Step::Kind::Op;
-    one.reads = p.g.at(m).inputs;
-    std::sort(one.reads.begin(), one.reads.end());
-    one.reads.erase(std::unique(one.reads.begin(), one.reads.end()), one.reads.end());
+    Step one = single_op_step(p, m);
     split.push_back(std::move(one));
   }
   p.steps.erase(p.steps.begin() + step_index);

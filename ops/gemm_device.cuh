@@ -158,17 +158,6 @@ __device__ __forceinline__ void raster(int bid, int tiles_m, int tiles_n, int& t
   tn = (bid % width) / rows;
 }
 
-__device__ __forceinline__ float activate(float v, Activation act) {
-  switch (act) {
-    case Activation::Relu:
-      return fn::relu(v);
-    case Activation::Gelu:
-      return fn::gelu(v);
-    default:
-      return v;
-  }
-}
-
 // act(alpha * acc + beta * c + bias[j]); C is read only when beta != 0. The same formula as the CPU reference
 // and as matmul followed by the eager bias add and activation.
 __device__ __forceinline__ float epilogue_value(const Problem& p, float acc, const float* c, int j) {

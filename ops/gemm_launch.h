@@ -14,9 +14,22 @@
 #include <string>
 #include <vector>
 
+#include "ops/functors.h"
 #include "ops/gemm.h"
 
 namespace mt::detail::gemm {
+
+// The epilogue's activation, shared by the kernels and the CPU reference (the math is ops/functors.h's).
+MT_FN float activate(float v, Activation act) {
+  switch (act) {
+    case Activation::Relu:
+      return fn::relu(v);
+    case Activation::Gelu:
+      return fn::gelu(v);
+    default:
+      return v;
+  }
+}
 
 struct Problem {
   int m = 0, n = 0, k = 0, batch = 1;

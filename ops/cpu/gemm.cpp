@@ -7,19 +7,6 @@
 
 namespace mt::detail::gemm {
 
-namespace {
-float activate(float v, Activation act) {
-  switch (act) {
-    case Activation::Relu:
-      return fn::relu(v);
-    case Activation::Gelu:
-      return fn::gelu(v);
-    default:
-      return v;
-  }
-}
-}  // namespace
-
 void cpu_gemm(const Problem& p) {
   using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   if (p.m == 0 || p.n == 0) return;
