@@ -189,7 +189,7 @@ using detail::op_context;
 using detail::OpKind;
 
 // ---------------------------------------------------------------- Node
-const Shape& Node::shape() const {
+Shape Node::shape() const {
   MT_CHECK(m_graph, InvalidArgument, "Node::shape: empty node");
   return m_graph->at(m_id).shape;
 }
@@ -197,7 +197,7 @@ DType Node::dtype() const {
   MT_CHECK(m_graph, InvalidArgument, "Node::dtype: empty node");
   return m_graph->at(m_id).dtype;
 }
-const std::string& Node::name() const {
+std::string Node::name() const {
   MT_CHECK(m_graph, InvalidArgument, "Node::name: empty node");
   return m_graph->at(m_id).name;
 }

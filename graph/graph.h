@@ -43,9 +43,10 @@ class Node {
   bool valid() const noexcept { return m_graph != nullptr; }
   explicit operator bool() const noexcept { return valid(); }
   int id() const noexcept { return m_id; }
-  const Shape& shape() const;
+  // By value: adding nodes to the graph may move the node table, so a reference would dangle.
+  Shape shape() const;
   DType dtype() const;
-  const std::string& name() const;
+  std::string name() const;
   Node named(
       const std::string& name) const;  // sets the node's name (for errors, dumps, traces); returns *this
   detail::GraphData* graph_data() const noexcept { return m_graph; }
