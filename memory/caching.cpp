@@ -465,15 +465,7 @@ Allocation CachingDeviceAllocator::hand_out(Pool& pool, Block* b, std::size_t by
   b->uses.clear();
   ++b->segment->n_used;
   MemoryStats& s = pool.stats;
-  const auto size = static_cast<std::int64_t>(b->size);
-  s.allocations.increase(1);
-  s.allocated_bytes.increase(size);
-  s.active_bytes.increase(size);
-  s.requested_bytes.increase(static_cast<std::int64_t>(bytes));
-  if (hit)
-    ++s.cache_hits;
-  else
-    ++s.cache_misses;
+  s.count_hand_out(static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(bytes), hit);
   if (foreign) ++s.cross_stream_hits;
   return make_allocation(b->ptr, bytes, stream, b);
 }

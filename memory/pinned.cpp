@@ -87,15 +87,7 @@ Allocation CachingHostAllocator::allocate(std::size_t bytes, cudaStream_t stream
     b->state = BlockState::Allocated;
     b->requested = bytes;
     b->uses.clear();
-    const auto n = static_cast<std::int64_t>(b->size);
-    m_stats.allocations.increase(1);
-    m_stats.allocated_bytes.increase(n);
-    m_stats.active_bytes.increase(n);
-    m_stats.requested_bytes.increase(static_cast<std::int64_t>(bytes));
-    if (hit)
-      ++m_stats.cache_hits;
-    else
-      ++m_stats.cache_misses;
+    m_stats.count_hand_out(static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(bytes), hit);
     return make_allocation(b->ptr, bytes, stream, b);
   };
   if (caching) {
