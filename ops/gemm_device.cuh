@@ -1,5 +1,6 @@
-// Device-side pieces shared by the SGEMM kernels of ops/gemm.cu and ops/gemm_tf32.cu: cp.async wrappers, the
-// global -> shared tile loaders, tile rasterisation and the fused epilogue. Included by those two files only.
+// Device-side pieces shared by the SGEMM kernels of ops/gemm.cu, ops/gemm_simt.cuh and ops/gemm_tf32.cu:
+// cp.async wrappers, the global -> shared tile loaders, tile rasterisation and the fused epilogue. Included
+// by those files only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +11,17 @@
 #include "ops/gemm_launch.h"
 
 namespace mt::detail::gemm {
+
+// Operand and result bases of batch entry b (a batch stride of 0 broadcasts the operand).
+__device__ __forceinline__ const float* a_batch(const Problem& p, int b) {
+  return p.a + b * p.a_sb;
+}
+__device__ __forceinline__ const float* b_batch(const Problem& p, int b) {
+  return p.b + b * p.b_sb;
+}
+__device__ __forceinline__ float* c_batch(const Problem& p, int b) {
+  return p.c + b * p.c_sb;
+}
 
 // ---------------------------------------------------------------- cp.async (sm_80+, plain sm_90 is enough)
 

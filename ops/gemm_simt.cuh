@@ -1,0 +1,288 @@
+// The production FP32 SGEMM kernel (rung 4 of the ladder in ops/gemm.cu) and its launcher template. Included
+// by ops/gemm_simt_*.cu, each of which instantiates a group of tile configurations (so they compile in
+// parallel), and by ops/gemm.cu for the per-configuration launchers declared at the end.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/gemm_device.cuh"
+#include "ops/gemm_launch.h"
+#include "runtime/error.h"
+
+namespace mt::detail::gemm {
+
+inline bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
+
+// B can take the float4 loader: contiguous along n, rows and batches 16-byte aligned.
+inline bool b_vectorisable(const Problem& p) {
+  return p.b_sn == 1 && p.b_sk % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) && aligned16(p.b);
+}
+inline bool c_vectorisable(const Problem& p) {
+  return p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && aligned16(p.c);
+}
+// The scalar loaders keep 32-bit offsets within a tile.
+inline bool offsets_fit(std::int64_t sx, std::int64_t sk, int bx, int bk) {
+  return static_cast<double>(bx) * static_cast<double>(std::max<std::int64_t>(sx, 0)) +
+             static_cast<double>(bk) * static_cast<double>(std::max<std::int64_t>(sk, 0)) <
+         2147483647.0;
+}
+inline int k_per_split(const Problem& p, int split, int bk) {
+  const int per = (p.k + split - 1) / split;
+  return (per + bk - 1) / bk * bk;
+}
+
+// Split-K scratch per (device, stream), grown on demand and kept: work on one stream is ordered, so reuse
+// needs no sync and no per-call allocation or memset. `partials`: split * batch * m * n floats.
+// `counters`: one fix-up ticket per output tile, zeroed once when allocated; every launch leaves them at
+// zero again (the last block of a tile re-arms its counter).
+struct SplitScratch {
+  float* partials = nullptr;
+  unsigned* counters = nullptr;
+};
+SplitScratch split_scratch(std::size_t partial_bytes, std::size_t n_counters, cudaStream_t stream);
+
+template <class Kern>
+void allow_smem(Kern* kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    MT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// Rung 4, production FP32.
+//
+// Tiling parameters (all compile-time):
+//   BM x BN   block tile of C; BK  the k-depth of one pipeline stage
+//   WM x WN   warp tile; (BM/WM) x (BN/WN) warps per block
+//   TM x TN   thread tile: TM/4 x TN/4 float4 fragments, spread over the warp tile so that a warp's fragment
+//             reads are broadcast-friendly float4 loads and its stores write float4 runs
+//   STAGES    cp.async ring depth: STAGES-1 tiles in flight while one is computed
+// Shared memory per block: STAGES * BK * (BM + BN + 2 * kPad) * 4 bytes.
+// A is always read with the scalar loader (row-major A is contiguous along k and must be transposed on its
+// way into shared memory); B uses float4 cp.async when B_VEC (contiguous along n, 16-byte aligned).
+constexpr int kSimtPad = 4;  // rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
+struct SimtShape {
+  static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kLanesM = WM / TM, kLanesN = WN / TN;  // lanes of a warp along m and n
+  static constexpr int kStageA = BK * (BM + kSimtPad), kStageB = BK * (BN + kSimtPad);
+  static constexpr std::size_t kSmemBytes = sizeof(float) * STAGES * (kStageA + kStageB);
+
+  static_assert(BM % WM == 0 && BN % WN == 0, "the warp tile must divide the block tile");
+  static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of float4 fragments");
+  static_assert(WM % TM == 0 && WN % TN == 0, "the thread tile must divide the warp tile");
+  static_assert(kLanesM * kLanesN == 32,
+                "a warp's 32 lanes must cover its warp tile exactly: (WM/TM)*(WN/TN) == 32");
+  static_assert(BK % 8 == 0, "the k-fast scalar loader walks k in groups of 8");
+  static_assert(STAGES >= 2, "the pipeline needs at least one tile in flight while one is computed");
+  static_assert(kThreads <= 1024, "too many threads per block");
+};
+
+// SPLIT: K is split over gridDim.z blocks and reduced in the same launch (a separate instantiation, so the
+// fix-up code does not cost the unsplit kernel registers in its main loop).
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, bool B_VEC,
+          bool SPLIT>
+__global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
+    gemm_simt(Problem p, int k_per_split, float* ws, unsigned* counters, bool a_kfast, bool b_kfast,
+              bool c_vec) {
+  using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
+  constexpr int NT = S::kThreads;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  float* sA = smem;
+  float* sB = smem + STAGES * S::kStageA;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int warp_m = warp / S::kWarpsN, warp_n = warp % S::kWarpsN;
+  const int lane_m = lane / S::kLanesN, lane_n = lane % S::kLanesN;
+  int tile_m, tile_n;
+  raster(blockIdx.x, (p.m + BM - 1) / BM, (p.n + BN - 1) / BN, tile_m, tile_n);
+  const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const int b = blockIdx.y, split = blockIdx.z;
+  const int k_begin = split * k_per_split, k_end = min(p.k, k_begin + k_per_split);
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+
+  ScalarLoader<BM, BK, kSimtPad, NT, 8> la;
+  la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, tid);
+  using LoaderB =
+      std::conditional_t<B_VEC, VecLoader<BN, BK, kSimtPad, NT>, ScalarLoader<BN, BK, kSimtPad, NT, 8>>;
+  LoaderB lb;
+  lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, tid);
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_tiles) {
+      la.load(sA + s * S::kStageA, k_begin + s * BK, k_end, tid);
+      lb.load(sB + s * S::kStageB, k_begin + s * BK, k_end, tid);
+    }
+    cp_async_commit();
+  }
+
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+  const int a_col = warp_m * WM + lane_m * 4;  // + g * kLanesM * 4 for fragment g
+  const int b_col = warp_n * WN + lane_n * 4;
+  float ra[2][TM], rb[2][TN];
+
+  for (int t = 0; t < n_tiles; ++t) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile t has landed for every thread; stage (t-1) % STAGES is free to refill
+    {
+      const int tn = t + STAGES - 1;
+      if (tn < n_tiles) {
+        la.load(sA + (tn % STAGES) * S::kStageA, k_begin + tn * BK, k_end, tid);
+        lb.load(sB + (tn % STAGES) * S::kStageB, k_begin + tn * BK, k_end, tid);
+      }
+      cp_async_commit();
+    }
+    const float* As = sA + (t % STAGES) * S::kStageA;
+    const float* Bs = sB + (t % STAGES) * S::kStageB;
+    // Register double buffering: fragments of k-row q+1 load while row q's outer product runs.
+    auto load_frags = [&](int buf, int q) {
+#pragma unroll
+      for (int g = 0; g < TM / 4; ++g) {
+        const float4 v =
+            *reinterpret_cast<const float4*>(As + q * (BM + kSimtPad) + a_col + g * S::kLanesM * 4);
+        ra[buf][4 * g] = v.x, ra[buf][4 * g + 1] = v.y, ra[buf][4 * g + 2] = v.z, ra[buf][4 * g + 3] = v.w;
+      }
+#pragma unroll
+      for (int g = 0; g < TN / 4; ++g) {
+        const float4 v =
+            *reinterpret_cast<const float4*>(Bs + q * (BN + kSimtPad) + b_col + g * S::kLanesN * 4);
+        rb[buf][4 * g] = v.x, rb[buf][4 * g + 1] = v.y, rb[buf][4 * g + 2] = v.z, rb[buf][4 * g + 3] = v.w;
+      }
+    };
+    load_frags(0, 0);
+#pragma unroll
+    for (int q = 0; q < BK; ++q) {
+      if (q + 1 < BK) load_frags((q + 1) & 1, q + 1);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(ra[q & 1][i], rb[q & 1][j], acc[i][j]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: row i of the thread tile is C row m0 + a_col + (i/4) * kLanesM * 4 + i%4.
+  float* C = c_batch(p, b);
+  if constexpr (SPLIT) {
+    // Split K (serial fix-up, one launch): store this split's raw sums; the last block of the tile to finish
+    // adds all splits in split order (0, 1, ...; the order does not depend on which block is last, so the
+    // result is deterministic) and runs the epilogue. Partials stay in L2: split * m * n * 4 bytes. The
+    // reducer reads its own split back too (acc is dead by then) and issues a chunk of float4 loads per
+    // split before adding, so the tail costs about `split` L2 round trips, not one per fragment.
+    const std::int64_t plane = static_cast<std::int64_t>(gridDim.y) * p.m * p.n;
+    const float* w0 = ws + static_cast<std::int64_t>(b) * p.m * p.n;
+    float* w = ws + split * plane + static_cast<std::int64_t>(b) * p.m * p.n;
+    auto row_of = [&](int f) {
+      return m0 + a_col + ((f / (TN / 4)) / 4) * S::kLanesM * 4 + (f / (TN / 4)) % 4;
+    };
+    auto col_of = [&](int f) { return n0 + b_col + (f % (TN / 4)) * S::kLanesN * 4; };
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int g = 0; g < TN / 4; ++g)
+        store_partial<4>(w, p.m, p.n, row_of(i * (TN / 4) + g), col_of(i * (TN / 4) + g), &acc[i][4 * g]);
+    if (!splitk_last_block(counters + b * gridDim.x + blockIdx.x, gridDim.z)) return;
+    constexpr int kFrags = TM * TN / 4, kChunk = kFrags < 8 ? kFrags : 8;
+    static_assert(kFrags % kChunk == 0, "fix-up chunks must tile the thread's fragments");
+    const bool interior = m0 + BM <= p.m && n0 + BN <= p.n && (p.n & 3) == 0;
+#pragma unroll
+    for (int f0 = 0; f0 < kFrags; f0 += kChunk) {
+      float sum[kChunk][4];
+#pragma unroll
+      for (int f = 0; f < kChunk; ++f)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) sum[f][c] = 0.f;
+      for (int sp = 0; sp < static_cast<int>(gridDim.z); ++sp) {
+        const float* ws_sp = w0 + sp * plane;
+        float v[kChunk][4];
+        if (interior) {
+#pragma unroll
+          for (int f = 0; f < kChunk; ++f) {
+            const float4 q = __ldcg(reinterpret_cast<const float4*>(
+                ws_sp + static_cast<std::int64_t>(row_of(f0 + f)) * p.n + col_of(f0 + f)));
+            v[f][0] = q.x, v[f][1] = q.y, v[f][2] = q.z, v[f][3] = q.w;
+          }
+        } else {
+#pragma unroll
+          for (int f = 0; f < kChunk; ++f) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) v[f][c] = 0.f;
+            load_partial<4>(ws_sp, p.m, p.n, row_of(f0 + f), col_of(f0 + f), v[f]);
+          }
+        }
+#pragma unroll
+        for (int f = 0; f < kChunk; ++f)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) sum[f][c] += v[f][c];
+      }
+#pragma unroll
+      for (int f = 0; f < kChunk; ++f) store_run<4>(p, C, row_of(f0 + f), col_of(f0 + f), sum[f], c_vec);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int g = 0; g < TN / 4; ++g)
+        store_run<4>(p, C, m0 + a_col + (i / 4) * S::kLanesM * 4 + i % 4, n0 + b_col + g * S::kLanesN * 4,
+                     &acc[i][4 * g], c_vec);
+  }
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1>
+void launch_simt(const Problem& p, int split, cudaStream_t stream) {
+  using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
+  const bool bvec = b_vectorisable(p);
+  // The scalar B loader needs more registers than a 2-blocks-per-SM budget leaves (it would spill), so that
+  // variant always runs one block per SM.
+  using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, false>);
+  static const Kern kernels[2][2] = {// [bvec][split > 1]
+                                     {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false, false>,
+                                      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false, true>},
+                                     {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, false>,
+                                      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, true>}};
+  static const bool once = [&] {
+    for (auto& row : kernels)
+      for (Kern k : row) allow_smem(k, S::kSmemBytes);
+    return true;
+  }();
+  (void)once;
+  const Kern kernel = kernels[bvec ? 1 : 0][split > 1 ? 1 : 0];
+  const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
+  const dim3 grid(tiles, p.batch, split);
+  SplitScratch scratch;
+  if (split > 1)
+    scratch = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n,
+                            static_cast<std::size_t>(tiles) * p.batch, stream);
+  // k-fast loads for operands that are contiguous along k (row-major A, transposed B).
+  const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
+  const bool b_kfast = p.b_sk == 1 && p.b_sn != 1;
+  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, k_per_split(p, split, BK), scratch.partials,
+                                                       scratch.counters, a_kfast, b_kfast, c_vectorisable(p));
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+// One launcher per production configuration (see kernel_name() for the tile parameters of each).
+void launch_simt_128x128(const Problem& p, int split, cudaStream_t stream);     // gemm_simt_big.cu
+void launch_simt_128x128x2(const Problem& p, int split, cudaStream_t stream);   // gemm_simt_big.cu
+void launch_simt_128x128k16(const Problem& p, int split, cudaStream_t stream);  // gemm_simt_deep.cu
+void launch_simt_256x128(const Problem& p, int split, cudaStream_t stream);     // gemm_simt_deep.cu
+void launch_simt_128x64(const Problem& p, int split, cudaStream_t stream);      // gemm_simt_mid.cu
+void launch_simt_64x64(const Problem& p, int split, cudaStream_t stream);       // gemm_simt_mid.cu
+void launch_simt_32x128(const Problem& p, int split, cudaStream_t stream);      // gemm_simt_small.cu
+void launch_simt_32x64(const Problem& p, int split, cudaStream_t stream);       // gemm_simt_small.cu
+
+}  // namespace mt::detail::gemm
