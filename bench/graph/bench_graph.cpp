@@ -15,10 +15,12 @@
 // session; it reads this binary's JSON and prints the ratios. FLOPs per MLP run: 2 * 2 * batch * hidden^2.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "graph/graph.h"
 #include "minitensor.h"
@@ -66,18 +68,35 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
-// Runs `fn` `reps` times back to back, synchronises, and reports the time per run.
+// Runs `fn` `reps` times back to back, synchronises, and reports the time per run. Counters: host_us, the
+// host's time per run before the final synchronise (the launch path); single_us, one run alone between two
+// events on the current stream (the device's latency for one run, launch gaps included).
 template <class F>
 void time_runs(benchmark::State& state, int reps, F&& fn) {
   for (int i = 0; i < 3; ++i) fn();  // warm-up (the CUDA graph captures on the second run)
   synchronize(Device::cuda(0));
+  double host = 0;
   for (auto _ : state) {
     const auto t0 = Clock::now();
     for (int i = 0; i < reps; ++i) fn();
+    host += std::chrono::duration<double>(Clock::now() - t0).count() / reps;
     synchronize(Device::cuda(0));
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     state.SetIterationTime(s / reps);
   }
+  state.counters["host_us"] = 1e6 * host / static_cast<double>(state.iterations());
+  const cudaStream_t s = current_stream(0);
+  std::vector<double> single;
+  for (int i = 0; i < 9; ++i) {
+    Event e0(true), e1(true);
+    e0.record(s);
+    fn();
+    e1.record(s);
+    e1.synchronize();
+    single.push_back(1e3 * Event::elapsed_ms(e0, e1));
+  }
+  std::sort(single.begin(), single.end());
+  state.counters["single_us"] = single[single.size() / 2];
 }
 
 void bm_mlp(benchmark::State& state, std::int64_t batch, std::int64_t hidden, int mode) {
