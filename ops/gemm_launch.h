@@ -67,10 +67,19 @@ const char* kernel_name(Kernel k);
 std::vector<Kernel> simt_kernels();    // the production FP32 configurations
 std::vector<Kernel> tensor_kernels();  // the production tensor-core configurations
 
+// How the SIMT kernels reduce split K inside their launch (both deterministic: splits added in split order).
+enum class SplitReduce {
+  Global,   // partials through an L2 workspace; the last block of a tile (atomic ticket) adds them
+  Cluster,  // the splits of a tile form one thread-block cluster and add through distributed shared memory
+};
+// A cluster holds at most the portable cluster size of blocks.
+constexpr int kMaxClusterSplit = 8;
+
 struct Config {
   Kernel kernel = Kernel::Simt128x128;
   int split_k = 1;  // > 1: K split over blocks, partial sums reduced in a fixed order (deterministic)
-  MathMode math = MathMode::FP32;  // TF32 modes only with the Tensor* kernels
+  MathMode math = MathMode::FP32;            // TF32 modes only with the Tensor* kernels
+  SplitReduce reduce = SplitReduce::Global;  // SIMT kernels with split_k > 1
 };
 std::string config_name(const Config& c);
 

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cooperative_groups.h>
+
 #include "ops/gemm_device.cuh"
 #include "ops/gemm_launch.h"
 #include "runtime/error.h"
@@ -74,6 +76,9 @@ struct SimtShape {
   static constexpr int kLanesM = WM / TM, kLanesN = WN / TN;  // lanes of a warp along m and n
   static constexpr int kStageA = BK * (BM + kSimtPad), kStageB = BK * (BN + kSimtPad);
   static constexpr std::size_t kSmemBytes = sizeof(float) * STAGES * (kStageA + kStageB);
+  // The split-K variant reuses the pipeline's buffers for the BM x BN tile of partial sums.
+  static constexpr std::size_t kSplitSmemBytes = kSmemBytes > sizeof(float) * BM* BN ? kSmemBytes
+                                                                                     : sizeof(float) * BM* BN;
 
   static_assert(BM % WM == 0 && BN % WN == 0, "the warp tile must divide the block tile");
   static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of float4 fragments");
@@ -86,7 +91,9 @@ struct SimtShape {
 };
 
 // SPLIT: K is split over gridDim.z blocks and reduced in the same launch (a separate instantiation, so the
-// fix-up code does not cost the unsplit kernel registers in its main loop).
+// reduction does not cost the unsplit kernel registers): through distributed shared memory when the launch
+// made the splits of a tile one cluster (ws == nullptr), else through the L2 workspace `ws` with a ticket per
+// tile in `counters`.
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, bool B_VEC,
           bool SPLIT>
 __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
@@ -178,6 +185,45 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   // Epilogue: row i of the thread tile is C row m0 + a_col + (i/4) * kLanesM * 4 + i%4.
   float* C = c_batch(p, b);
   if constexpr (SPLIT) {
+    if (ws == nullptr) {
+      // Split K over the blocks of one thread-block cluster (the gridDim.z == split blocks of this tile; at
+      // most kMaxClusterSplit): each block parks its raw sums in its own shared memory, and after a cluster
+      // barrier every block reduces a 1/split slice of the tile by reading all the blocks' sums through
+      // distributed shared memory, in split order 0, 1, ... (deterministic: the order never depends on
+      // timing), then runs the epilogue. No global workspace, no atomics, and no serial tail through L2.
+      namespace cg = cooperative_groups;
+      const cg::cluster_group cluster = cg::this_cluster();
+      const int splits = static_cast<int>(gridDim.z);
+      float* red = smem;  // BM x BN, row-major: the pipeline's buffers are dead after the barrier below
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int g = 0; g < TN / 4; ++g)
+          *reinterpret_cast<float4*>(red + (a_col + (i / 4) * S::kLanesM * 4 + i % 4) * BN + b_col +
+                                     g * S::kLanesN * 4) =
+              make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
+      cluster.sync();
+      const float4* peers[kMaxClusterSplit];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplit; ++s)
+        peers[s] = reinterpret_cast<const float4*>(cluster.map_shared_rank(red, s < splits ? s : 0));
+      constexpr int kRuns = BM * BN / 4;  // float4 runs of the tile
+      for (int e = static_cast<int>(cluster.block_rank()) * NT + tid; e < kRuns; e += splits * NT) {
+        float4 part[kMaxClusterSplit];
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplit; ++s)
+          if (s < splits) part[s] = peers[s][e];  // all loads in flight before the first add
+        float sum[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplit; ++s)
+          if (s < splits) sum[0] += part[s].x, sum[1] += part[s].y, sum[2] += part[s].z, sum[3] += part[s].w;
+        const int row = e / (BN / 4), col = (e % (BN / 4)) * 4;
+        store_run<4>(p, C, m0 + row, n0 + col, sum, c_vec);
+      }
+      cluster.sync();  // no block leaves while a peer may still read its shared memory
+      return;
+    }
     // Split K (serial fix-up, one launch): store this split's raw sums; the last block of the tile to finish
     // adds all splits in split order (0, 1, ...; the order does not depend on which block is last, so the
     // result is deterministic) and runs the epilogue. Partials stay in L2: split * m * n * 4 bytes. The
@@ -243,7 +289,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 }
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1>
-void launch_simt(const Problem& p, int split, cudaStream_t stream) {
+void launch_simt(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   const bool bvec = b_vectorisable(p);
   // The scalar B loader needs more registers than a 2-blocks-per-SM budget leaves (it would spill), so that
@@ -255,34 +301,59 @@ void launch_simt(const Problem& p, int split, cudaStream_t stream) {
                                      {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, false>,
                                       gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, true>}};
   static const bool once = [&] {
-    for (auto& row : kernels)
-      for (Kern k : row) allow_smem(k, S::kSmemBytes);
+    for (auto& row : kernels) {
+      allow_smem(row[0], S::kSmemBytes);
+      allow_smem(row[1], S::kSplitSmemBytes);
+    }
     return true;
   }();
   (void)once;
   const Kern kernel = kernels[bvec ? 1 : 0][split > 1 ? 1 : 0];
   const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
-  const dim3 grid(tiles, p.batch, split);
-  SplitScratch scratch;
-  if (split > 1)
-    scratch = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n,
-                            static_cast<std::size_t>(tiles) * p.batch, stream);
   // k-fast loads for operands that are contiguous along k (row-major A, transposed B).
   const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
   const bool b_kfast = p.b_sk == 1 && p.b_sn != 1;
-  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p, k_per_split(p, split, BK), scratch.partials,
-                                                       scratch.counters, a_kfast, b_kfast, c_vectorisable(p));
+  const int kps = k_per_split(p, split, BK);
+  const bool c_vec = c_vectorisable(p);
+  SplitScratch scratch;
+  if (split > 1 && reduce == SplitReduce::Global)
+    scratch = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n,
+                            static_cast<std::size_t>(tiles) * p.batch, stream);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(tiles, p.batch, split);
+  cfg.blockDim = dim3(S::kThreads);
+  cfg.dynamicSmemBytes = split > 1 && reduce == SplitReduce::Cluster ? S::kSplitSmemBytes : S::kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute cluster{};
+  if (split > 1 && reduce == SplitReduce::Cluster) {  // the splits of a tile form one cluster
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = static_cast<unsigned>(split);
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+  }
+  MT_CUDA_CHECK(
+      cudaLaunchKernelEx(&cfg, kernel, p, kps, scratch.partials, scratch.counters, a_kfast, b_kfast, c_vec));
   MT_CUDA_CHECK_LAUNCH();
 }
 
 // One launcher per production configuration (see kernel_name() for the tile parameters of each).
-void launch_simt_128x128(const Problem& p, int split, cudaStream_t stream);     // gemm_simt_big.cu
-void launch_simt_128x128x2(const Problem& p, int split, cudaStream_t stream);   // gemm_simt_big.cu
-void launch_simt_128x128k16(const Problem& p, int split, cudaStream_t stream);  // gemm_simt_deep.cu
-void launch_simt_256x128(const Problem& p, int split, cudaStream_t stream);     // gemm_simt_deep.cu
-void launch_simt_128x64(const Problem& p, int split, cudaStream_t stream);      // gemm_simt_mid.cu
-void launch_simt_64x64(const Problem& p, int split, cudaStream_t stream);       // gemm_simt_mid.cu
-void launch_simt_32x128(const Problem& p, int split, cudaStream_t stream);      // gemm_simt_small.cu
-void launch_simt_32x64(const Problem& p, int split, cudaStream_t stream);       // gemm_simt_small.cu
+void launch_simt_128x128(const Problem& p, int split, SplitReduce reduce,
+                         cudaStream_t stream);  // gemm_simt_big.cu
+void launch_simt_128x128x2(const Problem& p, int split, SplitReduce reduce,
+                           cudaStream_t stream);  // gemm_simt_big.cu
+void launch_simt_128x128k16(const Problem& p, int split, SplitReduce reduce,
+                            cudaStream_t stream);  // gemm_simt_deep.cu
+void launch_simt_256x128(const Problem& p, int split, SplitReduce reduce,
+                         cudaStream_t stream);  // gemm_simt_deep.cu
+void launch_simt_128x64(const Problem& p, int split, SplitReduce reduce,
+                        cudaStream_t stream);  // gemm_simt_mid.cu
+void launch_simt_64x64(const Problem& p, int split, SplitReduce reduce,
+                       cudaStream_t stream);  // gemm_simt_mid.cu
+void launch_simt_32x128(const Problem& p, int split, SplitReduce reduce,
+                        cudaStream_t stream);  // gemm_simt_small.cu
+void launch_simt_32x64(const Problem& p, int split, SplitReduce reduce,
+                       cudaStream_t stream);  // gemm_simt_small.cu
 
 }  // namespace mt::detail::gemm

@@ -3,11 +3,11 @@
 
 namespace mt::detail::gemm {
 
-void launch_simt_128x128(const Problem& p, int split, cudaStream_t stream) {
-  launch_simt<128, 128, 8, 64, 32, 8, 8, 4>(p, split, stream);
+void launch_simt_128x128(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
+  launch_simt<128, 128, 8, 64, 32, 8, 8, 4>(p, split, reduce, stream);
 }
-void launch_simt_128x128x2(const Problem& p, int split, cudaStream_t stream) {
-  launch_simt<128, 128, 8, 64, 32, 8, 8, 4, 2>(p, split, stream);
+void launch_simt_128x128x2(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
+  launch_simt<128, 128, 8, 64, 32, 8, 8, 4, 2>(p, split, reduce, stream);
 }
 
 }  // namespace mt::detail::gemm

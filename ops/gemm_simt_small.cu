@@ -3,11 +3,11 @@
 
 namespace mt::detail::gemm {
 
-void launch_simt_32x128(const Problem& p, int split, cudaStream_t stream) {
-  launch_simt<32, 128, 8, 32, 32, 8, 4, 4, 4>(p, split, stream);
+void launch_simt_32x128(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
+  launch_simt<32, 128, 8, 32, 32, 8, 4, 4, 4>(p, split, reduce, stream);
 }
-void launch_simt_32x64(const Problem& p, int split, cudaStream_t stream) {
-  launch_simt<32, 64, 8, 32, 32, 8, 4, 4>(p, split, stream);
+void launch_simt_32x64(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
+  launch_simt<32, 64, 8, 32, 32, 8, 4, 4>(p, split, reduce, stream);
 }
 
 }  // namespace mt::detail::gemm

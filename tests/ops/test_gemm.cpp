@@ -326,8 +326,10 @@ TEST(Gemm, F32_Batch64_256Cubed) {
   }
 }
 
-// Split K reduced inside the launch: batched, every split count the sweep uses, launched twice in a row on
-// one stream (the fix-up tickets must be re-armed) with bit-identical results (the reduction order is fixed).
+// Split K reduced inside the launch (one thread-block cluster per tile): batched, split counts up to the
+// cluster limit (odd ones too, whose last split gets a short or empty K range), launched twice in a row on
+// one stream with bit-identical results (the reduction order is fixed). Beyond the limit the SIMT kernels
+// refuse.
 TEST(Gemm, F32_SplitK_Batched_RepeatedLaunches_Deterministic) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -337,36 +339,50 @@ TEST(Gemm, F32_SplitK_Batched_RepeatedLaunches_Deterministic) {
   const Tensor bias = test::make_input(InputSpec{Shape{n}}, 43, Device::cuda(0));
   const std::vector<float> bv = bias.to_vector<float>();
   for (Kernel kern : {Kernel::Simt64x64, Kernel::Simt32x64, Kernel::Simt32x128, Kernel::Simt128x128x2})
-    for (int split : {2, 5, 8, 16}) {
-      const Config cfg{kern, split};
-      SCOPED_TRACE(config_name(cfg));
-      std::vector<float> first;
-      for (int rep = 0; rep < 2; ++rep) {
-        Guarded g(Shape{batch, m, n}, DType::F32, Device::cuda(0));
-        Problem p;
-        p.m = m, p.n = n, p.k = k, p.batch = batch;
-        p.a = a.data<float>(), p.a_sm = k, p.a_sk = 1, p.a_sb = m * k;
-        p.b = b.data<float>(), p.b_sk = n, p.b_sn = 1, p.b_sb = k * n;
-        p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1, p.c_sb = m * n;
-        p.bias = bias.data<float>();
-        p.act = Activation::Relu;
-        ASSERT_TRUE(can_implement(p, cfg));
-        launch(p, cfg, detail::stream_for(Device::cuda(0)));
-        EXPECT_EQ(g.check(), "");
-        const std::vector<float> got = g.view().to_vector<float>();
-        if (rep == 0) {
-          first = got;
-          for (int i : {0, 2}) {
-            ErrorStats s;
-            double e2 = 0, s2 = 0;
-            accumulate_errors(to_double(g.view().select(0, i)), to_double(a.select(0, i)),
-                              to_double(b.select(0, i)), nullptr, &bv, 1.f, 0.f, Activation::Relu, 1.0, s, e2,
-                              s2);
-            EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
+    for (int split : {2, 5, 7, 8, 16}) {
+      std::vector<float> global_result;  // the cluster reduction adds in the same order: bit-identical
+      for (SplitReduce reduce : {SplitReduce::Global, SplitReduce::Cluster}) {
+        const Config cfg{kern, split, MathMode::FP32, reduce};
+        SCOPED_TRACE(config_name(cfg));
+        if (reduce == SplitReduce::Cluster && split > kMaxClusterSplit) {
+          EXPECT_FALSE(can_implement(Problem{}, cfg));
+          continue;
+        }
+        std::vector<float> first;
+        for (int rep = 0; rep < 2; ++rep) {
+          Guarded g(Shape{batch, m, n}, DType::F32, Device::cuda(0));
+          Problem p;
+          p.m = m, p.n = n, p.k = k, p.batch = batch;
+          p.a = a.data<float>(), p.a_sm = k, p.a_sk = 1, p.a_sb = m * k;
+          p.b = b.data<float>(), p.b_sk = n, p.b_sn = 1, p.b_sb = k * n;
+          p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1, p.c_sb = m * n;
+          p.bias = bias.data<float>();
+          p.act = Activation::Relu;
+          ASSERT_TRUE(can_implement(p, cfg));
+          launch(p, cfg, detail::stream_for(Device::cuda(0)));
+          EXPECT_EQ(g.check(), "");
+          const std::vector<float> got = g.view().to_vector<float>();
+          if (rep == 0) {
+            first = got;
+            for (int i : {0, 2}) {
+              ErrorStats s;
+              double e2 = 0, s2 = 0;
+              accumulate_errors(to_double(g.view().select(0, i)), to_double(a.select(0, i)),
+                                to_double(b.select(0, i)), nullptr, &bv, 1.f, 0.f, Activation::Relu, 1.0, s,
+                                e2, s2);
+              EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
+            }
+          } else {
+            EXPECT_EQ(std::memcmp(first.data(), got.data(), sizeof(float) * got.size()), 0)
+                << "second launch differs from the first";
           }
+        }
+        if (reduce == SplitReduce::Global) {
+          global_result = first;
         } else {
-          EXPECT_EQ(std::memcmp(first.data(), got.data(), sizeof(float) * got.size()), 0)
-              << "second launch differs from the first";
+          ASSERT_EQ(global_result.size(), first.size());
+          EXPECT_EQ(std::memcmp(global_result.data(), first.data(), sizeof(float) * first.size()), 0)
+              << "the cluster reduction differs from the global one";
         }
       }
     }
