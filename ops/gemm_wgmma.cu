@@ -94,7 +94,7 @@ struct WgArgs {
   const char* b_pack = nullptr;                       // packed B: [batch][tiles_n][k_tiles][part][BN][128 B]
   std::int64_t a_batch_bytes = 0, b_batch_bytes = 0;  // 0: the operand is broadcast over the batch
   int tiles_m = 0, tiles_n = 0, k_tiles = 0;          // tiles_m is a multiple of CM
-  bool c_vec2 = false;  // C rows contiguous along n with 8-byte aligned pairs: float2 stores
+  bool c_vec4 = false;  // C rows contiguous along n, 16-byte aligned: float4 loads and stores
 };
 
 #if defined(MT_WGMMA_DEVICE)
@@ -115,12 +115,14 @@ __device__ __forceinline__ void mbar_expect_tx(std::uint32_t bar, std::uint32_t 
 __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Arrives on the barrier at the same shared-memory offset in CTA `rank` of the cluster.
+// Arrives on the barrier at the same shared-memory offset in CTA `rank` of the cluster. Default (CTA-scope)
+// release: the stage's readers are wgmmas that have completed; a cluster-scope release would add a memory
+// barrier per arrival, which measured 1.3-2.3x slower end to end.
 __device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t bar, std::uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(rank)
       : "memory");
 }
@@ -167,6 +169,11 @@ __device__ __forceinline__ std::uint32_t cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
                    : "memory");
+}
+
+// Barrier 1 over the 256 consumer threads (barrier 0 is __syncthreads; the producer does not take part).
+__device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
 }
 
 template <int N>
@@ -266,6 +273,14 @@ __device__ __forceinline__ float to_tf32(float x) {
   return __uint_as_float(r);
 }
 
+// One 16-byte global store. Written out because the compiler splits a float4 built from cvt results into
+// four 4-byte stores, which quarter-fill the sectors (the pack became L2-bound).
+__device__ __forceinline__ void store16(float* dst, const float (&v)[4]) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(v[0]), "f"(v[1]), "f"(v[2]),
+               "f"(v[3])
+               : "memory");
+}
+
 #endif  // MT_WGMMA_DEVICE
 
 // ---------------------------------------------------------------- pack
@@ -314,19 +329,17 @@ __global__ void __launch_bounds__(256)
         const int c = t + 256 * i;
         const int row = c / 8, ch = c % 8;
         const int rr = (r0 + row) % tile_rows;
-        float4 big, small;
-        float* bp = &big.x;
-        float* sp = &small.x;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float v = tile[row][4 * ch + e];
-          bp[e] = to_tf32(v);
-          // x - big is exact in FP32; an infinite big keeps small at 0 so that inf * finite stays inf.
-          sp[e] = isfinite(bp[e]) ? to_tf32(v - bp[e]) : 0.f;
-        }
+        const float* v = &tile[row][4 * ch];
+        const float big[4] = {to_tf32(v[0]), to_tf32(v[1]), to_tf32(v[2]), to_tf32(v[3])};
         float* out = tile_base + rr * kBK + ((ch ^ (rr % 8)) * 4);
-        *reinterpret_cast<float4*>(out) = big;
-        if constexpr (PARTS == 2) *reinterpret_cast<float4*>(out + tile_rows * kBK) = small;
+        store16(out, big);
+        if constexpr (PARTS == 2) {
+          // x - big is exact in FP32; an infinite big keeps small at 0 so that inf * finite stays inf.
+          float small[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) small[e] = isfinite(big[e]) ? to_tf32(v[e] - big[e]) : 0.f;
+          store16(out + tile_rows * kBK, small);
+        }
       }
       __syncthreads();
     }
@@ -335,29 +348,6 @@ __global__ void __launch_bounds__(256)
 }
 
 // ---------------------------------------------------------------- the GEMM
-
-// C = act(alpha * acc + beta * C + bias) for the pair (i, j), (i, j + 1).
-__device__ __forceinline__ void store_pair(const Problem& p, float* cb, int i, int j, float v0, float v1,
-                                           bool vec2) {
-  if (i >= p.m || j >= p.n) return;
-  float* row = cb + static_cast<std::int64_t>(i) * p.c_sm;
-  if (vec2 && j + 1 < p.n) {
-    float2* dst = reinterpret_cast<float2*>(row + j);
-    float2 old = make_float2(0.f, 0.f);
-    if (p.beta != 0.f) old = *dst;
-    float2 v;
-    v.x = epilogue_value(p, v0, &old.x, j);
-    v.y = epilogue_value(p, v1, &old.y, j + 1);
-    *dst = v;
-    return;
-  }
-  float* d0 = row + static_cast<std::int64_t>(j) * p.c_sn;
-  *d0 = epilogue_value(p, v0, d0, j);
-  if (j + 1 < p.n) {
-    float* d1 = row + static_cast<std::int64_t>(j + 1) * p.c_sn;
-    *d1 = epilogue_value(p, v1, d1, j + 1);
-  }
-}
 
 template <int BN, bool X3, int STAGES, int CM>
 __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args) {
@@ -512,16 +502,32 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
       fence_regs(acc);
     }
 
-    // Epilogue. Accumulator 4j + 2h + e of warp w, lane l: row 16w + l/4 + 8h, column 8j + 2(l%4) + e.
+    // Epilogue, staged through shared memory (the ring is idle once both consumer warpgroups are past their
+    // last wgmma): the tile is written as [128][BN + 8] floats, then every consumer thread walks it in float4
+    // runs along n, so that C is read (beta != 0) and written in whole 128-byte lines and the code stays a
+    // short loop. Accumulator 4j + 2h + e of warp w, lane l: row 16w + l/4 + 8h, column 8j + 2(l%4) + e.
+    constexpr int kLd = BN + 8;  // float2 stores of a warp: two wavefronts, no further bank conflicts
+    float* stage = reinterpret_cast<float*>(smem_raw + (s_base - smem_u32(smem_raw)));
+    consumer_sync();  // both warpgroups' wgmmas have finished reading the ring
+    {
+      float* frag = stage + (cw * 64 + warp * 16 + lane / 4) * kLd + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(frag + 8 * h * kLd + 8 * j) =
+              make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+    consumer_sync();
     float* cb = p.c + batch * p.c_sb;
-    const int row0 = tile_m * kBM + cw * 64 + warp * 16 + lane / 4;
-    const int col0 = tile_n * BN + 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        store_pair(p, cb, row0 + 8 * h, col0 + 8 * j, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
-                   args.c_vec2);
+    const int ctid = threadIdx.x - 128;
+#pragma unroll 2
+    for (int q = ctid; q < kBM * BN / 4; q += 256) {
+      const int r = q / (BN / 4), c = (q % (BN / 4)) * 4;
+      const float4 v = *reinterpret_cast<const float4*>(stage + r * kLd + c);
+      const float vals[4] = {v.x, v.y, v.z, v.w};
+      store_run<4>(p, cb, tile_m * kBM + r, tile_n * BN + c, vals, args.c_vec4);
+    }
   }
   __syncwarp();
   if constexpr (CM > 1) cluster_sync();  // no CTA leaves while its peer may still signal its barriers
@@ -586,7 +592,7 @@ void run_wgmma(const Problem& p, cudaStream_t stream) {
   args.a_batch_bytes = batches_a > 1 ? a_bytes : 0;
   args.b_batch_bytes = batches_b > 1 ? b_bytes : 0;
   const std::uintptr_t c_addr = reinterpret_cast<std::uintptr_t>(p.c);
-  args.c_vec2 = p.c_sn == 1 && p.c_sm % 2 == 0 && (p.c_sb % 2 == 0 || p.batch == 1) && c_addr % 8 == 0;
+  args.c_vec4 = p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && c_addr % 16 == 0;
 
   if (args.k_tiles > 0) {
     launch_pack<S::kParts>(p.a, p.a_sm, p.a_sk, p.a_sb, p.m, p.k, args.tiles_m, kBM, args.k_tiles, batches_a,
@@ -652,20 +658,22 @@ bool wgmma_can_implement(const Problem& p, MathMode math) {
 }
 
 WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
-  WgmmaConfig c;
-  const std::int64_t tiles_m = (p.m + kBM - 1) / kBM;
-  auto ctas = [&](int bn) { return tiles_m * ((p.n + bn - 1) / bn) * p.batch; };
-  int sms = 132;
-  int device = 0;
-  if (cudaGetDevice(&device) == cudaSuccess)
-    sms = device_properties(device).sm_count;
-  else
-    (void)cudaGetLastError();
-  // 3xTF32 is 128 x 128 (register bound). TF32 takes 128 x 256 where that still fills the machine.
-  c.bn = math == MathMode::TF32 && ctas(256) >= sms ? 256 : 128;
-  // Pairs along M share B by multicast once there are several waves of CTAs (and an even number of tile
-  // rows, so that padding M wastes nothing).
-  c.cluster_m = tiles_m >= 2 && tiles_m % 2 == 0 && ctas(c.bn) >= 2 * sms ? 2 : 1;
+  // Measured on the H200 (bench/gemm/NOTES.md): TF32 takes 128 x 256 tiles once they still give about a
+  // wave of CTAs (2048^3: 209 vs 196 TFLOP/s, 8192^3: 351 vs 295), else 128 x 128 for more CTAs; 3xTF32 has
+  // only 128 x 128 (three accumulator sets). The multicast pairs (cluster_m = 2) measured equal or slower
+  // in every case, so they are never chosen.
+  WgmmaConfig c{128, 1};
+  if (math == MathMode::TF32) {
+    int sms = 132;
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess)
+      sms = device_properties(device).sm_count;
+    else
+      (void)cudaGetLastError();
+    const std::int64_t ctas =
+        static_cast<std::int64_t>((p.m + kBM - 1) / kBM) * ((p.n + 255) / 256) * p.batch;
+    if (4 * ctas >= 3 * static_cast<std::int64_t>(sms)) c.bn = 256;
+  }
   return c;
 }
 
