@@ -10,7 +10,8 @@
 //   gemm_wgmma  warp-specialised: warpgroup 0 is the producer (one thread issues the bulk copies into a ring
 //               of STAGES stages guarded by full/empty mbarriers), warpgroups 1 and 2 are consumers, each
 //               computing 64 x BN of the 128 x BN CTA tile with wgmma.m64nBNk8.f32.tf32.tf32 from shared
-//               memory descriptors, then the fused epilogue (alpha, beta, bias, activation, any C strides).
+//               memory descriptors, then the fused epilogue (alpha, beta, bias, activation, any C strides),
+//               staged through shared memory so that C is written in float4 runs.
 //
 // Packed layout. An operand with rows x (m for A, n for B) and depth k is stored as
 //   [batch][x tile][k tile][part][row in tile][128 bytes]
@@ -32,9 +33,10 @@
 //
 // Napkin maths, 4096^3 3xTF32: 3 * 2 * 4096^3 = 412 GFLOP of TF32 tensor work (~495 TFLOP/s dense peak on
 // H100/H200 at boost clock: ~0.83 ms, so 3xTF32 is bounded near 165 effective TFLOP/s). Packing reads 128 MB
-// and writes 256 MB (~0.1 ms at HBM speed). The main loop streams 64 KB per 128 x 128 x 32 stage (A and B,
-// big and small): 32 bytes per k per output row/column pair, ~4.8 TB/s from L2 at 77 TFLOP/s over 132 SMs,
-// hence the cluster variant: two CTAs along M receive each B stage once, by multicast (-25% L2 reads).
+// and writes 256 MB (~0.1 ms at HBM speed; measured 105 us on the H200). The main loop streams 64 KB per
+// 128 x 128 x 32 stage (A and B, big and small), ~6.7 TB/s from L2 at the measured 108 TFLOP/s; ncu puts L2
+// at 48 % of its peak and the tensor pipe at 81-85 %, and the cluster variant (two CTAs along M receive each
+// B stage once, by multicast) measured the same, so the kernel is tensor-bound, not L2-bound.
 //
 // Built for sm_90a only (CMakeLists.txt compiles this file with -gencode=arch=compute_90a,code=sm_90a): the
 // kernel bodies are empty in any other device pass, and the launcher runs only on compute capability 9.0.
@@ -658,10 +660,10 @@ bool wgmma_can_implement(const Problem& p, MathMode math) {
 }
 
 WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
-  // Measured on the H200 (bench/gemm/NOTES.md): TF32 takes 128 x 256 tiles once they still give about a
-  // wave of CTAs (2048^3: 209 vs 196 TFLOP/s, 8192^3: 351 vs 295), else 128 x 128 for more CTAs; 3xTF32 has
-  // only 128 x 128 (three accumulator sets). The multicast pairs (cluster_m = 2) measured equal or slower
-  // in every case, so they are never chosen.
+  // Measured on the H200 (bench/gemm/NOTES.md): TF32 takes 128 x 256 tiles once they still give about
+  // three quarters of a wave of CTAs (2048^3: 209 vs 196 TFLOP/s, 8192^3: 351 vs 295), else 128 x 128 for
+  // more CTAs; 3xTF32 has only 128 x 128 (three accumulator sets). The multicast pairs (cluster_m = 2)
+  // measured equal or slower in every case, so they are never chosen.
   WgmmaConfig c{128, 1};
   if (math == MathMode::TF32) {
     int sms = 132;
@@ -672,7 +674,8 @@ WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
       (void)cudaGetLastError();
     const std::int64_t ctas =
         static_cast<std::int64_t>((p.m + kBM - 1) / kBM) * ((p.n + 255) / 256) * p.batch;
-    if (4 * ctas >= 3 * static_cast<std::int64_t>(sms)) c.bn = 256;
+    // N >= 256: a 256-wide tile on narrower N is mostly padding (16384x64x4096: 28.6 vs 30.7 TFLOP/s).
+    if (p.n >= 256 && 4 * ctas >= 3 * static_cast<std::int64_t>(sms)) c.bn = 256;
   }
   return c;
 }
