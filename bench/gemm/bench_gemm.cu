@@ -1,5 +1,7 @@
 // bench_gemm: cuBLAS (row 0, the baseline; linked here only) against every rung of the SGEMM ladder, the
-// dispatched FP32 kernel and the TF32 / 3xTF32 tensor-core modes, on the shapes of bench/gemm/NOTES.md.
+// dispatched FP32 kernel, the TF32 / 3xTF32 tensor-core modes (mma.sync) and the Hopper wgmma kernels
+// (ops/gemm_wgmma.cu, on compute capability 9.0 only; pack pass included in the time), on the shapes of
+// bench/gemm/NOTES.md.
 //
 //   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
 //   bench_gemm --sweep=M,N,K[,BATCH] [--math=fp32|tf32|tf32x3]
@@ -25,6 +27,7 @@
 
 #include "ops/gemm.h"
 #include "ops/gemm_launch.h"
+#include "ops/gemm_wgmma.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/stream.h"
@@ -56,7 +59,18 @@ const std::vector<GemmShape> kShapes = {
     {127, 129, 255, 1},    {256, 256, 256, 64},   {256, 1024, 1024, 1},  {64, 512, 512, 1},
 };
 
-enum class Impl { Cublas, CublasTF32, Naive, SmemTiled, RegTiled, Dispatched, TF32, TF32x3 };
+enum class Impl {
+  Cublas,
+  CublasTF32,
+  Naive,
+  SmemTiled,
+  RegTiled,
+  Dispatched,
+  TF32,
+  TF32x3,
+  WgTF32,
+  WgTF32x3
+};
 const char* impl_name(Impl i) {
   switch (i) {
     case Impl::Cublas:
@@ -75,6 +89,10 @@ const char* impl_name(Impl i) {
       return "mt_tf32";
     case Impl::TF32x3:
       return "mt_tf32x3";
+    case Impl::WgTF32:
+      return "wgmma_tf32";
+    case Impl::WgTF32x3:
+      return "wgmma_tf32x3";
   }
   return "?";
 }
@@ -160,9 +178,17 @@ Config config_for(Impl impl, const Problem& p) {
   }
 }
 
-void run_impl(Impl impl, const Problem& p, const Config& cfg) {
+bool is_wgmma(Impl impl) {
+  return impl == Impl::WgTF32 || impl == Impl::WgTF32x3;
+}
+MathMode wgmma_math(Impl impl) {
+  return impl == Impl::WgTF32 ? MathMode::TF32 : MathMode::TF32x3;
+}
+
+void run_impl(Impl impl, const Problem& p, const Config& cfg, const WgmmaConfig& wc) {
   if (impl == Impl::Cublas) return run_cublas(handles().pedantic, p);
   if (impl == Impl::CublasTF32) return run_cublas(handles().tf32, p);
+  if (is_wgmma(impl)) return launch_wgmma(p, wgmma_math(impl), wc, handles().stream);
   launch(p, cfg, handles().stream);
 }
 
@@ -228,14 +254,20 @@ struct Row {
 std::vector<Row> g_rows;
 std::map<std::string, double> g_cublas_ms, g_cublas_tf32_ms;
 
-void bm_gemm(benchmark::State& state, GemmShape s, Impl impl) {
+// `wc`: the wgmma configuration (zeros: the launcher's choice by shape); ignored by the other kernels.
+void bm_gemm(benchmark::State& state, GemmShape s, Impl impl, WgmmaConfig wc) {
   Operands& o = operands(s);
   const Problem p0 = problem_for(o, 0, nullptr);
   const Config cfg = config_for(impl, p0);
-  auto fn = [&](const Problem& p) { run_impl(impl, p, cfg); };
-  const bool tf32 = impl == Impl::TF32 || impl == Impl::TF32x3 || impl == Impl::CublasTF32;
+  if (is_wgmma(impl)) {
+    const WgmmaConfig chosen = wgmma_choose(p0, wgmma_math(impl));
+    if (wc.bn == 0) wc.bn = chosen.bn;
+    if (wc.cluster_m == 0) wc.cluster_m = chosen.cluster_m;
+  }
+  auto fn = [&](const Problem& p) { run_impl(impl, p, cfg, wc); };
+  const bool tf32 = impl == Impl::TF32 || impl == Impl::TF32x3 || impl == Impl::CublasTF32 || is_wgmma(impl);
   const double err = validate(o, p0, fn);
-  const double tol = impl == Impl::TF32 || impl == Impl::CublasTF32 ? 1e-2 : 1e-4;
+  const double tol = impl == Impl::TF32 || impl == Impl::CublasTF32 || impl == Impl::WgTF32 ? 1e-2 : 1e-4;
   if (!(err <= tol)) {
     state.SkipWithError(("validation failed: max err / max ref = " + std::to_string(err)).c_str());
     return;
@@ -251,7 +283,10 @@ void bm_gemm(benchmark::State& state, GemmShape s, Impl impl) {
   const double tflops = s.flops() / (med * 1e-3) / 1e12;
   if (impl == Impl::Cublas) g_cublas_ms[s.name()] = med;
   if (impl == Impl::CublasTF32) g_cublas_tf32_ms[s.name()] = med;
-  Row r{s.name(), impl_name(impl), impl == Impl::Cublas || impl == Impl::CublasTF32 ? "" : config_name(cfg),
+  Row r{s.name(), impl_name(impl),
+        impl == Impl::Cublas || impl == Impl::CublasTF32 ? ""
+        : is_wgmma(impl)                                 ? wgmma_config_name(wc, wgmma_math(impl))
+                                                         : config_name(cfg),
         tflops};
   r.err = err;
   if (g_cublas_ms.count(s.name())) r.ratio = g_cublas_ms[s.name()] / med;
@@ -266,16 +301,30 @@ void bm_gemm(benchmark::State& state, GemmShape s, Impl impl) {
 }
 
 void register_all() {
+  Problem probe;
+  probe.m = probe.n = probe.k = 128;
+  const bool wgmma = wgmma_can_implement(probe, MathMode::TF32x3);
+  auto add = [](const GemmShape& s, Impl i, const std::string& suffix, WgmmaConfig wc) {
+    benchmark::RegisterBenchmark((std::string("gemm/") + s.name() + "/" + impl_name(i) + suffix).c_str(),
+                                 bm_gemm, s, i, wc)
+        ->UseManualTime()
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  };
   for (const GemmShape& s : kShapes) {
     std::vector<Impl> impls = {Impl::Cublas, Impl::CublasTF32};
     if (s.flops() <= 20e9) impls.insert(impls.end(), {Impl::Naive, Impl::SmemTiled, Impl::RegTiled});
     impls.insert(impls.end(), {Impl::Dispatched, Impl::TF32, Impl::TF32x3});
-    for (Impl i : impls)
-      benchmark::RegisterBenchmark((std::string("gemm/") + s.name() + "/" + impl_name(i)).c_str(), bm_gemm, s,
-                                   i)
-          ->UseManualTime()
-          ->Iterations(1)
-          ->Unit(benchmark::kMillisecond);
+    if (wgmma) impls.insert(impls.end(), {Impl::WgTF32, Impl::WgTF32x3});
+    for (Impl i : impls) add(s, i, "", WgmmaConfig{});
+    // Every built wgmma configuration at the big square shapes (the launcher's choice is the row above).
+    if (wgmma && s.m == s.n && s.n == s.k && s.m >= 2048) {
+      for (int cm : {1, 2}) {
+        add(s, Impl::WgTF32x3, "_128x128_c" + std::to_string(cm), WgmmaConfig{128, cm});
+        for (int bn : {128, 256})
+          add(s, Impl::WgTF32, "_128x" + std::to_string(bn) + "_c" + std::to_string(cm), WgmmaConfig{bn, cm});
+      }
+    }
   }
 }
 
@@ -286,7 +335,7 @@ const char* target_of(const Row& r) {
     return r.ratio >= need ? (big ? "met (>=0.90)" : "met (>=1.0)")
                            : (big ? "MISSED (<0.90)" : "MISSED (<1.0)");
   }
-  if (r.impl == "mt_tf32x3" && r.shape == "4096x4096x4096")
+  if ((r.impl == "mt_tf32x3" || r.impl == "wgmma_tf32x3") && r.shape == "4096x4096x4096")
     return r.ratio >= 1.5 ? "met (>=1.5)" : "MISSED (<1.5)";
   return "";
 }

@@ -1,5 +1,6 @@
 // SGEMM against the float64 Eigen reference: every kernel of the ladder, the dispatcher, layouts (transposed,
-// strided, unaligned), batches with broadcasting, alpha/beta, K = 0, the fused epilogue, TF32 modes, errors.
+// strided, unaligned), batches with broadcasting, alpha/beta, K = 0, the fused epilogue, TF32 modes, the
+// Hopper wgmma kernels (launched directly), errors.
 //
 // Tolerance: |C - ref| <= c * (K + 2) * eps * (|alpha| |A||B| + |beta| |C0| + |bias|) per element, the
 // classic bound on a float32 dot product of length K (eps = 2^-23); any NaN or Inf where the reference is
@@ -16,6 +17,7 @@
 #include "ops/functors.h"
 #include "ops/gemm.h"
 #include "ops/gemm_launch.h"
+#include "ops/gemm_wgmma.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 
@@ -503,6 +505,258 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
     for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+// ---------------------------------------------------------------- Hopper wgmma kernels (launched directly)
+
+// The wgmma kernels run only on compute capability 9.0 devices.
+#define MT_REQUIRE_SM90()                                                                           \
+  do {                                                                                              \
+    MT_REQUIRE_GPU();                                                                               \
+    const DeviceProperties& props_ = device_properties(0);                                          \
+    if (props_.cc_major != 9 || props_.cc_minor != 0)                                               \
+      GTEST_SKIP() << "the wgmma kernels need compute capability 9.0, device 0 is " << props_.name; \
+  } while (0)
+
+struct WgCase {
+  WgCase(std::int64_t m_, std::int64_t n_, std::int64_t k_) : m(m_), n(n_), k(k_) {}
+  std::int64_t m, n, k, batch = 1;
+  Layout la = Layout::Contiguous, lb = Layout::Contiguous;  // Expanded: broadcast over the batch
+  bool c_transposed = false;                                // C stored column-major (c_sm = 1)
+  float alpha = 1.f, beta = 0.f;
+  bool bias = false;
+  Activation act = Activation::None;
+  MathMode math = MathMode::TF32x3;
+  detail::gemm::WgmmaConfig config;  // zeros: the launcher's choice
+  std::uint64_t seed = 7;
+};
+
+std::string describe(const WgCase& c) {
+  std::ostringstream os;
+  os << c.batch << "x(" << c.m << "x" << c.n << "x" << c.k << ") a=" << test::layout_name(c.la)
+     << " b=" << test::layout_name(c.lb) << " c_t=" << c.c_transposed << " alpha=" << c.alpha
+     << " beta=" << c.beta << " bias=" << c.bias << " act=" << static_cast<int>(c.act) << " "
+     << detail::gemm::wgmma_config_name(c.config, c.math) << " seed=" << c.seed;
+  return os.str();
+}
+
+// The error bound of a math mode in units of (K + 2) eps |A||B|: TF32 rounds each operand to 11 bits (bound
+// 2^-9 of the scale); 3xTF32 is held to twice the float32 dot-product bound.
+double wg_c_factor(MathMode math, std::int64_t k) {
+  return math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 2.0;
+}
+
+// Runs launch_wgmma on device 0 into a guarded C (NaN-filled when beta == 0) and checks every batch element
+// against float64; returns the error statistics over the whole batch.
+ErrorStats run_wgmma_case(const WgCase& c) {
+  SCOPED_TRACE(describe(c));
+  using namespace detail::gemm;
+  const Device dev = Device::cuda(0);
+  const bool batched = c.batch > 1 || c.la == Layout::Expanded || c.lb == Layout::Expanded;
+  auto shape3 = [&](std::int64_t r, std::int64_t cols) {
+    return batched ? Shape{c.batch, r, cols} : Shape{r, cols};
+  };
+  const Tensor a = test::make_input(InputSpec{shape3(c.m, c.k), c.la}, c.seed, dev);
+  const Tensor b = test::make_input(InputSpec{shape3(c.k, c.n), c.lb}, c.seed + 1, dev);
+  const Tensor c0 = test::make_input(InputSpec{shape3(c.m, c.n)}, c.seed + 2, dev);
+  const Tensor bias = c.bias ? test::make_input(InputSpec{Shape{c.n}}, c.seed + 3, dev) : Tensor();
+  // C: row-major, or stored as (batch, n, m) and viewed transposed.
+  Guarded g(c.c_transposed ? shape3(c.n, c.m) : shape3(c.m, c.n), DType::F32, dev);
+  Tensor cv = c.c_transposed ? g.view().transpose(-1, -2) : g.view();
+  if (c.beta != 0.f) cv.copy_(c0);
+  const int r = batched ? 1 : 0;
+  Problem p;
+  p.m = static_cast<int>(c.m), p.n = static_cast<int>(c.n), p.k = static_cast<int>(c.k);
+  p.batch = static_cast<int>(c.batch);
+  p.a = a.data<float>(), p.a_sm = a.stride(r), p.a_sk = a.stride(r + 1), p.a_sb = batched ? a.stride(0) : 0;
+  p.b = b.data<float>(), p.b_sk = b.stride(r), p.b_sn = b.stride(r + 1), p.b_sb = batched ? b.stride(0) : 0;
+  p.c = cv.data<float>(), p.c_sm = cv.stride(r), p.c_sn = cv.stride(r + 1),
+  p.c_sb = batched ? cv.stride(0) : 0;
+  p.bias = c.bias ? bias.data<float>() : nullptr;
+  p.alpha = c.alpha, p.beta = c.beta, p.act = c.act;
+  EXPECT_TRUE(wgmma_can_implement(p, c.math));
+  launch_wgmma(p, c.math, c.config, detail::stream_for(dev));
+  EXPECT_EQ(g.check(), "");
+  ErrorStats s;
+  double err2 = 0, scale2 = 0;
+  const std::vector<float> bv = c.bias ? bias.to_vector<float>() : std::vector<float>();
+  for (std::int64_t i = 0; i < c.batch; ++i) {
+    auto pick = [&](const Tensor& t) { return batched ? t.select(0, i) : t; };
+    const MatD cd = to_double(pick(c0));
+    accumulate_errors(to_double(pick(cv)), to_double(pick(a)), to_double(pick(b)), &cd,
+                      c.bias ? &bv : nullptr, c.alpha, c.beta, c.act, wg_c_factor(c.math, c.k), s, err2,
+                      scale2);
+  }
+  s.rms_norm = scale2 > 0 ? std::sqrt(err2 / scale2) : 0;
+  EXPECT_EQ(s.n_bad, 0) << s.str();
+  return s;
+}
+
+// Every built configuration of both modes.
+std::vector<std::pair<MathMode, detail::gemm::WgmmaConfig>> wg_configs() {
+  return {{MathMode::TF32x3, {128, 1}}, {MathMode::TF32x3, {128, 2}}, {MathMode::TF32, {128, 1}},
+          {MathMode::TF32, {128, 2}},   {MathMode::TF32, {256, 1}},   {MathMode::TF32, {256, 2}}};
+}
+
+TEST(Gemm, Wgmma_OddShapes_EveryConfig) {
+  MT_REQUIRE_SM90();
+  const std::int64_t shapes[][3] = {{1, 1, 1},        {1, 7, 3},       {5, 1, 9},      {7, 13, 17},
+                                    {31, 37, 41},     {127, 129, 255}, {128, 128, 32}, {129, 257, 33},
+                                    {257, 130, 1000}, {61, 517, 1031}, {300, 40, 2049}};
+  for (const auto& [math, cfg] : wg_configs())
+    for (const auto& s : shapes) {
+      WgCase c{s[0], s[1], s[2]};
+      c.math = math, c.config = cfg;
+      run_wgmma_case(c);
+    }
+}
+
+TEST(Gemm, Wgmma_Layouts_127x129x255) {
+  MT_REQUIRE_SM90();
+  const Layout layouts[] = {Layout::Contiguous, Layout::Offset1, Layout::Strided, Layout::Transposed};
+  for (MathMode math : {MathMode::TF32, MathMode::TF32x3})
+    for (Layout la : layouts)
+      for (Layout lb : layouts) {
+        WgCase c{127, 129, 255};
+        c.la = la, c.lb = lb, c.math = math;
+        run_wgmma_case(c);
+      }
+  // C written through a transposed view (n-stride m, m-stride 1): the scalar store path.
+  for (MathMode math : {MathMode::TF32, MathMode::TF32x3}) {
+    WgCase c{127, 129, 255};
+    c.c_transposed = true, c.beta = -1.5f, c.math = math;
+    run_wgmma_case(c);
+  }
+}
+
+TEST(Gemm, Wgmma_Batched_Broadcast) {
+  MT_REQUIRE_SM90();
+  for (const auto& [math, cfg] : wg_configs()) {
+    for (auto [la, lb] :
+         {std::pair{Layout::Contiguous, Layout::Contiguous}, std::pair{Layout::Expanded, Layout::Contiguous},
+          std::pair{Layout::Contiguous, Layout::Expanded},
+          std::pair{Layout::Transposed, Layout::Transposed}}) {
+      WgCase c{130, 67, 100};
+      c.batch = 3, c.la = la, c.lb = lb, c.math = math, c.config = cfg, c.bias = true;
+      c.act = Activation::Relu, c.beta = 1.f;
+      run_wgmma_case(c);
+    }
+  }
+}
+
+TEST(Gemm, Wgmma_AlphaBeta_NaNFilledC) {
+  MT_REQUIRE_SM90();
+  for (MathMode math : {MathMode::TF32, MathMode::TF32x3})
+    for (float alpha : {0.f, 1.f, -1.5f})
+      for (float beta : {0.f, 1.f, -1.5f}) {
+        WgCase c{67, 131, 129};
+        c.alpha = alpha, c.beta = beta, c.math = math;
+        run_wgmma_case(c);
+      }
+}
+
+TEST(Gemm, Wgmma_K0_GivesBetaCPlusBias) {
+  MT_REQUIRE_SM90();
+  for (MathMode math : {MathMode::TF32, MathMode::TF32x3})
+    for (float beta : {0.f, -1.5f}) {
+      WgCase c{9, 11, 0};
+      c.beta = beta, c.bias = true, c.math = math;
+      run_wgmma_case(c);
+    }
+}
+
+TEST(Gemm, Wgmma_Epilogue_BiasActivation) {
+  MT_REQUIRE_SM90();
+  for (const auto& [math, cfg] : wg_configs())
+    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
+      WgCase c{129, 257, 300};
+      c.bias = true, c.act = act, c.beta = act == Activation::Gelu ? -1.5f : 0.f;
+      c.math = math, c.config = cfg;
+      run_wgmma_case(c);
+    }
+}
+
+// 3xTF32 through wgmma must stay within 2x the float32 SIMT kernel's error for K >= 256 (the same bar as
+// TF32Modes_ErrorReportedAndBounded, same shapes and seeds); TF32 within 2^-9 of the scale.
+TEST(Gemm, Wgmma_TF32x3_WithinTwiceFP32Error) {
+  MT_REQUIRE_SM90();
+  for (std::int64_t k : {64, 256, 1024, 4096}) {
+    GemmCase c32{256, 320, k};
+    c32.seed = 77 + static_cast<std::uint64_t>(k);
+    c32.math = MathMode::FP32;
+    const ErrorStats e32 = run_gemm_case(c32, Device::cuda(0));
+    WgCase w{256, 320, k};
+    w.seed = c32.seed;
+    w.math = MathMode::TF32x3;
+    const ErrorStats e3x = run_wgmma_case(w);
+    w.math = MathMode::TF32;
+    const ErrorStats etf = run_wgmma_case(w);
+    std::printf(
+        "[ wgmma err ] K=%5lld  rms/max normalised error: fp32 %.3g / %.3g   wgmma tf32 %.3g / %.3g   wgmma "
+        "tf32x3 %.3g / %.3g\n",
+        static_cast<long long>(k), e32.rms_norm, e32.max_norm, etf.rms_norm, etf.max_norm, e3x.rms_norm,
+        e3x.max_norm);
+    if (k >= 256) {
+      EXPECT_LE(e3x.rms_norm, 2.0 * e32.rms_norm) << "3xTF32 must stay within 2x the fp32 error";
+    }
+    EXPECT_GT(etf.rms_norm, e3x.rms_norm) << "TF32 should be visibly less accurate than 3xTF32";
+  }
+}
+
+// Two launches on one stream in a row (the workspace is released and reused stream-ordered) give
+// bit-identical results.
+TEST(Gemm, Wgmma_RepeatedLaunches_Deterministic) {
+  MT_REQUIRE_SM90();
+  using namespace detail::gemm;
+  const std::int64_t m = 300, n = 260, k = 700;
+  const Tensor a = test::make_input(InputSpec{Shape{m, k}}, 91, Device::cuda(0));
+  const Tensor b = test::make_input(InputSpec{Shape{k, n}}, 92, Device::cuda(0));
+  for (const auto& [math, cfg] : wg_configs()) {
+    SCOPED_TRACE(wgmma_config_name(cfg, math));
+    std::vector<float> first;
+    for (int rep = 0; rep < 2; ++rep) {
+      Tensor c = zeros(Shape{m, n}, DType::F32, Device::cuda(0));
+      Problem p;
+      p.m = m, p.n = n, p.k = k;
+      p.a = a.data<float>(), p.a_sm = k, p.a_sk = 1;
+      p.b = b.data<float>(), p.b_sk = n, p.b_sn = 1;
+      p.c = c.data<float>(), p.c_sm = n, p.c_sn = 1;
+      launch_wgmma(p, math, cfg, detail::stream_for(Device::cuda(0)));
+      const std::vector<float> got = c.to_vector<float>();
+      if (rep == 0)
+        first = got;
+      else
+        EXPECT_EQ(std::memcmp(first.data(), got.data(), sizeof(float) * got.size()), 0);
+    }
+  }
+}
+
+TEST(Gemm, Wgmma_Errors) {
+  using namespace detail::gemm;
+  Problem p;
+  p.m = p.n = p.k = 8;
+  EXPECT_FALSE(wgmma_can_implement(p, MathMode::FP32));
+  expect_error<InvalidArgument>([&] { launch_wgmma(p, MathMode::FP32, nullptr); },
+                                {"wgmma", "8x8x8", "fp32"});
+  const bool sm90 =
+      cuda_available() && device_properties(0).cc_major == 9 && device_properties(0).cc_minor == 0;
+  EXPECT_EQ(wgmma_can_implement(p, MathMode::TF32x3), sm90);
+  if (sm90) {
+    // 3xTF32 has no 128 x 256 tile (three accumulator sets would not fit the registers).
+    expect_error<InvalidArgument>(
+        [&] {
+          launch_wgmma(p, MathMode::TF32x3, WgmmaConfig{256, 1}, nullptr);
+        },
+        {"no wgmma kernel", "128x256"});
+    expect_error<InvalidArgument>(
+        [&] {
+          launch_wgmma(p, MathMode::TF32, WgmmaConfig{128, 4}, nullptr);
+        },
+        {"no wgmma kernel"});
+  } else {
+    expect_error<InvalidArgument>([&] { launch_wgmma(p, MathMode::TF32x3, nullptr); },
+                                  {"compute capability 9.0"});
   }
 }
 

@@ -1,0 +1,713 @@
+// Hopper tensor-core SGEMM for MathMode::TF32 and MathMode::TF32x3: wgmma (sm_90a), then its launchers.
+//
+// Two kernels per GEMM:
+//   wgmma_pack  reads A and B through their strides (transposed / strided views, any batch stride) and writes
+//               both K-major, rounded to TF32 (round to nearest) as big = tf32(x) and, for 3xTF32, small =
+//               tf32(x - big), zero-padded to whole tiles, tile by tile in exactly the shared-memory image
+//               that wgmma reads with the 128-byte swizzle. One pipeline stage of one operand is then one
+//               contiguous chunk of global memory, fetched by a single 1-D bulk copy (cp.async.bulk, no
+//               tensor map), and the main loop has no bounds checks at all.
+//   gemm_wgmma  warp-specialised: warpgroup 0 is the producer (one thread issues the bulk copies into a ring
+//               of STAGES stages guarded by full/empty mbarriers), warpgroups 1 and 2 are consumers, each
+//               computing 64 x BN of the 128 x BN CTA tile with wgmma.m64nBNk8.f32.tf32.tf32 from shared
+//               memory descriptors, then the fused epilogue (alpha, beta, bias, activation, any C strides),
+//               staged through shared memory so that C is written in float4 runs.
+//
+// Packed layout. An operand with rows x (m for A, n for B) and depth k is stored as
+//   [batch][x tile][k tile][part][row in tile][128 bytes]
+// where a k tile is BK = 32 values (one 128-byte row), part 0 is big and part 1 is small. Inside a tile,
+// the 16-byte chunk c (k = 4c .. 4c+3) of row r is stored at chunk c ^ (r % 8): the 128-byte swizzle
+// (SWIZZLE_128B), so the eight rows of a core-matrix group hit distinct banks. wgmma's descriptor for a
+// K-major SWIZZLE_128B operand: start address >> 4, stride byte offset 1024 (8 rows of 128 bytes) between
+// 8-row groups, leading byte offset unused, layout type 1; the k8 steps inside a 128-byte row advance the
+// start address by 32 bytes (the hardware applies the XOR to the final address, so tiles are 1024-aligned).
+//
+// 3xTF32 accuracy. a * b ~ a_big b_big + a_big b_small + a_small b_big (small * small, ~2^-22 relative,
+// dropped). The tensor core truncates (rounds toward zero) its accumulation at every instruction, so a
+// running sum kept in the tensor core drifts with K. Each k tile's products therefore go into a zeroed
+// accumulator, the two correction products of all four k8 steps first (their truncation is ~2^-11 below the
+// result's) and the four big * big products last, and the tile's sum is added to an FP32 running sum with
+// an ordinary round-to-nearest add (Ootomo & Yokota 2022): four truncations per 32 values of k. Two tile
+// accumulators alternate so that the tensor core never waits for those adds: tile t's wgmmas run while tile
+// t-1's sum is added. 3 x 64 accumulator registers per thread, which is why the 3xTF32 tile is 128 x 128.
+//
+// Napkin maths, 4096^3 3xTF32: 3 * 2 * 4096^3 = 412 GFLOP of TF32 tensor work (~495 TFLOP/s dense peak on
+// H100/H200 at boost clock: ~0.83 ms, so 3xTF32 is bounded near 165 effective TFLOP/s). Packing reads 128 MB
+// and writes 256 MB (~0.1 ms at HBM speed; measured 105 us on the H200). The main loop streams 64 KB per
+// 128 x 128 x 32 stage (A and B, big and small), ~6.7 TB/s from L2 at the measured 108 TFLOP/s; ncu puts L2
+// at 48 % of its peak and the tensor pipe at 81-85 %, and the cluster variant (two CTAs along M receive each
+// B stage once, by multicast) measured the same, so the kernel is tensor-bound, not L2-bound.
+//
+// Built for sm_90a only (CMakeLists.txt compiles this file with -gencode=arch=compute_90a,code=sm_90a): the
+// kernel bodies are empty in any other device pass, and the launcher runs only on compute capability 9.0.
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "memory/allocator.h"
+#include "ops/gemm_device.cuh"
+#include "ops/gemm_launch.h"
+#include "ops/gemm_wgmma.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MT_WGMMA_DEVICE 1
+#endif
+
+namespace mt::detail::gemm {
+
+namespace {
+
+constexpr int kBM = 128;            // CTA tile M: two consumer warpgroups of 64 rows
+constexpr int kBK = 32;             // CTA tile K: one 128-byte swizzle row of TF32 per operand row
+constexpr int kRowBytes = 128;      // bytes of one packed row of one k tile
+constexpr int kThreads = 384;       // producer warpgroup + two consumer warpgroups
+constexpr int kPackRows = 64;       // rows per pack block
+constexpr int kProducerRegs = 40;   // setmaxnreg: the producer needs few registers...
+constexpr int kConsumerRegs = 232;  // ...so the consumers get 232 (128*40 + 256*232 <= 64K registers)
+
+// Tiling parameters of gemm_wgmma:
+//   BN      CTA tile N (the wgmma N); BM = 128, BK = 32 are fixed (kBM, kBK)
+//   X3      3xTF32 (big and small parts, three products) instead of TF32
+//   STAGES  depth of the shared-memory ring
+//   CM      CTAs per cluster along M; 2: the pair shares its B stages (each CTA fetches half and multicasts)
+template <int BN, bool X3, int STAGES, int CM>
+struct WgShape {
+  static constexpr int kParts = X3 ? 2 : 1;
+  static constexpr int kABytes = kParts * kBM * kRowBytes;  // one stage of A: [part][128 rows][128 bytes]
+  static constexpr int kBBytes = kParts * BN * kRowBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kAcc = BN / 2;  // f32 accumulators per thread for m64nBN
+  // Ring, then full and empty mbarriers, plus slack to align the ring to 1024 bytes (the swizzle atom).
+  static constexpr std::size_t kSmemBytes = std::size_t(STAGES) * kStageBytes + 16 * STAGES + 1024;
+  static_assert(BN == 128 || BN == 256, "wgmma tiles here are m64n128 or m64n256");
+  static_assert(!X3 || BN == 128, "3xTF32 keeps three accumulator sets: 3 * BN/2 registers must fit in 232");
+  static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
+  static_assert((kBBytes / CM) % 16 == 0, "bulk copies move multiples of 16 bytes");
+  static_assert(kSmemBytes <= 227 * 1024, "the ring must fit the 227 KB a Hopper block can opt into");
+};
+
+struct WgArgs {
+  const char* a_pack = nullptr;                       // packed A: [batch][tiles_m][k_tiles][part][128][128 B]
+  const char* b_pack = nullptr;                       // packed B: [batch][tiles_n][k_tiles][part][BN][128 B]
+  std::int64_t a_batch_bytes = 0, b_batch_bytes = 0;  // 0: the operand is broadcast over the batch
+  int tiles_m = 0, tiles_n = 0, k_tiles = 0;          // tiles_m is a multiple of CM
+  bool c_vec4 = false;  // C rows contiguous along n, 16-byte aligned: float4 loads and stores
+};
+
+#if defined(MT_WGMMA_DEVICE)
+
+// ---------------------------------------------------------------- PTX wrappers (sm_90 / sm_90a)
+
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrives once and adds `bytes` to the transactions the current phase waits for.
+__device__ __forceinline__ void mbar_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives on the barrier at the same shared-memory offset in CTA `rank` of the cluster. Default (CTA-scope)
+// release: the stage's readers are wgmmas that have completed; a cluster-scope release would add a memory
+// barrier per arrival, which measured 1.3-2.3x slower end to end.
+__device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t bar, std::uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// 1-D bulk copy global -> shared, completing `bytes` transactions on `bar`.
+__device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, std::uint32_t bytes,
+                                          std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+// The same, written to the same offset in every CTA of `mask` (and completing on each one's barrier).
+__device__ __forceinline__ void bulk_load_multicast(std::uint32_t dst, const void* src, std::uint32_t bytes,
+                                                    std::uint32_t bar, std::uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, "
+      "[%3], %4;\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+__device__ __forceinline__ std::uint32_t cluster_rank() {
+  std::uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+
+// Barrier 1 over the 256 consumer threads (barrier 0 is __syncthreads; the producer does not take part).
+__device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins accumulator registers at this point of the program: reads after a wgmma wait stay after it.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptor: K-major, SWIZZLE_128B, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ std::uint64_t smem_desc(std::uint32_t saddr) {
+  return static_cast<std::uint64_t>((saddr & 0x3FFFFu) >> 4) | (std::uint64_t{1} << 16) |
+         (std::uint64_t{1024 >> 4} << 32) | (std::uint64_t{1} << 62);
+}
+
+// d (+)= A * B for a 64 x BN x 8 step; scale_d == 0 ignores the old d.
+template <int BN>
+__device__ __forceinline__ void wgmma_tf32(float (&d)[BN / 2], std::uint64_t da, std::uint64_t db,
+                                           int scale_d);
+template <>
+__device__ __forceinline__ void wgmma_tf32<128>(float (&d)[64], std::uint64_t da, std::uint64_t db,
+                                                int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_tf32<256>(float (&d)[128], std::uint64_t da, std::uint64_t db,
+                                                int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, "
+      "%71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
+      "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, "
+      "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, "
+      "%126, %127}, %128, %129, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+        "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
+        "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
+        "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+        "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+        "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+        "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ float to_tf32(float x) {
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+}
+
+// One 16-byte global store. Written out because the compiler splits a float4 built from cvt results into
+// four 4-byte stores, which quarter-fill the sectors (the pack became L2-bound).
+__device__ __forceinline__ void store16(float* dst, const float (&v)[4]) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(v[0]), "f"(v[1]), "f"(v[2]),
+               "f"(v[3])
+               : "memory");
+}
+
+#endif  // MT_WGMMA_DEVICE
+
+// ---------------------------------------------------------------- pack
+
+// One block packs 64 rows x 32 k of one operand (a quarter or half of a tile's k tile): it reads them
+// through the strides into shared memory (coalesced along whichever of x and k is contiguous), then writes
+// 16-byte chunks, swizzled, as big (and small) parts. Memory bound: 4 bytes read and 4 * PARTS written per
+// element. src(x, k) = src[batch * sb + x * sx + k * sk]; rows >= n_x and k >= n_k are written as zeros.
+template <int PARTS>
+__global__ void __launch_bounds__(256)
+    wgmma_pack(const float* src, std::int64_t sx, std::int64_t sk, std::int64_t sb, int n_x, int n_k,
+               int k_tiles, int batches, int tile_rows, bool k_fast, float* dst,
+               std::int64_t dst_batch_elems) {
+#if defined(MT_WGMMA_DEVICE)
+  __shared__ float tile[kPackRows][kBK + 1];
+  const int t = threadIdx.x;
+  const int r0 = blockIdx.x * kPackRows;  // first row of this block among the padded rows
+  const int x_tile = r0 / tile_rows;
+  for (int b = blockIdx.z; b < batches; b += gridDim.z) {
+    const float* s = src + b * sb;
+    float* d = dst + b * dst_batch_elems;
+    for (int kt = blockIdx.y; kt < k_tiles; kt += gridDim.y) {
+      const int k0 = kt * kBK;
+      if (k_fast) {  // lanes walk k: contiguous rows of row-major A / transposed B
+        const int k = t % 32;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int x = t / 32 + 8 * i;
+          const bool ok = r0 + x < n_x && k0 + k < n_k;
+          tile[x][k] = ok ? s[(r0 + x) * sx + static_cast<std::int64_t>(k0 + k) * sk] : 0.f;
+        }
+      } else {  // lanes walk x: row-major B, transposed A
+        const int x = t % 64;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int k = t / 64 + 4 * i;
+          const bool ok = r0 + x < n_x && k0 + k < n_k;
+          tile[x][k] = ok ? s[(r0 + x) * sx + static_cast<std::int64_t>(k0 + k) * sk] : 0.f;
+        }
+      }
+      __syncthreads();
+      // 64 rows x 8 chunks of 4: lanes cover whole 128-byte rows, so the stores coalesce.
+      float* tile_base = d + (static_cast<std::int64_t>(x_tile) * k_tiles + kt) * PARTS * tile_rows * kBK;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c = t + 256 * i;
+        const int row = c / 8, ch = c % 8;
+        const int rr = (r0 + row) % tile_rows;
+        const float* v = &tile[row][4 * ch];
+        const float big[4] = {to_tf32(v[0]), to_tf32(v[1]), to_tf32(v[2]), to_tf32(v[3])};
+        float* out = tile_base + rr * kBK + ((ch ^ (rr % 8)) * 4);
+        store16(out, big);
+        if constexpr (PARTS == 2) {
+          // x - big is exact in FP32; an infinite big keeps small at 0 so that inf * finite stays inf.
+          float small[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) small[e] = isfinite(big[e]) ? to_tf32(v[e] - big[e]) : 0.f;
+          store16(out + tile_rows * kBK, small);
+        }
+      }
+      __syncthreads();
+    }
+  }
+#endif  // MT_WGMMA_DEVICE
+}
+
+// ---------------------------------------------------------------- the GEMM
+
+template <int BN, bool X3, int STAGES, int CM>
+__global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args) {
+#if defined(MT_WGMMA_DEVICE)
+  using S = WgShape<BN, X3, STAGES, CM>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const std::uint32_t s_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const std::uint32_t s_a = s_base;                      // STAGES x kABytes
+  const std::uint32_t s_b = s_a + STAGES * S::kABytes;   // STAGES x kBBytes
+  const std::uint32_t full = s_b + STAGES * S::kBBytes;  // STAGES mbarriers: stage landed
+  const std::uint32_t empty = full + 8 * STAGES;         // STAGES mbarriers: stage consumed
+
+  const int wg = threadIdx.x / 128;
+  const std::uint32_t rank = CM > 1 ? cluster_rank() : 0u;
+  int tile_m, tile_n;
+  raster(blockIdx.x / CM, args.tiles_m / CM, args.tiles_n, tile_m, tile_n);
+  tile_m = tile_m * CM + static_cast<int>(rank);
+  const int batch = blockIdx.y;
+  const int k_tiles = args.k_tiles;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, 2 * 4 * CM);  // one arrival per consumer warp of every CTA it feeds
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if constexpr (CM > 1)
+    cluster_sync();  // the peer's barriers exist before anything is multicast into it
+  else
+    __syncthreads();
+
+  if (wg == 0) {
+    // ------------------------------------------------ producer
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      const char* a_src =
+          args.a_pack + batch * args.a_batch_bytes + static_cast<std::int64_t>(tile_m) * k_tiles * S::kABytes;
+      const char* b_src =
+          args.b_pack + batch * args.b_batch_bytes + static_cast<std::int64_t>(tile_n) * k_tiles * S::kBBytes;
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % STAGES;
+        const std::uint32_t parity = (kt / STAGES) & 1;
+        mbar_wait(empty + 8 * s, parity ^ 1);  // a fresh barrier counts its previous phase as complete
+        mbar_expect_tx(full + 8 * s, S::kStageBytes);
+        bulk_load(s_a + s * S::kABytes, a_src + static_cast<std::int64_t>(kt) * S::kABytes, S::kABytes,
+                  full + 8 * s);
+        const char* b_stage = b_src + static_cast<std::int64_t>(kt) * S::kBBytes;
+        if constexpr (CM == 1) {
+          bulk_load(s_b + s * S::kBBytes, b_stage, S::kBBytes, full + 8 * s);
+        } else {
+          constexpr int kHalf = S::kBBytes / CM;
+          bulk_load_multicast(s_b + s * S::kBBytes + rank * kHalf, b_stage + rank * kHalf, kHalf,
+                              full + 8 * s, static_cast<std::uint16_t>((1u << CM) - 1));
+        }
+      }
+    }
+  } else {
+    // ------------------------------------------------ consumers
+    setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1;  // which 64 rows of the tile
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const std::uint32_t a_off = cw * 64 * kRowBytes;
+    auto release = [&](int s) {
+      if (lane == 0) {
+        if constexpr (CM == 1) {
+          mbar_arrive(empty + 8 * s);
+        } else {
+#pragma unroll
+          for (int r = 0; r < CM; ++r) mbar_arrive_cluster(empty + 8 * s, r);
+        }
+      }
+      __syncwarp();  // the warp reconverges before the next .aligned wgmma instruction
+    };
+
+    float acc[S::kAcc];
+#pragma unroll
+    for (int i = 0; i < S::kAcc; ++i) acc[i] = 0.f;
+
+    if constexpr (X3) {
+      float t0[S::kAcc], t1[S::kAcc];
+#pragma unroll
+      for (int i = 0; i < S::kAcc; ++i) t0[i] = t1[i] = 0.f;
+      // Tile kt's products into `cur` (zeroed by its first product).
+      auto issue = [&](int kt, float(&cur)[S::kAcc]) {
+        const int s = kt % STAGES;
+        mbar_wait(full + 8 * s, (kt / STAGES) & 1);
+        __syncwarp();
+        const std::uint32_t a_big = s_a + s * S::kABytes + a_off, a_small = a_big + kBM * kRowBytes;
+        const std::uint32_t b_big = s_b + s * S::kBBytes, b_small = b_big + BN * kRowBytes;
+        const std::uint64_t dab = smem_desc(a_big), das = smem_desc(a_small);
+        const std::uint64_t dbb = smem_desc(b_big), dbs = smem_desc(b_small);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < kBK / 8; ++ks) {  // +2 in the descriptor = +32 bytes = the next k8 step
+          wgmma_tf32<BN>(cur, dab + 2 * ks, dbs + 2 * ks, ks == 0 ? 0 : 1);
+          wgmma_tf32<BN>(cur, das + 2 * ks, dbb + 2 * ks, 1);
+        }
+#pragma unroll
+        for (int ks = 0; ks < kBK / 8; ++ks) wgmma_tf32<BN>(cur, dab + 2 * ks, dbb + 2 * ks, 1);
+        wg_commit();
+      };
+      // Tile kt-1 (in `prev`) is done once at most the newest group (tile kt) is in flight: fold it into acc
+      // and hand its stage back.
+      auto fold = [&](int kt_prev, float(&prev)[S::kAcc]) {
+        wg_wait<1>();
+        fence_regs(prev);
+#pragma unroll
+        for (int i = 0; i < S::kAcc; ++i) acc[i] += prev[i];
+        release(kt_prev % STAGES);
+      };
+      if (k_tiles > 0) {
+        issue(0, t0);
+        int kt = 1;
+        for (; kt + 1 < k_tiles; kt += 2) {
+          issue(kt, t1);
+          fold(kt - 1, t0);
+          issue(kt + 1, t0);
+          fold(kt, t1);
+        }
+        if (kt < k_tiles) {
+          issue(kt, t1);
+          fold(kt - 1, t0);
+          wg_wait<0>();
+          fence_regs(t1);
+#pragma unroll
+          for (int i = 0; i < S::kAcc; ++i) acc[i] += t1[i];
+        } else {
+          wg_wait<0>();
+          fence_regs(t0);
+#pragma unroll
+          for (int i = 0; i < S::kAcc; ++i) acc[i] += t0[i];
+        }
+      }
+    } else {
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % STAGES;
+        mbar_wait(full + 8 * s, (kt / STAGES) & 1);
+        __syncwarp();
+        const std::uint64_t da = smem_desc(s_a + s * S::kABytes + a_off),
+                            db = smem_desc(s_b + s * S::kBBytes);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < kBK / 8; ++ks) wgmma_tf32<BN>(acc, da + 2 * ks, db + 2 * ks, 1);
+        wg_commit();
+        if (kt > 0) {
+          wg_wait<1>();
+          release((kt - 1) % STAGES);
+        }
+      }
+      wg_wait<0>();
+      fence_regs(acc);
+    }
+
+    // Epilogue, staged through shared memory (the ring is idle once both consumer warpgroups are past their
+    // last wgmma): the tile is written as [128][BN + 8] floats, then every consumer thread walks it in float4
+    // runs along n, so that C is read (beta != 0) and written in whole 128-byte lines and the code stays a
+    // short loop. Accumulator 4j + 2h + e of warp w, lane l: row 16w + l/4 + 8h, column 8j + 2(l%4) + e.
+    constexpr int kLd = BN + 8;  // float2 stores of a warp: two wavefronts, no further bank conflicts
+    float* stage = reinterpret_cast<float*>(smem_raw + (s_base - smem_u32(smem_raw)));
+    consumer_sync();  // both warpgroups' wgmmas have finished reading the ring
+    {
+      float* frag = stage + (cw * 64 + warp * 16 + lane / 4) * kLd + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(frag + 8 * h * kLd + 8 * j) =
+              make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+    consumer_sync();
+    float* cb = p.c + batch * p.c_sb;
+    const int ctid = threadIdx.x - 128;
+#pragma unroll 2
+    for (int q = ctid; q < kBM * BN / 4; q += 256) {
+      const int r = q / (BN / 4), c = (q % (BN / 4)) * 4;
+      const float4 v = *reinterpret_cast<const float4*>(stage + r * kLd + c);
+      const float vals[4] = {v.x, v.y, v.z, v.w};
+      store_run<4>(p, cb, tile_m * kBM + r, tile_n * BN + c, vals, args.c_vec4);
+    }
+  }
+  __syncwarp();
+  if constexpr (CM > 1) cluster_sync();  // no CTA leaves while its peer may still signal its barriers
+#endif                                   // MT_WGMMA_DEVICE
+}
+
+// ---------------------------------------------------------------- launchers
+
+bool device_is_sm90(int device) {
+  const DeviceProperties& props = device_properties(device);
+  return props.cc_major == 9 && props.cc_minor == 0;
+}
+
+template <class Kern>
+void allow_smem_once(Kern* kernel, std::size_t bytes, int device) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> done;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (done.insert({reinterpret_cast<const void*>(kernel), device}).second)
+    MT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// Which of x and k to walk across lanes when reading an operand: the one with the smaller stride.
+bool walk_k(std::int64_t sx, std::int64_t sk) {
+  const std::int64_t ax = sx < 0 ? -sx : sx, ak = sk < 0 ? -sk : sk;
+  return ak == 1 || (ax != 1 && ak <= ax);
+}
+
+template <int PARTS>
+void launch_pack(const float* src, std::int64_t sx, std::int64_t sk, std::int64_t sb, int n_x, int n_k,
+                 int tiles, int tile_rows, int k_tiles, int batches, float* dst, cudaStream_t stream) {
+  const std::int64_t per_batch = static_cast<std::int64_t>(tiles) * tile_rows * k_tiles * kBK * PARTS;
+  const dim3 grid(tiles * (tile_rows / kPackRows), std::min(k_tiles, 65535), std::min(batches, 65535));
+  wgmma_pack<PARTS><<<grid, 256, 0, stream>>>(src, sx, sk, sb, n_x, n_k, k_tiles, batches, tile_rows,
+                                              walk_k(sx, sk), dst, per_batch);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+template <int BN, bool X3, int STAGES, int CM>
+void run_wgmma(const Problem& p, cudaStream_t stream) {
+  using S = WgShape<BN, X3, STAGES, CM>;
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device));
+  auto kernel = gemm_wgmma<BN, X3, STAGES, CM>;
+  allow_smem_once(kernel, S::kSmemBytes, device);
+
+  WgArgs args;
+  args.tiles_m = (p.m + kBM - 1) / kBM;
+  args.tiles_m = (args.tiles_m + CM - 1) / CM * CM;
+  args.tiles_n = (p.n + BN - 1) / BN;
+  args.k_tiles = (p.k + kBK - 1) / kBK;
+  const int batches_a = p.a_sb == 0 ? 1 : p.batch, batches_b = p.b_sb == 0 ? 1 : p.batch;
+  const std::int64_t a_bytes = static_cast<std::int64_t>(args.tiles_m) * args.k_tiles * S::kABytes;
+  const std::int64_t b_bytes = static_cast<std::int64_t>(args.tiles_n) * args.k_tiles * S::kBBytes;
+  // Stream-ordered: released after the launches below are queued, reused only by work that follows them.
+  Allocation ws = cuda_allocator(device).allocate(
+      static_cast<std::size_t>(a_bytes * batches_a + b_bytes * batches_b), stream);
+  char* base = static_cast<char*>(ws.data());
+  args.a_pack = base;
+  args.b_pack = base + a_bytes * batches_a;
+  args.a_batch_bytes = batches_a > 1 ? a_bytes : 0;
+  args.b_batch_bytes = batches_b > 1 ? b_bytes : 0;
+  const std::uintptr_t c_addr = reinterpret_cast<std::uintptr_t>(p.c);
+  args.c_vec4 = p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && c_addr % 16 == 0;
+
+  if (args.k_tiles > 0) {
+    launch_pack<S::kParts>(p.a, p.a_sm, p.a_sk, p.a_sb, p.m, p.k, args.tiles_m, kBM, args.k_tiles, batches_a,
+                           reinterpret_cast<float*>(base), stream);
+    launch_pack<S::kParts>(p.b, p.b_sn, p.b_sk, p.b_sb, p.n, p.k, args.tiles_n, BN, args.k_tiles, batches_b,
+                           reinterpret_cast<float*>(base + a_bytes * batches_a), stream);
+  }
+
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(args.tiles_m * args.tiles_n, p.batch, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = S::kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CM;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = CM > 1 ? 1 : 0;
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, args));
+}
+
+// The built configurations.
+bool built(const WgmmaConfig& c, MathMode math) {
+  if (c.cluster_m != 1 && c.cluster_m != 2) return false;
+  if (math == MathMode::TF32x3) return c.bn == 128;
+  return math == MathMode::TF32 && (c.bn == 128 || c.bn == 256);
+}
+
+void launch_chunk(const Problem& p, MathMode math, const WgmmaConfig& c, cudaStream_t stream) {
+  if (math == MathMode::TF32x3) {
+    if (c.cluster_m == 2) return run_wgmma<128, true, 3, 2>(p, stream);
+    return run_wgmma<128, true, 3, 1>(p, stream);
+  }
+  if (c.bn == 256) {
+    if (c.cluster_m == 2) return run_wgmma<256, false, 4, 2>(p, stream);
+    return run_wgmma<256, false, 4, 1>(p, stream);
+  }
+  if (c.cluster_m == 2) return run_wgmma<128, false, 6, 2>(p, stream);
+  return run_wgmma<128, false, 6, 1>(p, stream);
+}
+
+}  // namespace
+
+bool wgmma_can_implement(const Problem& p, MathMode math) {
+  if (math != MathMode::TF32 && math != MathMode::TF32x3) return false;
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return false;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (!device_is_sm90(device)) return false;
+  // The sm_90a image must be in the binary (and loadable on this device).
+  static const bool loadable = [] {
+    cudaFuncAttributes attr;
+    const bool ok = cudaFuncGetAttributes(&attr, gemm_wgmma<128, true, 3, 1>) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();
+    return ok;
+  }();
+  return loadable;
+}
+
+WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
+  // Measured on the H200 (bench/gemm/NOTES.md): TF32 takes 128 x 256 tiles once they still give about
+  // three quarters of a wave of CTAs (2048^3: 209 vs 196 TFLOP/s, 8192^3: 351 vs 295), else 128 x 128 for
+  // more CTAs; 3xTF32 has only 128 x 128 (three accumulator sets). The multicast pairs (cluster_m = 2)
+  // measured equal or slower in every case, so they are never chosen.
+  WgmmaConfig c{128, 1};
+  if (math == MathMode::TF32) {
+    int sms = 132;
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess)
+      sms = device_properties(device).sm_count;
+    else
+      (void)cudaGetLastError();
+    const std::int64_t ctas =
+        static_cast<std::int64_t>((p.m + kBM - 1) / kBM) * ((p.n + 255) / 256) * p.batch;
+    // N >= 256: a 256-wide tile on narrower N is mostly padding (16384x64x4096: 28.6 vs 30.7 TFLOP/s).
+    if (p.n >= 256 && 4 * ctas >= 3 * static_cast<std::int64_t>(sms)) c.bn = 256;
+  }
+  return c;
+}
+
+std::string wgmma_config_name(const WgmmaConfig& c, MathMode math) {
+  return "wgmma_128x" + std::to_string(c.bn) + "x32" + (c.cluster_m > 1 ? "_cluster2x1" : "") + "_" +
+         math_mode_name(math);
+}
+
+void launch_wgmma(const Problem& p, MathMode math, cudaStream_t stream) {
+  launch_wgmma(p, math, wgmma_choose(p, math), stream);
+}
+
+void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cudaStream_t stream) {
+  MT_CHECK(wgmma_can_implement(p, math), InvalidArgument, "gemm: the wgmma kernels cannot run ", p.m, "x",
+           p.n, "x", p.k, " (batch ", p.batch, ") in ", math_mode_name(math),
+           " here (they need a TF32 mode and a compute capability 9.0 device)");
+  WgmmaConfig c = config;
+  const WgmmaConfig chosen = wgmma_choose(p, math);
+  if (c.bn == 0) c.bn = chosen.bn;
+  if (c.cluster_m == 0) c.cluster_m = chosen.cluster_m;
+  MT_CHECK(built(c, math), InvalidArgument, "gemm: no wgmma kernel for ", wgmma_config_name(c, math));
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return;
+  constexpr int kMaxBatch = 65535;  // grid.y
+  for (int b0 = 0; b0 < p.batch; b0 += kMaxBatch) {
+    Problem q = p;
+    q.batch = std::min(kMaxBatch, p.batch - b0);
+    q.a += b0 * p.a_sb;
+    q.b += b0 * p.b_sb;
+    q.c += b0 * p.c_sb;
+    launch_chunk(q, math, c, stream);
+  }
+}
+
+}  // namespace mt::detail::gemm

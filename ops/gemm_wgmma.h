@@ -1,0 +1,36 @@
+// Hopper (sm_90a) tensor-core SGEMM for MathMode::TF32 and MathMode::TF32x3: a pack pass and a
+// warp-specialised wgmma kernel (ops/gemm_wgmma.cu). Same Problem contract as the other launchers
+// (ops/gemm_launch.h): any strides for A, B and C, batch strides (0 broadcasts), alpha/beta/bias/activation
+// epilogue, beta == 0 never reads C.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "ops/gemm.h"
+#include "ops/gemm_launch.h"
+
+namespace mt::detail::gemm {
+
+// Tile configuration. 0 fields are chosen from the shape (launch_wgmma without a config does that).
+struct WgmmaConfig {
+  int bn = 0;         // CTA tile N: 128 or 256 (256: TF32 only; 3xTF32 holds three accumulator sets)
+  int cluster_m = 0;  // 1, or 2: two CTAs along M share (multicast) their B tiles
+};
+
+// Whether the wgmma kernels can run `p` in `math` on the current device: a TF32 mode, a compute capability
+// 9.0 device, and a binary that carries the sm_90a kernels. Every shape, stride and batch is supported.
+bool wgmma_can_implement(const Problem& p, MathMode math);
+
+// The configuration launch_wgmma(p, math, stream) picks for `p`.
+WgmmaConfig wgmma_choose(const Problem& p, MathMode math);
+std::string wgmma_config_name(const WgmmaConfig& c, MathMode math);
+
+// Runs `p` on `stream` (of the current device): packs A and B into a stream-ordered workspace of the
+// caching allocator, then runs the GEMM. InvalidArgument when !wgmma_can_implement(p, math) or the config
+// is not one of the built ones.
+void launch_wgmma(const Problem& p, MathMode math, cudaStream_t stream);
+void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cudaStream_t stream);
+
+}  // namespace mt::detail::gemm
