@@ -25,6 +25,7 @@
 #include "ops/gemm_device.cuh"
 #include "ops/gemm_launch.h"
 #include "ops/gemm_simt.cuh"
+#include "ops/gemm_wgmma.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
@@ -158,6 +159,8 @@ const char* kernel_name(Kernel k) {
       return "mma_128x64x16_w32x32_s4";
     case Kernel::Tensor64x64:
       return "mma_64x64x16_w32x32_s4";
+    case Kernel::Wgmma:
+      return "wgmma";
   }
   return "?";
 }
@@ -167,7 +170,7 @@ std::vector<Kernel> simt_kernels() {
           Kernel::Simt128x64,  Kernel::Simt64x64,      Kernel::Simt32x128,    Kernel::Simt32x64};
 }
 std::vector<Kernel> tensor_kernels() {
-  return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64};
+  return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64, Kernel::Wgmma};
 }
 
 std::string config_name(const Config& c) {
@@ -208,7 +211,8 @@ SplitScratch split_scratch(std::size_t partial_bytes, std::size_t n_counters, cu
 namespace {
 
 bool is_tensor(Kernel k) {
-  return k == Kernel::Tensor128x128 || k == Kernel::Tensor128x64 || k == Kernel::Tensor64x64;
+  return k == Kernel::Tensor128x128 || k == Kernel::Tensor128x64 || k == Kernel::Tensor64x64 ||
+         k == Kernel::Wgmma;
 }
 bool is_rung(Kernel k) {
   return k == Kernel::Naive || k == Kernel::SmemTiled || k == Kernel::RegTiled;
@@ -241,6 +245,8 @@ TileInfo tile_of(Kernel k) {
       return {128, 64, 16};
     case Kernel::Tensor64x64:
       return {64, 64, 16};
+    case Kernel::Wgmma:
+      return {128, 128, 32};
     default:
       return {128, 128, 8};
   }
@@ -285,6 +291,7 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       break;
   }
   const int split = std::max(1, cfg.split_k);
+  if (cfg.kernel == Kernel::Wgmma) return launch_wgmma(p, cfg.math, stream);
   if (is_tensor(cfg.kernel)) {
     float* ws = nullptr;
     if (split > 1)
@@ -324,6 +331,7 @@ bool can_implement(const Problem& p, const Config& cfg) {
     return false;
   if (is_rung(cfg.kernel)) return cfg.split_k == 1 && cfg.math == MathMode::FP32;
   if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
+  if (cfg.kernel == Kernel::Wgmma) return cfg.split_k == 1 && wgmma_can_implement(p, cfg.math);
   const TileInfo t = tile_of(cfg.kernel);
   if (!offsets_fit(p.a_sm, p.a_sk, t.bm, t.bk) || !offsets_fit(p.b_sn, p.b_sk, t.bn, t.bk)) return false;
   // Tiles are raster-ordered in a 1-D grid.
@@ -383,7 +391,13 @@ Config choose(const Problem& p, MathMode math) {
   };
   Config c;
   c.math = math;
-  if (math != MathMode::FP32) {
+  if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 && blocks(128, 128) >= 64 &&
+      can_implement(p, Config{Kernel::Wgmma, 1, math})) {
+    // Enough 128x128 tiles for the Hopper wgmma kernel (1024^3 and up, 4095x4097x1023, 64 x 256^3: 3xTF32
+    // 1.2-2.3x cuBLAS fp32). Small, skinny and few-tile shapes stay on mma.sync with split K, which wins
+    // there.
+    c.kernel = Kernel::Wgmma;
+  } else if (math != MathMode::FP32) {
     c.kernel = blocks(128, 128) >= sms  ? Kernel::Tensor128x128
                : blocks(128, 64) >= sms ? Kernel::Tensor128x64
                                         : Kernel::Tensor64x64;

@@ -62,6 +62,7 @@ enum class Kernel {
   Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,
   Tensor64x64,
+  Wgmma,  // Hopper wgmma (sm_90a), TF32 modes: pack pass + warp-specialised kernel (ops/gemm_wgmma.cu)
 };
 const char* kernel_name(Kernel k);
 std::vector<Kernel> simt_kernels();    // the production FP32 configurations

@@ -209,10 +209,14 @@ TEST(Gemm, F32_EveryKernel_127x129x255) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   std::vector<Config> configs = {{Kernel::Naive}, {Kernel::SmemTiled}, {Kernel::RegTiled}};
-  for (Kernel k : simt_kernels()) configs.push_back({k, 1}), configs.push_back({k, 3});
+  for (Kernel k : simt_kernels())
+    for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster})
+      configs.push_back({k, 1}), configs.push_back({k, 3, MathMode::FP32, r});
   for (Kernel k : tensor_kernels())
-    for (MathMode m : {MathMode::TF32, MathMode::TF32x3})
-      configs.push_back({k, 1, m}), configs.push_back({k, 2, m});
+    for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) {
+      configs.push_back({k, 1, m});
+      if (k != Kernel::Wgmma) configs.push_back({k, 2, m});  // the wgmma kernel does not split K
+    }
   for (bool tb : {false, true})
     for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
       const std::int64_t m = 127, n = 129, k = 255;
