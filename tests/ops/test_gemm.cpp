@@ -209,9 +209,11 @@ TEST(Gemm, F32_EveryKernel_127x129x255) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   std::vector<Config> configs = {{Kernel::Naive}, {Kernel::SmemTiled}, {Kernel::RegTiled}};
-  for (Kernel k : simt_kernels())
+  for (Kernel k : simt_kernels()) {
+    configs.push_back({k, 1});
     for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster})
-      configs.push_back({k, 1}), configs.push_back({k, 3, MathMode::FP32, r});
+      configs.push_back({k, 3, MathMode::FP32, r});
+  }
   for (Kernel k : tensor_kernels())
     for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) {
       configs.push_back({k, 1, m});
