@@ -47,7 +47,9 @@ enum class MapSchedule {
   GridStride2Streaming,
   GridStride4Streaming,
   Blocks4,
-  Blocks4Streaming
+  Blocks4Streaming,
+  Blocks2,
+  Blocks8
 };
 void launch_relu_rung(MapSchedule schedule, float* out, const float* x, std::int64_t n, cudaStream_t stream);
 void launch_add_rung(MapSchedule schedule, float* out, const float* a, const float* b, std::int64_t n,

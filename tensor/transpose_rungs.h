@@ -19,7 +19,8 @@ enum class TransposeTiles {
   Tiles2x2GroupedStreaming,
   Tiles2x4,
   Tiles4x2,
-  Tiles4x2Grouped
+  Tiles4x2Grouped,
+  Tiles2x4Streaming
 };
 
 // dst (n_cols, n_rows) = src (n_rows, n_cols)^T, both contiguous float32; dims divisible by 4 and 16-byte

@@ -390,6 +390,8 @@ MT_MAP_RUNG(GridStride2Streaming);
 MT_MAP_RUNG(GridStride4Streaming);
 MT_MAP_RUNG(Blocks4);
 MT_MAP_RUNG(Blocks4Streaming);
+MT_MAP_RUNG(Blocks2);
+MT_MAP_RUNG(Blocks8);
 BENCHMARK_CAPTURE(BM_sum, aligned, false)
     ->UseManualTime()
     ->Iterations(kIterations)
@@ -480,6 +482,7 @@ MT_TILES_RUNG(Tiles2x2Grouped);
 MT_TILES_RUNG(Tiles2x2Streaming);
 MT_TILES_RUNG(Tiles2x2GroupedStreaming);
 MT_TILES_RUNG(Tiles2x4);
+MT_TILES_RUNG(Tiles2x4Streaming);
 MT_TILES_RUNG(Tiles4x2);
 MT_TILES_RUNG(Tiles4x2Grouped);
 BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)

@@ -344,7 +344,7 @@ TEST(Elementwise, Cuda_ScheduleRungsAgree) {
   const Tensor xa = randn({cap}, 21, g), xb = randn({cap}, 22, g);
   using S = detail::MapSchedule;
   for (S s : {S::Auto, S::GridStride2, S::GridStride4, S::GridStride2Streaming, S::GridStride4Streaming,
-              S::Blocks4, S::Blocks4Streaming}) {
+              S::Blocks4, S::Blocks4Streaming, S::Blocks2, S::Blocks8}) {
     for (std::int64_t n : {std::int64_t(1), std::int64_t(1027), std::int64_t(1 << 20)}) {
       for (std::int64_t off : {0, 1, 3}) {
         const Tensor a = xa.narrow(0, off, n), b = xb.narrow(0, 40, n);

@@ -99,7 +99,7 @@ TEST(Transpose, Cuda_TileRungsAgree) {
     const Tensor x = randn(s, 5, g);
     const std::vector<float> expect = x.cpu().t().contiguous().to_vector<float>();
     for (T t : {T::Tiles2x2, T::Tiles2x2Grouped, T::Tiles2x2Streaming, T::Tiles2x2GroupedStreaming,
-                T::Tiles2x4, T::Tiles4x2, T::Tiles4x2Grouped}) {
+                T::Tiles2x4, T::Tiles4x2, T::Tiles4x2Grouped, T::Tiles2x4Streaming}) {
       Tensor y = full({s[1], s[0]}, -7.0, DType::F32, g);
       detail::launch_transpose_vec4_rung(t, y.data<float>(), x.data<float>(), s[0], s[1], current_stream(0));
       EXPECT_EQ(y.to_vector<float>(), expect) << "tiles " << static_cast<int>(t) << " shape " << s;
