@@ -37,12 +37,13 @@ struct Schedule {
   static constexpr bool kPersistent = PERSISTENT;
   static constexpr bool kStreaming = STREAMING;
 };
-// What the ops use: one block per 1024 packs. Measured on H200 (2^28 float32, ratio to the D2D copy, medians
-// of 3 repetitions): relu grid-stride 2 packs 0.931, 4 packs 0.880, 4 packs evict-first 0.929, blocks of 4
-// packs 0.943 (evict-first 0.938); add 0.980 / 0.976 / 0.982 / 1.028 (1.029). A block's loads fall in one 16
-// KiB run per operand, where the grid-stride loop spreads a thread's loads megabytes apart (more DRAM pages
-// open at once; the 4-pack grid-stride loop is the slowest).
-using UnarySchedule = Schedule<4, false, false>;
+// What the ops use: one block per chunk of packs. Measured on H200 (2^28 float32, ratio to the D2D copy,
+// medians of 3 repetitions, two runs): relu grid-stride 2 packs 0.924-0.931, 4 packs 0.875-0.880, blocks of 2
+// packs 0.956, of 4 packs 0.934-0.943, of 8 packs 0.927; add grid-stride 2 packs 0.966-0.980, blocks of 2 / 4
+// / 8 packs 1.013 / 1.009-1.028 / 1.013. Evict-first loads and stores change nothing measurable. A block's
+// loads fall in one short run per operand, where the grid-stride loop spreads a thread's loads megabytes
+// apart: fewer DRAM pages open at once wins over more bytes in flight per thread.
+using UnarySchedule = Schedule<2, false, false>;
 using BinarySchedule = Schedule<4, false, false>;
 template <int N>
 using DefaultSchedule = std::conditional_t<N == 1, UnarySchedule, BinarySchedule>;

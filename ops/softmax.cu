@@ -518,8 +518,8 @@ void softmax_rows(SoftmaxKernel which, const float* x, float* out, std::int64_t 
     if (n_vec <= 32 * kCache) {
       which = SoftmaxKernel::RegisterCached;
     } else if (V == 4 && row_len * 4 >= kBulkMinRowBytes && bulk_stages(row_len * 4) >= 3) {
-      // Measured on H200 at 16384 x 16384 (medians of 3, with expf): the bulk ring 0.897 of copy, evict-first
-      // stores 0.887; the single-buffer kernel 0.865 in the same run.
+      // Measured on H200 at 16384 x 16384 (medians of 3): the bulk ring 0.897 of copy with expf, 0.904 with
+      // ex2; evict-first stores 0.887-0.898; the single-buffer kernel 0.865-0.868 in the same runs.
       which = SoftmaxKernel::Bulk;
     } else if (V == 4 && row_len * 4 <= kSmemRowBytes) {
       // Measured on H200 at 16384 x 16384: single buffer, 3 blocks per SM 0.83 of copy; double-buffered, one
