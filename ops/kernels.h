@@ -36,6 +36,24 @@ void launch_clamp(DType dtype, void* out, const StridedLayout& ol, const void* x
 void launch_invert_rgba(std::uint8_t* out, const std::uint8_t* x, std::int64_t n_pixels, cudaStream_t stream);
 // The seed's scalar add (one float per thread per pass, no vectors): a benchmark baseline.
 void launch_add_naive(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream);
+// Schedules of the contiguous 16-byte path, as benchmark rungs for float32 relu and add over n contiguous
+// elements (any alignment). GridStrideU: a resident grid striding over the array, U packs per thread per
+// step; BlocksU: one block per 256 * U packs, one step per thread. Streaming: evict-first loads and stores.
+// Auto: what the ops use.
+enum class MapSchedule {
+  Auto,
+  GridStride2,
+  GridStride4,
+  GridStride2Streaming,
+  GridStride4Streaming,
+  Blocks4,
+  Blocks4Streaming,
+  Blocks2,
+  Blocks8
+};
+void launch_relu_rung(MapSchedule schedule, float* out, const float* x, std::int64_t n, cudaStream_t stream);
+void launch_add_rung(MapSchedule schedule, float* out, const float* a, const float* b, std::int64_t n,
+                     cudaStream_t stream);
 
 // ---------------------------------------------------------------- reductions (ops/reduce.cu)
 // Row case: n_rows rows of row_len contiguous floats, row r starting at x + rows.offset(r). out: n_rows
@@ -55,10 +73,20 @@ void launch_reduce_cols(ReduceOp op, const float* x, const StridedLayout& outer,
 // ---------------------------------------------------------------- softmax (ops/softmax.cu)
 // Which row kernel (n_inner == 1): Auto picks by row length; the others are for benchmarks and tests
 // (InvalidArgument when the rows do not fit the kernel). RegisterCached: the row in registers (a warp or a
-// block per row); SharedCached: aligned rows in shared memory, several blocks per SM (Auto's choice for
-// aligned rows up to 96 KiB); SharedPipelined: the same, double-buffered, one block per SM; TwoPass:
-// statistics, then a second read.
-enum class SoftmaxKernel { Auto, RegisterCached, SharedCached, SharedPipelined, TwoPass };
+// block per row); SharedCached: aligned rows in shared memory, several blocks per SM; SharedPipelined: the
+// same, double-buffered, one block per SM; TwoPass: statistics, then a second read; Bulk: aligned rows
+// streamed by the bulk-copy engine through a ring of shared-memory stages, one block per SM (Auto's choice
+// for aligned rows of 16 KiB up to the length where three stages fit, ~75 KiB on H100/H200); BulkStreaming:
+// the same with evict-first stores.
+enum class SoftmaxKernel {
+  Auto,
+  RegisterCached,
+  SharedCached,
+  SharedPipelined,
+  TwoPass,
+  Bulk,
+  BulkStreaming
+};
 // Contiguous x and out viewed as (n_outer, n_axis, n_inner); softmax over the middle dim.
 void launch_softmax(bool log, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,
                     std::int64_t n_inner, cudaStream_t stream, SoftmaxKernel which = SoftmaxKernel::Auto);

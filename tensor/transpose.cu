@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 #include "runtime/launch.h"
 #include "tensor/kernels.h"
+#include "tensor/transpose_rungs.h"
 
 namespace mt::detail {
 namespace {
@@ -19,6 +20,10 @@ namespace {
 constexpr int TILE = 32;  // tile edge: one warp spans a tile row of 4-byte elements (128 bytes)
 constexpr int ROWS = 8;   // thread rows per block: each thread moves TILE / ROWS elements each way
 static_assert(TILE % ROWS == 0, "each thread must move a whole number of tile rows");
+
+// Resident blocks per SM the single-matrix scalar kernel is held to: left alone, the compiler keeps all 16
+// loads of a 4-tile block in 104 registers (two blocks per SM, too few bytes in flight).
+constexpr int kScalarMinBlocks = 6;
 
 struct Batch {
   StridedLayout src, dst;  // offsets of batch item b in source and destination
@@ -28,9 +33,10 @@ struct Batch {
 // A block moves TILES tiles side by side along the source rows (TILES * TILE contiguous source elements per
 // row: more bytes in flight per thread, fewer and longer-lived blocks). src: (n_rows, n_cols), row stride
 // src_ld, unit column stride. dst: (n_cols, n_rows), row stride dst_ld. PAD = 0, TILES = 1 is the seed's
-// unpadded baseline (a 32-way bank conflict on every read of the write phase).
-template <class T, int PAD, int TILES>
-__global__ void __launch_bounds__(TILE* ROWS)
+// unpadded baseline (a 32-way bank conflict on every read of the write phase). BATCHED: as for the 16-byte
+// kernel below.
+template <class T, int PAD, int TILES, bool BATCHED>
+__global__ void __launch_bounds__(TILE* ROWS, BATCHED ? 1 : kScalarMinBlocks)
     transpose_tile_kernel(T* __restrict__ dst, const T* __restrict__ src, std::int64_t n_rows,
                           std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld,
                           std::int64_t blocks_c, Batch batch) {
@@ -41,9 +47,9 @@ __global__ void __launch_bounds__(TILE* ROWS)
   // would make this kernel instruction-bound: it moves only 4 bytes per access).
   const bool full = r0 + TILE <= n_rows && c0 + TILE * TILES <= n_cols;
   const std::int64_t src_step = ROWS * src_ld, dst_step = ROWS * dst_ld;
-  for (std::int64_t b = blockIdx.y; b < batch.n; b += gridDim.y) {
-    const T* s = src + batch.src.offset(b) + (r0 + ty) * src_ld + c0 + tx;
-    T* d = dst + batch.dst.offset(b) + (c0 + ty) * dst_ld + r0 + tx;
+  for (std::int64_t b = blockIdx.y; b < (BATCHED ? batch.n : 1); b += gridDim.y) {
+    const T* s = src + (BATCHED ? batch.src.offset(b) : 0) + (r0 + ty) * src_ld + c0 + tx;
+    T* d = dst + (BATCHED ? batch.dst.offset(b) : 0) + (c0 + ty) * dst_ld + r0 + tx;
     if (full) {
 #pragma unroll
       for (int t = 0; t < TILES; ++t) {
@@ -84,33 +90,80 @@ __global__ void __launch_bounds__(TILE* ROWS)
   }
 }
 
+template <bool STREAMING>
+__device__ __forceinline__ float4 load4(const float* p) {
+  if constexpr (STREAMING) {
+    return __ldcs(reinterpret_cast<const float4*>(p));
+  } else {
+    return __ldg(reinterpret_cast<const float4*>(p));
+  }
+}
+
+template <bool STREAMING>
+__device__ __forceinline__ void store4(float* p, float4 v) {
+  if constexpr (STREAMING) {
+    __stcs(reinterpret_cast<float4*>(p), v);
+  } else {
+    *reinterpret_cast<float4*>(p) = v;
+  }
+}
+
+// The (block row, block column) that block `bid` of a blocks_r x blocks_c grid moves. GROUP = 0: row-major,
+// consecutive blocks side by side along the source rows (the resident blocks read a few whole source rows and
+// write short runs into every destination row). GROUP > 0: panels of GROUP block rows walked column by
+// column, so the blocks resident at one time cover a near-square region and both sides run several KiB
+// contiguous per row (fewer DRAM pages opened per byte).
+template <int GROUP>
+__device__ __forceinline__ void block_coords(std::int64_t bid, std::int64_t blocks_r, std::int64_t blocks_c,
+                                             std::int64_t& br, std::int64_t& bc) {
+  if constexpr (GROUP == 0) {
+    br = bid / blocks_c, bc = bid % blocks_c;
+  } else {
+    const std::int64_t per_panel = GROUP * blocks_c;
+    const std::int64_t panel = bid / per_panel, idx = bid % per_panel;
+    const std::int64_t rows_here = std::min<std::int64_t>(GROUP, blocks_r - panel * GROUP);
+    br = panel * GROUP + idx % rows_here, bc = idx / rows_here;
+  }
+}
+
 // 4-byte elements, 16-byte accesses. 256 threads: per tile, thread t reads source row t / 8 of the tile,
 // columns 4 * (t % 8) .. + 3, and writes destination row t / 8, columns 4 * (t % 8) .. + 3. The shared-memory
 // bank of element (i, j) is (33 i + j) % 32 = (i + j) % 32: distinct across a warp in both phases.
 // Needs n_rows, n_cols, both leading dims and every batch offset divisible by 4, and aligned base pointers.
 // A block covers TR x TC tiles: TR * TILE source rows by TC * TILE source columns (longer contiguous runs on
 // both sides than one tile: 4 * TC * TILE bytes per source row read, 4 * TR * TILE per destination row
-// written).
-template <int TR, int TC>
-__global__ void __launch_bounds__(TILE* ROWS)
+// written); each thread has TR * TC 16-byte loads in flight. The bytes in flight per SM, what a transpose
+// needs most, are TR * TC * 16 * 256 per resident block: MIN_BLOCKS caps the registers so that that many
+// blocks stay resident (0: no cap). GROUP: the block order (block_coords). STREAMING: evict-first loads and
+// stores. BATCHED: false for a single matrix (batch.n == 1), which then skips the batch offset arithmetic
+// (64-bit divisions whose registers would otherwise cost resident blocks).
+template <int TR, int TC, int GROUP, bool STREAMING, int MIN_BLOCKS, bool BATCHED>
+__global__ void __launch_bounds__(TILE* ROWS, MIN_BLOCKS)
     transpose_tile_vec4_kernel(float* __restrict__ dst, const float* __restrict__ src, std::int64_t n_rows,
                                std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld,
-                               std::int64_t blocks_c, Batch batch) {
+                               std::int64_t blocks_r, std::int64_t blocks_c, Batch batch) {
   static_assert(TILE * ROWS == TILE * TILE / 4, "one float4 per thread per tile");
   __shared__ float tile[TR * TC][TILE][TILE + 1];
-  const std::int64_t r0 = (blockIdx.x / blocks_c) * TILE * TR, c0 = (blockIdx.x % blocks_c) * TILE * TC;
+  std::int64_t br, bc;
+  block_coords<GROUP>(blockIdx.x, blocks_r, blocks_c, br, bc);
+  const std::int64_t r0 = br * TILE * TR, c0 = bc * TILE * TC;
   const int i = threadIdx.x / 8, q = 4 * (threadIdx.x % 8);
-  for (std::int64_t b = blockIdx.y; b < batch.n; b += gridDim.y) {
-    const float* s = src + batch.src.offset(b);
-    float* d = dst + batch.dst.offset(b);
+  // Interior blocks skip the bounds checks (fewer live registers: more blocks resident).
+  const bool full = r0 + TILE * TR <= n_rows && c0 + TILE * TC <= n_cols;
+  const std::int64_t s_step = TILE * src_ld, d_step = TILE * dst_ld;
+  for (std::int64_t b = blockIdx.y; b < (BATCHED ? batch.n : 1); b += gridDim.y) {
+    // This thread's element of tile (0, 0) on each side; tile (tr, tc) is s_step * tr + TILE * tc further
+    // along the source and d_step * tc + TILE * tr along the destination.
+    const float* s = src + (BATCHED ? batch.src.offset(b) : 0) + (r0 + i) * src_ld + c0 + q;
+    float* d = dst + (BATCHED ? batch.dst.offset(b) : 0) + (c0 + i) * dst_ld + r0 + q;
     float4 v[TR * TC];
 #pragma unroll
     for (int tr = 0; tr < TR; ++tr) {
 #pragma unroll
       for (int tc = 0; tc < TC; ++tc) {
-        const std::int64_t r = r0 + tr * TILE + i, c = c0 + tc * TILE + q;
-        if (r < n_rows && c < n_cols)
-          v[tr * TC + tc] = __ldg(reinterpret_cast<const float4*>(s + r * src_ld + c));
+        if (full || (r0 + tr * TILE + i < n_rows && c0 + tc * TILE + q < n_cols)) {
+          v[tr * TC + tc] = load4<STREAMING>(s + tr * s_step + tc * TILE);
+        }
       }
     }
 #pragma unroll
@@ -124,11 +177,9 @@ __global__ void __launch_bounds__(TILE* ROWS)
 #pragma unroll
       for (int tr = 0; tr < TR; ++tr) {
         const int t = tr * TC + tc;
-        const std::int64_t c = c0 + tc * TILE + i, r = r0 + tr * TILE + q;
-        if (c < n_cols && r < n_rows) {
-          const float4 w =
-              make_float4(tile[t][q][i], tile[t][q + 1][i], tile[t][q + 2][i], tile[t][q + 3][i]);
-          *reinterpret_cast<float4*>(d + c * dst_ld + r) = w;
+        if (full || (c0 + tc * TILE + i < n_cols && r0 + tr * TILE + q < n_rows)) {
+          store4<STREAMING>(d + tc * d_step + tr * TILE, make_float4(tile[t][q][i], tile[t][q + 1][i],
+                                                                     tile[t][q + 2][i], tile[t][q + 3][i]));
         }
       }
     }
@@ -162,17 +213,17 @@ void launch_tiles(void* dst, const void* src, std::int64_t n_rows, std::int64_t 
            " needs too many tiles");
   const dim3 grid(static_cast<unsigned>(blocks_r * blocks_c),
                   static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
-  if (tiles == MAX_TILES) {
-    transpose_tile_kernel<T, PAD, MAX_TILES>
-        <<<grid, TILE * ROWS, 0, stream>>>(d, s, n_rows, n_cols, src_ld, dst_ld, blocks_c, batch);
-  } else {
-    transpose_tile_kernel<T, PAD, 1>
-        <<<grid, TILE * ROWS, 0, stream>>>(d, s, n_rows, n_cols, src_ld, dst_ld, blocks_c, batch);
-  }
+  const bool batched = batch.n > 1;
+  auto* kernel =
+      tiles == MAX_TILES
+          ? (batched ? transpose_tile_kernel<T, PAD, MAX_TILES, true>
+                     : transpose_tile_kernel<T, PAD, MAX_TILES, false>)
+          : (batched ? transpose_tile_kernel<T, PAD, 1, true> : transpose_tile_kernel<T, PAD, 1, false>);
+  kernel<<<grid, TILE * ROWS, 0, stream>>>(d, s, n_rows, n_cols, src_ld, dst_ld, blocks_c, batch);
   MT_CUDA_CHECK_LAUNCH();
 }
 
-template <int TR, int TC>
+template <int TR, int TC, int GROUP = 0, bool STREAMING = false, int MIN_BLOCKS = 0>
 void launch_tiles_vec4(void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols,
                        std::int64_t src_ld, std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
   const std::int64_t blocks_r = (n_rows + TILE * TR - 1) / (TILE * TR);
@@ -181,9 +232,10 @@ void launch_tiles_vec4(void* dst, const void* src, std::int64_t n_rows, std::int
            " needs too many tiles");
   const dim3 grid(static_cast<unsigned>(blocks_r * blocks_c),
                   static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
-  transpose_tile_vec4_kernel<TR, TC>
-      <<<grid, TILE * ROWS, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src), n_rows,
-                                         n_cols, src_ld, dst_ld, blocks_c, batch);
+  auto* kernel = batch.n > 1 ? transpose_tile_vec4_kernel<TR, TC, GROUP, STREAMING, MIN_BLOCKS, true>
+                             : transpose_tile_vec4_kernel<TR, TC, GROUP, STREAMING, MIN_BLOCKS, false>;
+  kernel<<<grid, TILE * ROWS, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src), n_rows,
+                                           n_cols, src_ld, dst_ld, blocks_r, blocks_c, batch);
   MT_CUDA_CHECK_LAUNCH();
 }
 
@@ -200,7 +252,13 @@ void launch_padded(void* dst, const void* src, std::size_t elem_size, std::int64
     vec = vec && (batch.src.shape[d] == 1 || (batch.src.stride[d] % 4 == 0 && batch.dst.stride[d] % 4 == 0));
   }
   if (vec) {
-    // 2 x 2 tiles where the matrix has room for them, else one.
+    // A single matrix: 2 x 4 tiles, 4 blocks per SM (H200, 16384 x 16384, medians of 3: 0.909 of copy; 2 x 2
+    // tiles at 8 blocks per SM 0.802, evict-first 0.891, grouped block order 0.809; 4 x 2 0.885): fewer
+    // blocks in flight, so fewer destination rows (DRAM pages) open at once. Batched: 2 x 2 tiles (the
+    // batch offset arithmetic holds them to 4 blocks per SM; permute (0, 2, 1) of 64 x 2048 x 2048: 0.914).
+    if (batch.n == 1 && n_rows >= 2 * TILE && n_cols >= 4 * TILE) {
+      return launch_tiles_vec4<2, 4, 0, false, 4>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+    }
     if (n_rows >= 2 * TILE && n_cols >= 2 * TILE) {
       return launch_tiles_vec4<2, 2>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
     }
@@ -280,6 +338,35 @@ void launch_transpose_2d(TransposeKernel kernel, void* dst, const void* src, std
     case TransposeKernel::Best:
       return launch_padded(dst, src, 4, n_rows, n_cols, n_cols, n_rows, batch, stream);
   }
+}
+
+void launch_transpose_vec4_rung(TransposeTiles tiles, float* dst, const float* src, std::int64_t n_rows,
+                                std::int64_t n_cols, cudaStream_t stream) {
+  if (n_rows == 0 || n_cols == 0) return;
+  MT_CHECK(n_rows % 4 == 0 && n_cols % 4 == 0 && aligned16(src) && aligned16(dst), InvalidArgument,
+           "transpose: the 16-byte rungs need dims divisible by 4 and 16-byte aligned pointers, got ", n_rows,
+           " x ", n_cols);
+  const Batch b = single();
+  const std::int64_t r = n_rows, c = n_cols;
+  switch (tiles) {
+    case TransposeTiles::Tiles2x2:
+      return launch_tiles_vec4<2, 2>(dst, src, r, c, c, r, b, stream);
+    case TransposeTiles::Tiles2x2Grouped:
+      return launch_tiles_vec4<2, 2, 32>(dst, src, r, c, c, r, b, stream);
+    case TransposeTiles::Tiles2x2Streaming:
+      return launch_tiles_vec4<2, 2, 0, true, 8>(dst, src, r, c, c, r, b, stream);
+    case TransposeTiles::Tiles2x2GroupedStreaming:
+      return launch_tiles_vec4<2, 2, 32, true, 8>(dst, src, r, c, c, r, b, stream);
+    case TransposeTiles::Tiles2x4:
+      return launch_tiles_vec4<2, 4, 0, false, 4>(dst, src, r, c, c, r, b, stream);
+    case TransposeTiles::Tiles2x4Streaming:
+      return launch_tiles_vec4<2, 4, 0, true, 4>(dst, src, r, c, c, r, b, stream);
+    case TransposeTiles::Tiles4x2:
+      return launch_tiles_vec4<4, 2, 0, false, 4>(dst, src, r, c, c, r, b, stream);
+    case TransposeTiles::Tiles4x2Grouped:
+      return launch_tiles_vec4<4, 2, 16, false, 4>(dst, src, r, c, c, r, b, stream);
+  }
+  MT_THROW(InvalidArgument, "transpose: unknown tile shape ", static_cast<int>(tiles));
 }
 
 }  // namespace mt::detail

@@ -75,13 +75,66 @@ TEST(Softmax, Cuda_EveryRowKernelMatchesReference) {
     const Tensor x = randn({37, 4096}, 9, Device::cuda(0)) * 4.0;
     const Tensor ref = log ? log_softmax(x.cpu()) : softmax(x.cpu());
     for (auto k : {detail::SoftmaxKernel::RegisterCached, detail::SoftmaxKernel::SharedCached,
-                   detail::SoftmaxKernel::SharedPipelined, detail::SoftmaxKernel::TwoPass}) {
+                   detail::SoftmaxKernel::SharedPipelined, detail::SoftmaxKernel::TwoPass,
+                   detail::SoftmaxKernel::Bulk, detail::SoftmaxKernel::BulkStreaming}) {
       Tensor y = empty({37, 4096}, DType::F32, Device::cuda(0));
       detail::launch_softmax(log, x.data<float>(), y.data<float>(), 37, 4096, 1, current_stream(0), k);
       const auto r = test::compare(y, ref, log ? Tolerance::close(2e-5, 2e-6) : Tolerance::close(1e-7, 2e-5));
       EXPECT_TRUE(r.ok) << "kernel " << static_cast<int>(k) << (log ? " log " : " ") << r.summary();
     }
   }
+}
+
+// The bulk-copy ring (Auto's kernel for aligned rows of 16 KiB and more): more rows than blocks x stages, so
+// every stage is refilled and its barrier phase flips; rows that leave threads idle (5000, 18000 floats);
+// special values and huge magnitudes in rows of that length.
+TEST(Softmax, Cuda_BulkRing_RowLengths_Specials) {
+  MT_REQUIRE_GPU();
+  for (bool log : {false, true}) {
+    for (const Shape& s : {Shape{1100, 4096}, Shape{400, 16384}, Shape{37, 5000}, Shape{9, 18000}}) {
+      const Tensor x = randn(s, 17, Device::cuda(0)) * 6.0;
+      const Tensor ref = log ? log_softmax(x.cpu()) : softmax(x.cpu());
+      for (auto k :
+           {detail::SoftmaxKernel::Auto, detail::SoftmaxKernel::Bulk, detail::SoftmaxKernel::BulkStreaming}) {
+        Tensor y = full(s, -7.0, DType::F32, Device::cuda(0));
+        detail::launch_softmax(log, x.data<float>(), y.data<float>(), s[0], s[1], 1, current_stream(0), k);
+        const auto r =
+            test::compare(y, ref, log ? Tolerance::close(2e-5, 2e-6) : Tolerance::close(1e-7, 2e-5));
+        EXPECT_TRUE(r.ok) << "kernel " << static_cast<int>(k) << (log ? " log " : " ") << s << " "
+                          << r.summary();
+      }
+    }
+    run_softmax(log, Shape{300, 6000}, -1, Layout::Contiguous, -3.0, 3.0, 0.0005);
+    run_softmax(log, Shape{300, 6000}, -1, Layout::Offset1, -3.0, 3.0, 0.0005);
+    run_softmax(log, Shape{140, 8192}, -1, Layout::Contiguous, -1e30, 1e30);
+    run_softmax(log, Shape{140, 8192}, -1, Layout::Contiguous, 1e4, 1.0001e4);
+  }
+  // Rows of -Inf only are NaN; a row holding +Inf is NaN; -Inf elements elsewhere give 0.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> h(3 * 8192, 0.f);
+  for (int i = 0; i < 8192; ++i) h[i] = -inf;
+  h[8192 + 5] = inf;
+  h[2 * 8192 + 7] = -inf;
+  const Tensor x = from_vector<float>(h, Shape{3, 8192}, Device::cuda(0));
+  const std::vector<float> y = softmax(x).to_vector<float>();
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[8191]));
+  EXPECT_TRUE(std::isnan(y[8192]) && std::isnan(y[8192 + 5]));
+  EXPECT_EQ(y[2 * 8192 + 7], 0.f);
+  EXPECT_FLOAT_EQ(y[2 * 8192], 1.f / 8191.f);
+}
+
+TEST(Softmax, Cuda_BulkErrors) {
+  MT_REQUIRE_GPU();
+  const Tensor x = zeros({2, 65536}, DType::F32, Device::cuda(0));
+  Tensor y = empty({2, 65536}, DType::F32, Device::cuda(0));
+  // 256 KiB rows: not two stages in shared memory.
+  EXPECT_THROW(detail::launch_softmax(false, x.data<float>(), y.data<float>(), 2, 65536, 1, current_stream(0),
+                                      detail::SoftmaxKernel::Bulk),
+               InvalidArgument);
+  // Rows of 4097 floats are not 16-byte multiples.
+  EXPECT_THROW(detail::launch_softmax(false, x.data<float>(), y.data<float>(), 2, 4097, 1, current_stream(0),
+                                      detail::SoftmaxKernel::BulkStreaming),
+               InvalidArgument);
 }
 
 TEST(Softmax, Errors) {

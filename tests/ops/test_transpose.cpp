@@ -7,6 +7,7 @@
 #include "ops/transpose.h"
 #include "runtime/stream.h"
 #include "tensor/kernels.h"
+#include "tensor/transpose_rungs.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 
@@ -87,6 +88,31 @@ TEST(Transpose, Cuda_KernelRungsAgree) {
       EXPECT_EQ(y.to_vector<float>(), expect) << "kernel " << static_cast<int>(k) << " shape " << s;
     }
   }
+}
+
+TEST(Transpose, Cuda_TileRungsAgree) {
+  MT_REQUIRE_GPU();
+  const Device g = Device::cuda(0);
+  using T = detail::TransposeTiles;
+  for (const Shape& s :
+       {Shape{4, 4}, Shape{100, 36}, Shape{516, 1028}, Shape{2048, 1024}, Shape{4100, 260}}) {
+    const Tensor x = randn(s, 5, g);
+    const std::vector<float> expect = x.cpu().t().contiguous().to_vector<float>();
+    for (T t : {T::Tiles2x2, T::Tiles2x2Grouped, T::Tiles2x2Streaming, T::Tiles2x2GroupedStreaming,
+                T::Tiles2x4, T::Tiles4x2, T::Tiles4x2Grouped, T::Tiles2x4Streaming}) {
+      Tensor y = full({s[1], s[0]}, -7.0, DType::F32, g);
+      detail::launch_transpose_vec4_rung(t, y.data<float>(), x.data<float>(), s[0], s[1], current_stream(0));
+      EXPECT_EQ(y.to_vector<float>(), expect) << "tiles " << static_cast<int>(t) << " shape " << s;
+    }
+  }
+  const Tensor x = zeros({8, 8}, DType::F32, g);
+  Tensor y = zeros({8, 8}, DType::F32, g);
+  EXPECT_THROW(detail::launch_transpose_vec4_rung(T::Tiles2x2, y.data<float>(), x.data<float>() + 1, 4, 4,
+                                                  current_stream(0)),
+               InvalidArgument);
+  EXPECT_THROW(detail::launch_transpose_vec4_rung(T::Tiles2x2, y.data<float>(), x.data<float>(), 6, 4,
+                                                  current_stream(0)),
+               InvalidArgument);
 }
 
 }  // namespace
