@@ -28,7 +28,7 @@ bool launch_copy_tiled(void* dst, const StridedLayout& dl, const void* src, cons
 // both contiguous, 4-byte elements. Naive: a thread per element, strided writes. SharedNoPad: 32 x 32 shared
 // tile without padding (bank conflicts). SharedPadded: padded tiles, scalar accesses. Vec4Wide: 16-byte
 // accesses, 1 x 4 tiles per block (needs dims divisible by 4, aligned). Best: what copies use (padded,
-// 16-byte accesses over 2 x 2 tiles where the alignment allows).
+// 16-byte accesses where the alignment allows: 2 x 4 tiles for one matrix, 2 x 2 for batched permutes).
 enum class TransposeKernel { Naive, SharedNoPad, SharedPadded, Vec4Wide, Best };
 void launch_transpose_2d(TransposeKernel kernel, void* dst, const void* src, std::int64_t n_rows,
                          std::int64_t n_cols, cudaStream_t stream);
