@@ -443,6 +443,7 @@ BENCHMARK(BM_Pairs_CachingFake)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Pairs_CachingFakePrivate)
     ->Threads(1)
+    ->Threads(2)
     ->Threads(8)
     ->UseRealTime()
     ->MinTime(0.3)
