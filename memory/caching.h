@@ -4,19 +4,23 @@
 // - Requests round up to 512 B granules. Small requests (<= 1 MiB) are carved from 2 MiB segments, large ones
 //   (<= 10 MiB) from 20 MiB segments, bigger ones get a segment of their own rounded to 2 MiB. Best fit; a
 //   block is split when the remainder is worth keeping, and free neighbours in a segment merge on release.
-// - Memory is kept per stream: each stream that allocates gets a pool with its own lock, so threads working
-// on
+// - Memory is kept per stream: each stream that allocates gets a pool with its own lock, so threads on
 //   different streams do not contend. A block released on its own stream is reused at once by that stream
 //   (the stream orders the reuse). Another stream takes it only once an event recorded on the first stream,
 //   after the release, has completed (polled, never waited for, on the allocation path). A block used on
 //   other streams (record_stream) is reused by nobody until an event recorded on each of them at release has
 //   completed.
-// - Out of memory: free cached oversize segments, search again, retry; wait for pending events, free every
-// fully
-//   free segment, search again, retry; then OutOfMemoryError with the figures.
+// - Each thread also keeps a few small blocks it released (up to 16, of requests of up to 1 MiB), for its
+//   next request of the same rounded size on the same stream: no lock shared with other threads, no split or
+//   merge. Only blocks the pool itself would reuse at once go there (released on their own stream, used on
+//   no other), so the stream rules are the pool's. A thread's cache goes back to the pools when that thread
+//   misses, when it exits, on empty_cache(), snapshot(), the out-of-memory ladder and
+//   set_thread_cache_enabled(false).
+// - Out of memory: return the thread caches and free cached oversize segments, search again, retry; wait for
+//   pending events, free every fully free segment, search again, retry; then OutOfMemoryError with the
+//   figures.
 // - MT_DISABLE_CACHING=1 (or set_caching_enabled(false)) makes every allocation one cudaMalloc and every
-// release
-//   one cudaFree, for compute-sanitizer.
+//   release one cudaFree, for compute-sanitizer.
 #pragma once
 
 #include <atomic>
@@ -49,17 +53,19 @@ struct StatValue {
 };
 
 // Like torch.cuda.memory_stats. Byte counts of blocks are the rounded sizes, requested_bytes what callers
-// asked. With several streams, current/allocated/freed are exact sums over the per-stream pools and a peak is
-// the sum of the pools' peaks: exact with one stream, an upper bound with several.
+// asked. The device allocator keeps its figures per thread (no counter shared between threads on the hot
+// path) and sums them on read: current/allocated/freed are exact, and a peak is the sum of the threads'
+// peaks: exact when one thread uses the allocator, an upper bound otherwise.
 struct MemoryStats {
-  StatValue allocations;               // blocks handed out
-  StatValue allocated_bytes;           // bytes handed out
-  StatValue requested_bytes;           // bytes asked for
-  StatValue active_bytes;              // handed out, or released but still awaiting streams
-  StatValue reserved_bytes;            // held from the backend
-  StatValue segments;                  // backend allocations held
-  StatValue inactive_split_bytes;      // free bytes in segments that also hold used blocks
-  std::int64_t cache_hits = 0;         // served from the cache
+  StatValue allocations;           // blocks handed out
+  StatValue allocated_bytes;       // bytes handed out
+  StatValue requested_bytes;       // bytes asked for
+  StatValue active_bytes;          // handed out, or released but still awaiting streams
+  StatValue reserved_bytes;        // held from the backend
+  StatValue segments;              // backend allocations held
+  StatValue inactive_split_bytes;  // free bytes in segments that also hold used blocks (thread caches too)
+  std::int64_t cache_hits = 0;     // served from the cache
+  std::int64_t thread_cache_hits = 0;  // of which from the asking thread's own cache
   std::int64_t cache_misses = 0;       // needed a backend allocation
   std::int64_t cross_stream_hits = 0;  // served by a block another stream released
   std::int64_t splits = 0, merges = 0;
@@ -129,13 +135,17 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   void reset_peak_stats() override;
   void empty_cache() override;
   std::string memory_summary() const override;
-  std::vector<SegmentInfo> snapshot() const;
+  std::vector<SegmentInfo> snapshot();  // returns every thread's cache to the pools first
 
   // A hard cap on reserved bytes (0: none). Checked before every backend allocation; reaching it takes the
   // same reclaim-then-OutOfMemoryError path as a refusal by the driver.
   void set_memory_cap(std::size_t bytes) { m_cap.store(bytes, std::memory_order_relaxed); }
   void set_memory_fraction(double fraction);  // of the device's total memory, in (0, 1]
   std::size_t memory_cap() const { return m_cap.load(std::memory_order_relaxed); }
+
+  // Per-thread caches of released blocks (on by default). false returns every thread's cache to the pools.
+  void set_thread_cache_enabled(bool enabled);
+  bool thread_cache_enabled() const { return m_thread_cache.load(std::memory_order_relaxed); }
 
   MemoryBackend& backend() { return *m_backend; }
 
@@ -145,6 +155,11 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   static constexpr std::size_t kLargeRequest = std::size_t(10) << 20;  // <= this: shares a 20 MiB segment
   static constexpr std::size_t kLargeSegment = std::size_t(20) << 20;
   static constexpr std::size_t kSegmentRounding = std::size_t(2) << 20;  // for requests of their own segment
+  // A thread keeps at most this many released blocks, of requests of at most kThreadCacheRequest bytes:
+  // 16 MiB a thread at most. Small requests only: keeping large blocks too (out of their 20 MiB segments'
+  // merges) raised the fuzz trace's fragmentation from 1.23 to 1.38.
+  static constexpr int kThreadCacheBlocks = 16;
+  static constexpr std::size_t kThreadCacheRequest = kSmallRequest;
 
   static std::size_t round_size(std::size_t bytes);
   static std::size_t segment_size(std::size_t rounded);
@@ -152,32 +167,50 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   struct Block;
   struct Segment;
   struct Pool;
+  struct StatShard;
+  struct ThreadCache;
 
  protected:
   void deallocate(const Allocation& allocation) noexcept override;
 
  private:
+  struct ThreadCaches;  // one thread's caches, one per allocator it has used (thread-local)
+
   Pool& pool_for(cudaStream_t stream);
   std::vector<Pool*> all_pools() const;
+  // The calling thread's cache (its statistics too). A thread that is exiting, whose thread-local state is
+  // gone, gets a shared stand-in, locked into `exit_lock`.
+  ThreadCache& local(std::unique_lock<std::mutex>& exit_lock);
+  ThreadCache& local_slow();
+  Allocation take_thread_cached(ThreadCache& here, std::size_t bytes, std::size_t rounded,
+                                cudaStream_t stream);
+  bool keep_thread_cached(ThreadCache& here, Block* block);
+  void return_blocks(Block* const* blocks, int n, StatShard& stats);
+  bool flush_thread_cache(ThreadCache& cache, StatShard& stats);  // true: it held blocks
+  void drain_thread_caches(StatShard& stats);                     // every thread's
   // Own: the pool's stream asks. WholeSegment: another stream asks and only a fully free, fenced segment will
   // do (it moves to the asking pool). AnyBlock: another stream asks and any fenced block will do (reclaim
   // path).
   enum class Take { Own, WholeSegment, AnyBlock };
-  Block* take_cached(Pool& pool, std::size_t rounded, Take mode);
+  Block* take_cached(Pool& pool, std::size_t rounded, Take mode, StatShard& stats);
   void adopt_segment(Pool& own, Block* whole);
-  Block* new_segment(Pool& own, std::size_t rounded, void* ptr, std::size_t seg_bytes);
+  Block* new_segment(Pool& own, std::size_t rounded, void* ptr, std::size_t seg_bytes, StatShard& stats);
   void* backend_allocate(std::size_t seg_bytes);
-  void release_free_segments(bool oversize_only);
-  void wait_all_events();
-  Allocation hand_out(Pool& pool, Block* block, std::size_t bytes, cudaStream_t stream, bool hit,
-                      bool foreign);
-  Allocation allocate_uncached(std::size_t bytes, cudaStream_t stream);
-  [[noreturn]] void throw_oom(std::size_t bytes, std::size_t rounded, std::size_t seg_bytes);
+  void release_free_segments(bool oversize_only, StatShard& stats);
+  void wait_all_events(StatShard& stats);
+  Allocation hand_out(Block* block, std::size_t bytes, cudaStream_t stream, bool hit, bool foreign,
+                      StatShard& stats);
+  Allocation allocate_uncached(std::size_t bytes, cudaStream_t stream, StatShard& stats);
+  [[noreturn]] void throw_oom(std::size_t bytes, std::size_t rounded, std::size_t seg_bytes,
+                              StatShard& stats);
 
   std::unique_ptr<MemoryBackend> m_backend;
   Device m_device;
+  // Never reused, unlike the address: tells a thread's caches of two allocators apart.
+  const std::uint64_t m_id;
   std::atomic<std::size_t> m_cap{0};
   std::atomic<std::size_t> m_reserved{0};  // all pools, for the cap
+  std::atomic<bool> m_thread_cache{true};
 
   // Stream -> pool: an open-addressing table read without a lock; pools are only added, under m_pools_mutex.
   static constexpr std::size_t kMaxPools = 1024;
@@ -186,9 +219,14 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   std::unique_ptr<std::atomic<Pool*>[]> m_table;
   std::vector<std::unique_ptr<Pool>> m_pools;
 
-  // Uncached (bypass) allocations.
-  mutable std::mutex m_uncached_mutex;
-  MemoryStats m_uncached_stats;
+  // Every thread cache made for this allocator; a thread that exits leaves its cache (its statistics) for the
+  // next new thread to adopt.
+  mutable std::mutex m_threads_mutex;
+  std::vector<std::shared_ptr<ThreadCache>> m_threads;
+  std::mutex m_exit_mutex;
+  ThreadCache* m_exit_cache = nullptr;  // the stand-in of exiting threads, in m_threads
+
+  static thread_local ThreadCaches t_caches;
 };
 
 // Page-locked host memory, cached in power-of-two bins (512 B and up). A block released while an asynchronous

@@ -2,17 +2,25 @@
 //   (a) cudaMalloc / cudaFree                                   -- the baseline, row 0
 //   (b) cudaMallocAsync / cudaFreeAsync, warm default pool with release threshold = max
 //   (c) the caching allocator (its cached hit path)
-// single-threaded and with 8 threads (one stream each). Counters: us_per_pair, and on (c) the speedups over
-// (a) and (b) at the same thread count. Then a small graph run's allocation trace repeated 10,000 times
-// through (b) and (c), and the fragmentation (reserved / peak allocated) of the allocator on a fuzz trace.
+// single-threaded and with 8 threads (one stream each). Counters: us_per_pair (each thread's own pairs, mean
+// over the threads), and on (c) the speedups over (a) and (b) at the same thread count and, with 8 threads,
+// vs_single_thread (over the median single-thread run). The same pairs on FakeBackend: one allocator shared
+// by the threads (a stream each), a private allocator per thread (the control: what the machine itself gives
+// 8 threads running this code), and every thread on one stream. Then a small graph run's allocation trace
+// repeated 10,000 times through (b) and (c), and the fragmentation (reserved / peak allocated) of the
+// allocator on a fuzz trace. MT_BENCH_THREAD_CACHE=0 runs the caching rows without per-thread caches.
 //
 // Host wall clock is what is measured: allocation is host work (the device does nothing for a cached pair).
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
@@ -57,6 +65,13 @@ bool have_gpu(benchmark::State& state) {
   return false;
 }
 
+// MT_BENCH_THREAD_CACHE=0: the allocators under test without their per-thread caches (the pool path alone),
+// to compare both in one run.
+void configure(CachingDeviceAllocator& alloc) {
+  const char* env = std::getenv("MT_BENCH_THREAD_CACHE");
+  if (env && std::strcmp(env, "0") == 0) alloc.set_thread_cache_enabled(false);
+}
+
 // One stream per benchmark thread, made once and kept (benchmarks run several times).
 cudaStream_t thread_stream(int index) {
   static std::mutex mutex;
@@ -73,40 +88,109 @@ cudaStream_t thread_stream(int index) {
 
 // The allocator under test: a process-lifetime instance of its own, so its stats are the benchmark's.
 CachingDeviceAllocator& bench_allocator() {
-  static CachingDeviceAllocator* a = new CachingDeviceAllocator(mt::make_cuda_backend(0));
+  static CachingDeviceAllocator* a = [] {
+    auto* alloc = new CachingDeviceAllocator(mt::make_cuda_backend(0));
+    configure(*alloc);
+    return alloc;
+  }();
   return *a;
 }
 
-double report(benchmark::State& state, const std::string& what, clock_type::duration elapsed) {
-  const double us =
-      std::chrono::duration<double, std::micro>(elapsed).count() / static_cast<double>(state.iterations());
-  state.counters["us_per_pair"] = benchmark::Counter(us, benchmark::Counter::kAvgThreads);
-  state.SetItemsProcessed(state.iterations());
-  // Each thread reports; the average is what the ratio uses.
-  static std::mutex mutex;
-  static std::map<std::string, std::pair<double, int>> sums;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& [sum, n] = sums[what + std::to_string(state.threads())];
-  sum += us;
-  if (++n == state.threads()) {
-    put(what + std::to_string(state.threads()), sum / n);
-    sum = 0;
-    n = 0;
+// The threads of one benchmark run meet here (runs follow one another, so one barrier serves them all).
+class Barrier {
+ public:
+  void arrive_and_wait(int n) {
+    std::unique_lock<std::mutex> lock(m_mutex);
+    const std::uint64_t generation = m_generation;
+    if (++m_arrived == n) {
+      m_arrived = 0;
+      ++m_generation;
+      m_cv.notify_all();
+      return;
+    }
+    m_cv.wait(lock, [&] { return m_generation != generation; });
   }
-  return us;
+
+ private:
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  int m_arrived = 0;
+  std::uint64_t m_generation = 0;
+};
+Barrier g_barrier;
+
+// Each thread's own figures of the current run, by thread index.
+std::vector<double> g_own_us(64), g_wait_us(64);
+
+// Runs of this key that lasted long enough to be reported (the framework's short runs that pick the iteration
+// count are left out), us per pair.
+std::map<std::string, std::vector<double>> g_runs;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Times this thread's own allocate + release pairs, `pair(k)` for k = 0, 1, ...: the time from when every
+// thread has started (after the warm-up of all) to this thread's last pair, over its pairs. Waiting for the
+// other threads, at the start or the end, is no pair of this thread's and is left out (it is reported apart,
+// as us_incl_wait). Every thread runs the same number of pairs over the same size mix.
+//
+// Counters: us_per_pair, the mean over the threads; on thread 0, slowest_thread_us, us_incl_wait (thread 0's
+// time from the common start to the end of the slowest thread, per pair), and vs_single_thread: us_per_pair
+// over the median of this benchmark's single-thread runs. Returns the mean (thread 0) or 0.
+template <class Pair>
+double timed_pairs(benchmark::State& state, const std::string& what, Pair&& pair) {
+  const int threads = state.threads();
+  const auto index = static_cast<std::size_t>(state.thread_index());
+  g_barrier.arrive_and_wait(threads);  // every thread is warm before any starts
+  const auto start = clock_type::now();
+  const benchmark::IterationCount n = state.max_iterations;
+  clock_type::duration own{};
+  // One batch of all the iterations: the framework's own start and stop barriers stay outside `own`.
+  while (state.KeepRunningBatch(n)) {
+    const auto t0 = clock_type::now();
+    for (benchmark::IterationCount k = 0; k < n; ++k) pair(static_cast<std::size_t>(k));
+    own = clock_type::now() - t0;
+  }
+  // After the framework's stop barrier: every thread is done.
+  const auto incl_wait = clock_type::now() - start;
+  const double pairs = static_cast<double>(n);
+  g_own_us[index] = std::chrono::duration<double, std::micro>(own).count() / pairs;
+  g_wait_us[index] = std::chrono::duration<double, std::micro>(incl_wait).count() / pairs;
+  state.counters["us_per_pair"] = benchmark::Counter(g_own_us[index], benchmark::Counter::kAvgThreads);
+  state.SetItemsProcessed(state.iterations());
+  g_barrier.arrive_and_wait(threads);  // every thread's figure is in
+  if (index != 0) return 0.0;
+  double sum = 0, slowest = 0;
+  for (int t = 0; t < threads; ++t) {
+    sum += g_own_us[static_cast<std::size_t>(t)];
+    slowest = std::max(slowest, g_own_us[static_cast<std::size_t>(t)]);
+  }
+  const double mean = sum / threads;
+  const std::string key = what + std::to_string(threads);
+  put(key, mean);
+  if (std::chrono::duration<double>(own).count() >= 0.1) g_runs[key].push_back(mean);
+  state.counters["us_incl_wait"] = g_wait_us[0];
+  if (threads > 1) {
+    state.counters["slowest_thread_us"] = slowest;
+    const double single = median(g_runs[what + "1"]);
+    if (single > 0) state.counters["vs_single_thread"] = mean / single;
+  }
+  return mean;
 }
 
 void BM_Pairs_cudaMalloc(benchmark::State& state) {
   if (!have_gpu(state)) return;
   mt::DeviceGuard guard(0);
-  std::size_t i = static_cast<std::size_t>(state.thread_index()) * 5;
-  const auto t0 = clock_type::now();
-  for (auto _ : state) {
+  const std::size_t first = static_cast<std::size_t>(state.thread_index()) * 5;
+  timed_pairs(state, "malloc", [&](std::size_t k) {
     void* p = nullptr;
-    MT_CUDA_CHECK(cudaMalloc(&p, kSizes[i++ % kSizes.size()]));
+    MT_CUDA_CHECK(cudaMalloc(&p, kSizes[(first + k) % kSizes.size()]));
     MT_CUDA_CHECK(cudaFree(p));
-  }
-  report(state, "malloc", clock_type::now() - t0);
+  });
 }
 
 void warm_async_pool() {
@@ -135,58 +219,80 @@ void BM_Pairs_cudaMallocAsync(benchmark::State& state) {
   mt::DeviceGuard guard(0);
   warm_async_pool();
   cudaStream_t s = thread_stream(state.thread_index());
-  std::size_t i = static_cast<std::size_t>(state.thread_index()) * 5;
-  const auto t0 = clock_type::now();
-  for (auto _ : state) {
+  const std::size_t first = static_cast<std::size_t>(state.thread_index()) * 5;
+  timed_pairs(state, "async", [&](std::size_t k) {
     void* p = nullptr;
-    MT_CUDA_CHECK(cudaMallocAsync(&p, kSizes[i++ % kSizes.size()], s));
+    MT_CUDA_CHECK(cudaMallocAsync(&p, kSizes[(first + k) % kSizes.size()], s));
     MT_CUDA_CHECK(cudaFreeAsync(p, s));
-  }
-  const auto elapsed = clock_type::now() - t0;
+  });
   MT_CUDA_CHECK(cudaStreamSynchronize(s));
-  report(state, "async", elapsed);
+}
+
+// Pairs through `alloc` on stream `s`, after a warm-up that leaves one block of each size cached on s. On
+// thread 0: the hit rate so far, and the misses during the timed pairs of all threads (0 in a steady state).
+double caching_pairs(benchmark::State& state, const std::string& what, CachingDeviceAllocator& alloc,
+                     cudaStream_t s, bool shared_allocator = true) {
+  for (std::size_t size : kSizes) alloc.allocate(size, s);
+  const bool reads_stats = state.thread_index() == 0 || !shared_allocator;
+  g_barrier.arrive_and_wait(state.threads());  // every thread is warm before the count starts
+  const std::int64_t misses_before = reads_stats ? alloc.stats().cache_misses : 0;
+  const std::size_t first = static_cast<std::size_t>(state.thread_index()) * 5;
+  const double mean = timed_pairs(state, what, [&](std::size_t k) {
+    Allocation a = alloc.allocate(kSizes[(first + k) % kSizes.size()], s);
+    benchmark::DoNotOptimize(a.data());
+  });
+  if (reads_stats) {
+    const mt::MemoryStats st = alloc.stats();
+    // A private allocator per thread: each thread adds its own (kAvgThreads keeps them per thread).
+    state.counters["misses_in_loop"] = benchmark::Counter(
+        static_cast<double>(st.cache_misses - misses_before),
+        shared_allocator ? benchmark::Counter::kDefaults : benchmark::Counter::kAvgThreads);
+    state.counters["hit_rate"] = benchmark::Counter(
+        static_cast<double>(st.cache_hits) /
+            static_cast<double>(std::max<std::int64_t>(1, st.cache_hits + st.cache_misses)),
+        shared_allocator ? benchmark::Counter::kDefaults : benchmark::Counter::kAvgThreads);
+  }
+  return mean;
 }
 
 void BM_Pairs_Caching(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  CachingDeviceAllocator& alloc = bench_allocator();
-  cudaStream_t s = thread_stream(state.thread_index());
-  for (std::size_t size : kSizes) alloc.allocate(size, s);  // warm: one block of each size cached on s
-  std::size_t i = static_cast<std::size_t>(state.thread_index()) * 5;
-  const auto t0 = clock_type::now();
-  for (auto _ : state) {
-    Allocation a = alloc.allocate(kSizes[i++ % kSizes.size()], s);
-    benchmark::DoNotOptimize(a.data());
-  }
-  const double ours = report(state, "caching", clock_type::now() - t0);
+  const double ours = caching_pairs(state, "caching", bench_allocator(), thread_stream(state.thread_index()));
   if (state.thread_index() == 0) {
-    // Thread 0's own figure: the other threads may still be reporting theirs.
     const std::string t = std::to_string(state.threads());
     const double a = get("malloc" + t), b = get("async" + t);
     if (ours > 0 && a > 0) state.counters["x_vs_cudaMalloc"] = a / ours;
     if (ours > 0 && b > 0) state.counters["x_vs_cudaMallocAsync"] = b / ours;
-    const double single = get("caching1");
-    if (state.threads() > 1 && single > 0) state.counters["vs_single_thread"] = ours / single;
-    const mt::MemoryStats st = alloc.stats();
-    state.counters["hit_rate"] =
-        static_cast<double>(st.cache_hits) /
-        static_cast<double>(std::max<std::int64_t>(1, st.cache_hits + st.cache_misses));
   }
 }
 
-// The same pairs on FakeBackend: the policy's own cost, no driver (runs without a GPU).
+// The same pairs on FakeBackend: the policy's own cost, no driver (runs without a GPU). One allocator, a
+// stream per thread.
 void BM_Pairs_CachingFake(benchmark::State& state) {
-  static CachingDeviceAllocator* alloc =
-      new CachingDeviceAllocator(std::make_unique<mt::FakeBackend>(std::size_t(64) << 30));
-  cudaStream_t s = mt::FakeBackend::fake_stream(1 + state.thread_index());
-  for (std::size_t size : kSizes) alloc->allocate(size, s);
-  std::size_t i = static_cast<std::size_t>(state.thread_index()) * 5;
-  const auto t0 = clock_type::now();
-  for (auto _ : state) {
-    Allocation a = alloc->allocate(kSizes[i++ % kSizes.size()], s);
-    benchmark::DoNotOptimize(a.data());
-  }
-  report(state, "fake", clock_type::now() - t0);
+  static CachingDeviceAllocator* alloc = [] {
+    auto* a = new CachingDeviceAllocator(std::make_unique<mt::FakeBackend>(std::size_t(64) << 30));
+    configure(*a);
+    return a;
+  }();
+  caching_pairs(state, "fake", *alloc, mt::FakeBackend::fake_stream(1 + state.thread_index()));
+}
+
+// Control: each thread its own allocator, so nothing at all is shared. Its vs_single_thread is what this
+// machine gives 8 threads running this code; the shared allocator's cannot be expected below it.
+void BM_Pairs_CachingFakePrivate(benchmark::State& state) {
+  CachingDeviceAllocator alloc(std::make_unique<mt::FakeBackend>(std::size_t(8) << 30));
+  configure(alloc);
+  caching_pairs(state, "private", alloc, mt::FakeBackend::fake_stream(1), /*shared_allocator=*/false);
+}
+
+// Every thread on one stream: one pool and its lock shared by all threads (the thread caches are not).
+void BM_Pairs_CachingFakeOneStream(benchmark::State& state) {
+  static CachingDeviceAllocator* alloc = [] {
+    auto* a = new CachingDeviceAllocator(std::make_unique<mt::FakeBackend>(std::size_t(64) << 30));
+    configure(*a);
+    return a;
+  }();
+  caching_pairs(state, "onestream", *alloc, mt::FakeBackend::fake_stream(1));
 }
 
 // ---------------------------------------------------------------- a small graph run's trace
@@ -286,6 +392,7 @@ void fragmentation(benchmark::State& state, std::unique_ptr<mt::MemoryBackend> (
   double ratio = 0, reserved = 0, peak = 0;
   for (auto _ : state) {
     CachingDeviceAllocator alloc(make());
+    configure(alloc);
     run_fuzz_trace(alloc, mt::cuda_available() ? thread_stream(0) : mt::FakeBackend::fake_stream(1));
     const mt::MemoryStats st = alloc.stats();
     reserved = static_cast<double>(st.reserved_bytes.peak);
@@ -330,6 +437,19 @@ BENCHMARK(BM_Pairs_Caching)
 BENCHMARK(BM_Pairs_CachingFake)
     ->Threads(1)
     ->Threads(2)
+    ->Threads(8)
+    ->UseRealTime()
+    ->MinTime(0.3)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Pairs_CachingFakePrivate)
+    ->Threads(1)
+    ->Threads(2)
+    ->Threads(8)
+    ->UseRealTime()
+    ->MinTime(0.3)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Pairs_CachingFakeOneStream)
+    ->Threads(1)
     ->Threads(8)
     ->UseRealTime()
     ->MinTime(0.3)

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -610,6 +613,359 @@ TEST_F(CachingFake, EightThreadsConcurrently) {
   EXPECT_EQ(st.active_bytes.current, 0);
   EXPECT_EQ(st.reserved_bytes.current, 0);
   EXPECT_EQ(fake->n_events_outstanding(), 0);
+}
+
+}  // namespace
+}  // namespace mt
+
+// ---------------------------------------------------------------- thread caches
+
+namespace mt {
+namespace {
+
+TEST_F(CachingFake, ThreadCacheServesTheSameSizeOnTheSameStream) {
+  Allocation a = alloc->allocate(4000, s1);  // rounds to 4096
+  void* p = a.data();
+  a.reset();
+  MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.allocations.current, 0);
+  EXPECT_EQ(st.allocated_bytes.current, 0);
+  EXPECT_EQ(st.active_bytes.current, 0);
+  EXPECT_EQ(st.requested_bytes.current, 0);
+  // Kept by this thread: free, not mergeable, so counted with the free bytes of its split segment.
+  EXPECT_EQ(st.inactive_split_bytes.current, static_cast<std::int64_t>(2 * MiB));
+  EXPECT_EQ(st.merges, 0);
+
+  Allocation b = alloc->allocate(4096, s1);  // same rounded size
+  EXPECT_EQ(b.data(), p);
+  EXPECT_EQ(b.size(), 4096u);
+  st = alloc->stats();
+  EXPECT_EQ(st.cache_hits, 1);
+  EXPECT_EQ(st.thread_cache_hits, 1);
+  EXPECT_EQ(st.requested_bytes.current, 4096);
+  EXPECT_EQ(st.allocated_bytes.current, 4096);
+  EXPECT_EQ(st.allocated_bytes.peak, 4096);
+  b.reset();
+
+  Allocation c = alloc->allocate(4608, s1);  // another rounded size: the pool, not the thread cache
+  EXPECT_NE(c.data(), p);
+  EXPECT_EQ(alloc->stats().thread_cache_hits, 1);
+  EXPECT_EQ(fake->n_events_created(), 0);
+}
+
+TEST_F(CachingFake, ThreadCacheNeverHandsABlockToAnotherStream) {
+  Allocation a = alloc->allocate(4096, s1);
+  void* p = a.data();
+  fake->submit(s1);  // work still using `a` is queued on s1
+  a.reset();         // kept by this thread, for s1
+  Allocation b = alloc->allocate(4096, s2);
+  EXPECT_NE(b.data(), p);
+  EXPECT_EQ(alloc->stats().thread_cache_hits, 0);
+  EXPECT_EQ(alloc->stats().segments.current, 2);
+  SegmentInfo s1_segment;
+  for (const SegmentInfo& seg : alloc->snapshot())
+    if (inside(p, seg)) s1_segment = seg;
+  ASSERT_EQ(s1_segment.blocks.size(), 1u);  // back in s1's pool, whole
+  // Once s1 is done with it, s2 may have that segment when its own is full.
+  Allocation c1 = alloc->allocate(MiB, s2), c2 = alloc->allocate(MiB - 4096, s2);
+  EXPECT_FALSE(inside(c1.data(), s1_segment));
+  EXPECT_FALSE(inside(c2.data(), s1_segment));
+  fake->complete(s1);
+  Allocation d = alloc->allocate(4096, s2);
+  EXPECT_EQ(d.data(), p);
+  EXPECT_EQ(alloc->stats().cross_stream_hits, 1);
+}
+
+TEST_F(CachingFake, ThreadCacheKeepsSixteenSmallBlocksOldestOut) {
+  std::vector<Allocation> v;
+  for (int i = 1; i <= 20; ++i) v.push_back(alloc->allocate(static_cast<std::size_t>(i) * 512, s1));
+  v.clear();  // released in order: the first 4 go back to the pool when the 17th to 20th come in
+  std::int64_t merges = alloc->stats().merges;
+  EXPECT_GT(merges, 0);
+  for (int i = 1; i <= 20; ++i) v.push_back(alloc->allocate(static_cast<std::size_t>(i) * 512, s1));
+  EXPECT_EQ(alloc->stats().thread_cache_hits, 16);
+  v.clear();
+
+  // Kept or free, the small segment's bytes are all inactive.
+  EXPECT_EQ(alloc->stats().inactive_split_bytes.current, static_cast<std::int64_t>(2 * MiB));
+
+  // A miss (no large segment yet) returns the thread's cache first: the small segment is whole again.
+  Allocation a = alloc->allocate(2 * MiB, s1);
+  MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.inactive_split_bytes.current, static_cast<std::int64_t>(18 * MiB));
+  EXPECT_EQ(st.device_mallocs, 2);
+
+  // Large requests are not kept: they go back to their pool and merge there.
+  a.reset();
+  EXPECT_EQ(alloc->stats().inactive_split_bytes.current, 0);
+  Allocation b = alloc->allocate(2 * MiB, s1);
+  st = alloc->stats();
+  EXPECT_EQ(st.thread_cache_hits, 16);
+  EXPECT_EQ(st.inactive_split_bytes.current, static_cast<std::int64_t>(18 * MiB));
+}
+
+TEST_F(CachingFake, RecordStreamBlocksAreNotThreadCached) {
+  Allocation a = alloc->allocate(4096, s1);
+  void* p = a.data();
+  alloc->record_stream(a, s2);
+  fake->submit(s2);
+  a.reset();
+  Allocation b = alloc->allocate(4096, s1);
+  EXPECT_NE(b.data(), p);  // s2 may still use it
+  EXPECT_EQ(alloc->stats().thread_cache_hits, 0);
+  fake->complete(s2);
+  b.reset();
+  Allocation c = alloc->allocate(4096, s1);  // b, from the thread cache
+  Allocation d = alloc->allocate(4096, s1);  // a's block, back in the pool
+  EXPECT_EQ(d.data(), p);
+}
+
+TEST_F(CachingFake, DisablingTheThreadCacheReturnsItsBlocks) {
+  EXPECT_TRUE(alloc->thread_cache_enabled());
+  std::vector<Allocation> v;
+  for (std::size_t size : {512u, 4096u, 100000u}) v.push_back(alloc->allocate(size, s1));
+  v.clear();
+  EXPECT_EQ(alloc->stats().merges, 0);
+  alloc->set_thread_cache_enabled(false);
+  EXPECT_FALSE(alloc->thread_cache_enabled());
+  MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.merges, 3);
+  EXPECT_EQ(st.inactive_split_bytes.current, 0);  // one free block spans the segment again
+  Allocation a = alloc->allocate(4096, s1);
+  a.reset();
+  Allocation b = alloc->allocate(4096, s1);
+  st = alloc->stats();
+  EXPECT_EQ(st.thread_cache_hits, 0);
+  EXPECT_EQ(st.cache_hits, 4);  // 4096 and 100000 carved from the segment, a and b from the pool
+  alloc->set_thread_cache_enabled(true);
+}
+
+// Another thread parks blocks and stays alive; the allocator must get them back when it needs them.
+class ParkedElsewhere {
+ public:
+  ParkedElsewhere(CachingDeviceAllocator& alloc, std::vector<std::size_t> sizes, cudaStream_t stream)
+      : m_thread([&alloc, sizes, stream, this] {
+          std::vector<Allocation> v;
+          for (std::size_t size : sizes) v.push_back(alloc.allocate(size, stream));
+          for (const Allocation& a : v) m_pointers.push_back(a.data());
+          v.clear();  // into this thread's cache
+          {
+            std::unique_lock<std::mutex> lock(m_mutex);
+            m_parked = true;
+            m_cv.notify_all();
+            m_cv.wait(lock, [this] { return m_go; });
+          }
+          if (m_then) m_then();
+        }) {
+    std::unique_lock<std::mutex> lock(m_mutex);
+    m_cv.wait(lock, [this] { return m_parked; });
+  }
+  // Lets the thread go on (running `then` first) and waits for it to end.
+  void finish(std::function<void()> then = {}) {
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      m_then = std::move(then);
+      m_go = true;
+      m_cv.notify_all();
+    }
+    m_thread.join();
+  }
+  ~ParkedElsewhere() {
+    if (m_thread.joinable()) finish();
+  }
+  const std::vector<void*>& pointers() const { return m_pointers; }
+
+ private:
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  bool m_parked = false, m_go = false;
+  std::function<void()> m_then;
+  std::vector<void*> m_pointers;
+  std::thread m_thread;  // last: starts once the rest is built
+};
+
+TEST_F(CachingFake, EmptyCacheTakesBackOtherThreadsCaches) {
+  ParkedElsewhere other(*alloc, {MiB, MiB / 2, 1000}, s1);
+  MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.allocations.current, 0);
+  EXPECT_EQ(st.reserved_bytes.current, static_cast<std::int64_t>(2 * MiB));
+  EXPECT_EQ(st.inactive_split_bytes.current, static_cast<std::int64_t>(2 * MiB));
+  alloc->empty_cache();
+  st = alloc->stats();
+  EXPECT_EQ(st.reserved_bytes.current, 0);
+  EXPECT_EQ(st.inactive_split_bytes.current, 0);
+  EXPECT_EQ(fake->used(), 0u);
+  // The other thread goes on with an empty cache.
+  std::int64_t hits = -1;
+  other.finish([&] {
+    Allocation a = alloc->allocate(MiB, s1);
+    hits = alloc->stats().thread_cache_hits;
+  });
+  EXPECT_EQ(hits, 0);
+  EXPECT_EQ(alloc->stats().device_mallocs, 2);
+}
+
+TEST_F(CachingFake, OomTakesBackOtherThreadsCachesBeforeGivingUp) {
+  make(2 * MiB);
+  ParkedElsewhere other(*alloc, {MiB, MiB},
+                        s1);  // the device's only segment, parked whole in the other thread
+  // Same stream: the blocks, back in s1's pool and merged, serve this one.
+  Allocation a = alloc->allocate(MiB, s1);
+  MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.ooms, 0);
+  EXPECT_EQ(st.alloc_retries, 1);
+  EXPECT_EQ(st.device_mallocs, 1);
+  EXPECT_EQ(a.data(), other.pointers().at(0));
+  a.reset();
+  alloc->set_thread_cache_enabled(false);  // (a was kept by this thread)
+  alloc->set_thread_cache_enabled(true);
+  other.finish();
+
+  // Another stream: the segment, once whole again, moves to it.
+  ParkedElsewhere again(*alloc, {MiB, MiB}, s1);
+  Allocation b = alloc->allocate(MiB, s2);
+  EXPECT_EQ(alloc->stats().ooms, 0);
+  EXPECT_EQ(b.data(), again.pointers().at(0));
+}
+
+TEST_F(CachingFake, ThreadExitReturnsItsCacheAndKeepsItsFigures) {
+  std::thread([&] {
+    Allocation a = alloc->allocate(4096, s1), b = alloc->allocate(8192, s1);
+    a.reset();
+    Allocation c = alloc->allocate(4096, s1);  // thread-cache hit
+  }).join();
+  MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.allocations.current, 0);
+  EXPECT_EQ(st.allocations.allocated, 3);
+  EXPECT_EQ(st.allocations.freed, 3);
+  EXPECT_EQ(st.thread_cache_hits, 1);
+  EXPECT_EQ(st.inactive_split_bytes.current, 0);  // all back and merged
+  const auto snap = alloc->snapshot();
+  ASSERT_EQ(snap.size(), 1u);
+  EXPECT_EQ(snap[0].blocks.size(), 1u);
+  // Many short-lived threads: each adopts a cache left by one before it.
+  for (int i = 0; i < 50; ++i)
+    std::thread([&] {
+      Allocation a = alloc->allocate(512, s2);
+      a.reset();
+      Allocation b = alloc->allocate(512, s2);
+    }).join();
+  st = alloc->stats();
+  EXPECT_EQ(st.thread_cache_hits, 51);
+  EXPECT_EQ(st.allocations.current, 0);
+  EXPECT_EQ(st.inactive_split_bytes.current, 0);
+}
+
+// A thread_local object built before this thread first used the allocator is destroyed after the thread's
+// caches: its release goes through the allocator's stand-in for exiting threads.
+struct LateRelease {
+  Allocation a;
+};
+
+TEST_F(CachingFake, ReleaseAfterTheThreadCachesAreGone) {
+  std::thread([&] {
+    thread_local LateRelease late;  // built here, before this thread's caches
+    late.a = alloc->allocate(4096, s1);
+    Allocation b = alloc->allocate(512, s1);  // kept by the thread cache, returned at exit
+  }).join();
+  const MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.allocations.current, 0);
+  EXPECT_EQ(st.allocations.freed, 2);
+  EXPECT_EQ(st.active_bytes.current, 0);
+  const auto snap = alloc->snapshot();
+  ASSERT_EQ(snap.size(), 1u);
+  ASSERT_EQ(snap[0].blocks.size(), 1u);
+  EXPECT_EQ(snap[0].blocks[0].state, BlockState::Free);
+}
+
+TEST(CachingThreadCache, ThreadOutlivesItsAllocator) {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int phase = 0;
+  auto wait_for = [&](int p) {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return phase >= p; });
+  };
+  auto advance = [&](int p) {
+    std::lock_guard<std::mutex> lock(mutex);
+    phase = p;
+    cv.notify_all();
+  };
+  auto alloc = std::make_unique<CachingDeviceAllocator>(std::make_unique<FakeBackend>(64 * MiB));
+  std::thread t([&] {
+    Allocation a = alloc->allocate(4096, s1);
+    a.reset();  // kept in this thread's cache of the first allocator
+    advance(1);
+    wait_for(2);
+    // The first allocator is gone (perhaps a new one sits at its address): this thread must not touch it,
+    // now or at exit.
+    Allocation b = alloc->allocate(4096, s1);
+    b.reset();
+    Allocation c = alloc->allocate(4096, s1);
+    EXPECT_EQ(alloc->stats().thread_cache_hits, 1);
+  });
+  wait_for(1);
+  alloc.reset();  // takes the block back from the thread's cache and frees everything
+  alloc = std::make_unique<CachingDeviceAllocator>(std::make_unique<FakeBackend>(64 * MiB));
+  advance(2);
+  t.join();
+  EXPECT_EQ(alloc->stats().allocations.current, 0);
+}
+
+TEST_F(CachingFake, ThreadsSharingOneStreamWhileOthersDrainAndRead) {
+  make(1024 * MiB);
+  constexpr int kThreads = 8, kSteps = 4000;
+  std::atomic<int> failures{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) * 104729u + 7);
+      std::vector<std::pair<Allocation, unsigned char>> mine;
+      for (int i = 0; i < kSteps; ++i) {
+        if (mine.size() < 12 && (rng() % 2 == 0 || mine.empty())) {
+          // Few sizes, so that thread caches hit; now and then a large one through the pool.
+          const std::size_t size = rng() % 16 == 0 ? 3 * MiB : 512 * (1 + rng() % 6);
+          Allocation a = alloc->allocate(size, s1);
+          const auto pattern = static_cast<unsigned char>(rng());
+          std::memset(a.data(), pattern, size);
+          mine.emplace_back(std::move(a), pattern);
+        } else {
+          const std::size_t k = rng() % mine.size();
+          if (!check(mine[k].first, mine[k].second)) failures.fetch_add(1);
+          mine[k] = std::move(mine.back());
+          mine.pop_back();
+        }
+      }
+      for (auto& [a, pattern] : mine)
+        if (!check(a, pattern)) failures.fetch_add(1);
+    });
+  }
+  std::thread reader([&] {
+    for (int i = 0; !done.load(); ++i) {
+      const MemoryStats st = alloc->stats();
+      if (st.allocations.current < 0 || st.allocations.current > kThreads * 12) failures.fetch_add(1);
+      if (i % 3 == 0) alloc->empty_cache();
+      if (i % 7 == 0) alloc->snapshot();
+      std::this_thread::yield();
+    }
+  });
+  for (auto& th : threads) th.join();
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(failures.load(), 0);
+  MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.allocations.current, 0);
+  EXPECT_EQ(st.allocated_bytes.current, 0);
+  EXPECT_EQ(st.active_bytes.current, 0);
+  EXPECT_EQ(st.requested_bytes.current, 0);
+  EXPECT_EQ(st.allocations.allocated, st.allocations.freed);
+  EXPECT_GT(st.thread_cache_hits, 1000);
+  EXPECT_EQ(static_cast<std::size_t>(st.reserved_bytes.current), fake->used());
+  alloc->empty_cache();
+  st = alloc->stats();
+  EXPECT_EQ(st.reserved_bytes.current, 0);
+  EXPECT_EQ(fake->used(), 0u);
 }
 
 }  // namespace
