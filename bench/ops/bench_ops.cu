@@ -367,23 +367,22 @@ void BM_permute_021(benchmark::State& state) {
       });
 }
 
-BENCHMARK(BM_copy_d2d)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_add_naive)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_add)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_add_offset1)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_add_offset1_all)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_relu)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_relu_offset1)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_gelu)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-#define MT_MAP_RUNG(name)                                          \
-  BENCHMARK_CAPTURE(BM_relu_rung, name, detail::MapSchedule::name) \
-      ->UseManualTime()                                            \
-      ->Iterations(kIterations)                                    \
-      ->Unit(benchmark::kMicrosecond);                             \
-  BENCHMARK_CAPTURE(BM_add_rung, name, detail::MapSchedule::name)  \
-      ->UseManualTime()                                            \
-      ->Iterations(kIterations)                                    \
-      ->Unit(benchmark::kMicrosecond)
+// Every row: CUDA-event times (manual), a fixed iteration count, microseconds.
+void timed(benchmark::internal::Benchmark* b) {
+  b->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_copy_d2d)->Apply(timed);
+BENCHMARK(BM_add_naive)->Apply(timed);
+BENCHMARK(BM_add)->Apply(timed);
+BENCHMARK(BM_add_offset1)->Apply(timed);
+BENCHMARK(BM_add_offset1_all)->Apply(timed);
+BENCHMARK(BM_relu)->Apply(timed);
+BENCHMARK(BM_relu_offset1)->Apply(timed);
+BENCHMARK(BM_gelu)->Apply(timed);
+#define MT_MAP_RUNG(name)                                                         \
+  BENCHMARK_CAPTURE(BM_relu_rung, name, detail::MapSchedule::name)->Apply(timed); \
+  BENCHMARK_CAPTURE(BM_add_rung, name, detail::MapSchedule::name)->Apply(timed)
 MT_MAP_RUNG(GridStride2);
 MT_MAP_RUNG(GridStride4);
 MT_MAP_RUNG(GridStride2Streaming);
@@ -392,91 +391,30 @@ MT_MAP_RUNG(Blocks4);
 MT_MAP_RUNG(Blocks4Streaming);
 MT_MAP_RUNG(Blocks2);
 MT_MAP_RUNG(Blocks8);
-BENCHMARK_CAPTURE(BM_sum, aligned, false)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_sum, offset1, true)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, row_sum, ReduceOp::Sum, true)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, col_sum, ReduceOp::Sum, false)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, row_max, ReduceOp::Max, true)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, col_max, ReduceOp::Max, false)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(matrix_reduce, row_argmax, ReduceOp::ArgMax, true)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows, false, detail::SoftmaxKernel::Auto)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, log_rows, true, detail::SoftmaxKernel::Auto)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_sum, aligned, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_sum, offset1, true)->Apply(timed);
+BENCHMARK_CAPTURE(matrix_reduce, row_sum, ReduceOp::Sum, true)->Apply(timed);
+BENCHMARK_CAPTURE(matrix_reduce, col_sum, ReduceOp::Sum, false)->Apply(timed);
+BENCHMARK_CAPTURE(matrix_reduce, row_max, ReduceOp::Max, true)->Apply(timed);
+BENCHMARK_CAPTURE(matrix_reduce, col_max, ReduceOp::Max, false)->Apply(timed);
+BENCHMARK_CAPTURE(matrix_reduce, row_argmax, ReduceOp::ArgMax, true)->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, rows, false, detail::SoftmaxKernel::Auto)->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, log_rows, true, detail::SoftmaxKernel::Auto)->Apply(timed);
 BENCHMARK_CAPTURE(BM_softmax, rows_shared_single_buffer, false, detail::SoftmaxKernel::SharedCached)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows_registers, false, detail::SoftmaxKernel::RegisterCached)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows_two_pass, false, detail::SoftmaxKernel::TwoPass)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows_bulk, false, detail::SoftmaxKernel::Bulk)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_softmax, rows_bulk_streaming, false, detail::SoftmaxKernel::BulkStreaming)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
+    ->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, rows_registers, false, detail::SoftmaxKernel::RegisterCached)->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, rows_two_pass, false, detail::SoftmaxKernel::TwoPass)->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, rows_bulk, false, detail::SoftmaxKernel::Bulk)->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, rows_bulk_streaming, false, detail::SoftmaxKernel::BulkStreaming)->Apply(timed);
 BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_streaming, true, detail::SoftmaxKernel::BulkStreaming)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, naive, detail::TransposeKernel::Naive)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, smem_nopad, detail::TransposeKernel::SharedNoPad)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, smem_padded, detail::TransposeKernel::SharedPadded)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, vec4_wide, detail::TransposeKernel::Vec4Wide)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(transpose_rung, best, detail::TransposeKernel::Best)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-#define MT_TILES_RUNG(name)                                              \
-  BENCHMARK_CAPTURE(transpose_tiles, name, detail::TransposeTiles::name) \
-      ->UseManualTime()                                                  \
-      ->Iterations(kIterations)                                          \
-      ->Unit(benchmark::kMicrosecond)
+    ->Apply(timed);
+BENCHMARK_CAPTURE(transpose_rung, naive, detail::TransposeKernel::Naive)->Apply(timed);
+BENCHMARK_CAPTURE(transpose_rung, smem_nopad, detail::TransposeKernel::SharedNoPad)->Apply(timed);
+BENCHMARK_CAPTURE(transpose_rung, smem_padded, detail::TransposeKernel::SharedPadded)->Apply(timed);
+BENCHMARK_CAPTURE(transpose_rung, vec4_wide, detail::TransposeKernel::Vec4Wide)->Apply(timed);
+BENCHMARK_CAPTURE(transpose_rung, best, detail::TransposeKernel::Best)->Apply(timed);
+#define MT_TILES_RUNG(name) \
+  BENCHMARK_CAPTURE(transpose_tiles, name, detail::TransposeTiles::name)->Apply(timed)
 MT_TILES_RUNG(Tiles2x2);
 MT_TILES_RUNG(Tiles2x2Grouped);
 MT_TILES_RUNG(Tiles2x2Streaming);
@@ -485,15 +423,9 @@ MT_TILES_RUNG(Tiles2x4);
 MT_TILES_RUNG(Tiles2x4Streaming);
 MT_TILES_RUNG(Tiles4x2);
 MT_TILES_RUNG(Tiles4x2Grouped);
-BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_permute_021)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)->Apply(timed);
+BENCHMARK(BM_permute_021)->Apply(timed);
 
 }  // namespace
 }  // namespace mt
