@@ -157,6 +157,29 @@ struct VecLoader {
   }
 };
 
+// ---------------------------------------------------------------- the cp.async ring over k tiles
+
+// A STAGES-deep ring of shared-memory stages: `fill(stage, tile)` issues the cp.async loads of k tile `tile`
+// into ring slot `stage`. Prologue: tiles 0 .. STAGES-2 in flight. Then, before computing tile t,
+// ring_advance waits for it and refills the slot that tile t-1 just freed with tile t + STAGES - 1. Every
+// call commits one group (empty past the last tile), so the wait count stays STAGES - 2.
+template <int STAGES, class Fill>
+__device__ __forceinline__ void ring_prologue(int n_tiles, Fill&& fill) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_tiles) fill(s, s);
+    cp_async_commit();
+  }
+}
+template <int STAGES, class Fill>
+__device__ __forceinline__ void ring_advance(int t, int n_tiles, Fill&& fill) {
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();  // tile t has landed for every thread; slot (t-1) % STAGES is free to refill
+  const int tn = t + STAGES - 1;
+  if (tn < n_tiles) fill(tn % STAGES, tn);
+  cp_async_commit();
+}
+
 // ---------------------------------------------------------------- tiles and epilogue
 
 // Block -> (tile_m, tile_n), grouped by 8 tile rows so that blocks running together share panels of A and B

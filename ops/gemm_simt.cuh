@@ -123,14 +123,11 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   LoaderB lb;
   lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, tid);
 
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < n_tiles) {
-      la.load(sA + s * S::kStageA, k_begin + s * BK, k_end, tid);
-      lb.load(sB + s * S::kStageB, k_begin + s * BK, k_end, tid);
-    }
-    cp_async_commit();
-  }
+  auto fill = [&](int stage, int tile) {
+    la.load(sA + stage * S::kStageA, k_begin + tile * BK, k_end, tid);
+    lb.load(sB + stage * S::kStageB, k_begin + tile * BK, k_end, tid);
+  };
+  ring_prologue<STAGES>(n_tiles, fill);
 
   float acc[TM][TN];
 #pragma unroll
@@ -143,16 +140,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   float ra[2][TM], rb[2][TN];
 
   for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();  // tile t has landed for every thread; stage (t-1) % STAGES is free to refill
-    {
-      const int tn = t + STAGES - 1;
-      if (tn < n_tiles) {
-        la.load(sA + (tn % STAGES) * S::kStageA, k_begin + tn * BK, k_end, tid);
-        lb.load(sB + (tn % STAGES) * S::kStageB, k_begin + tn * BK, k_end, tid);
-      }
-      cp_async_commit();
-    }
+    ring_advance<STAGES>(t, n_tiles, fill);
     const float* As = sA + (t % STAGES) * S::kStageA;
     const float* Bs = sB + (t % STAGES) * S::kStageB;
     // Register double buffering: fragments of k-row q+1 load while row q's outer product runs.

@@ -80,14 +80,11 @@ __global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, STAGES>::kThreads
   LoaderB lb;
   lb.init(p.b + b * p.b_sb, p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, tid);
 
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < n_tiles) {
-      la.load(sA + s * S::kStageA, k_begin + s * BK, k_end, tid);
-      lb.load(sB + s * S::kStageB, k_begin + s * BK, k_end, tid);
-    }
-    cp_async_commit();
-  }
+  auto fill = [&](int stage, int tile) {
+    la.load(sA + stage * S::kStageA, k_begin + tile * BK, k_end, tid);
+    lb.load(sB + stage * S::kStageB, k_begin + tile * BK, k_end, tid);
+  };
+  ring_prologue<STAGES>(n_tiles, fill);
 
   float acc[MI][NI][4];
 #pragma unroll
@@ -98,16 +95,7 @@ __global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, STAGES>::kThreads
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
 
   for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();
-    {
-      const int tn = t + STAGES - 1;
-      if (tn < n_tiles) {
-        la.load(sA + (tn % STAGES) * S::kStageA, k_begin + tn * BK, k_end, tid);
-        lb.load(sB + (tn % STAGES) * S::kStageB, k_begin + tn * BK, k_end, tid);
-      }
-      cp_async_commit();
-    }
+    ring_advance<STAGES>(t, n_tiles, fill);
     const float* As = sA + (t % STAGES) * S::kStageA;
     const float* Bs = sB + (t % STAGES) * S::kStageB;
 #pragma unroll
