@@ -416,44 +416,16 @@ void BM_FuzzFragmentation_Cuda(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_Pairs_cudaMalloc)
-    ->Threads(1)
-    ->Threads(8)
-    ->UseRealTime()
-    ->MinTime(0.3)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Pairs_cudaMallocAsync)
-    ->Threads(1)
-    ->Threads(8)
-    ->UseRealTime()
-    ->MinTime(0.3)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Pairs_Caching)
-    ->Threads(1)
-    ->Threads(8)
-    ->UseRealTime()
-    ->MinTime(0.3)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Pairs_CachingFake)
-    ->Threads(1)
-    ->Threads(2)
-    ->Threads(8)
-    ->UseRealTime()
-    ->MinTime(0.3)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Pairs_CachingFakePrivate)
-    ->Threads(1)
-    ->Threads(2)
-    ->Threads(8)
-    ->UseRealTime()
-    ->MinTime(0.3)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Pairs_CachingFakeOneStream)
-    ->Threads(1)
-    ->Threads(8)
-    ->UseRealTime()
-    ->MinTime(0.3)
-    ->Unit(benchmark::kMicrosecond);
+// The pair rows: wall-clock time per pair, 1 and 8 threads (the fake-backend rows also 2), 0.3 s each.
+void pairs(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->MinTime(0.3)->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_Pairs_cudaMalloc)->Threads(1)->Threads(8)->Apply(pairs);
+BENCHMARK(BM_Pairs_cudaMallocAsync)->Threads(1)->Threads(8)->Apply(pairs);
+BENCHMARK(BM_Pairs_Caching)->Threads(1)->Threads(8)->Apply(pairs);
+BENCHMARK(BM_Pairs_CachingFake)->Threads(1)->Threads(2)->Threads(8)->Apply(pairs);
+BENCHMARK(BM_Pairs_CachingFakePrivate)->Threads(1)->Threads(2)->Threads(8)->Apply(pairs);
+BENCHMARK(BM_Pairs_CachingFakeOneStream)->Threads(1)->Threads(8)->Apply(pairs);
 BENCHMARK(BM_GraphTrace_cudaMallocAsync)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GraphTrace_Caching)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FuzzFragmentation_Fake)->Iterations(1)->Unit(benchmark::kMillisecond);
