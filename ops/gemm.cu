@@ -145,12 +145,18 @@ const char* kernel_name(Kernel k) {
       return "simt_128x128x8_w64x32_t8x8_s4_2cta";
     case Kernel::Simt256x128:
       return "simt_256x128x8_w64x64_t16x8_s3";
+    case Kernel::Simt256x128k16:
+      return "simt_256x128x16_w64x64_t16x8_s3";
     case Kernel::Simt128x64:
       return "simt_128x64x8_w64x32_t8x8_s4";
     case Kernel::Simt64x64:
       return "simt_64x64x8_w32x32_t8x4_s4";
+    case Kernel::Simt64x64w2:
+      return "simt_64x64x8_w64x32_t8x8_s4";
     case Kernel::Simt32x128:
       return "simt_32x128x8_w32x32_t8x4_s4";
+    case Kernel::Simt32x128w2:
+      return "simt_32x128x8_w32x64_t8x8_s4";
     case Kernel::Simt32x64:
       return "simt_32x64x8_w32x32_t8x4_s4";
     case Kernel::Tensor128x128:
@@ -166,17 +172,36 @@ const char* kernel_name(Kernel k) {
 }
 
 std::vector<Kernel> simt_kernels() {
-  return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
-          Kernel::Simt128x64,  Kernel::Simt64x64,      Kernel::Simt32x128,    Kernel::Simt32x64};
+  return {Kernel::Simt128x128,    Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
+          Kernel::Simt256x128k16, Kernel::Simt128x64,     Kernel::Simt64x64,     Kernel::Simt64x64w2,
+          Kernel::Simt32x128,     Kernel::Simt32x128w2,   Kernel::Simt32x64};
 }
 std::vector<Kernel> tensor_kernels() {
   return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64, Kernel::Wgmma};
 }
 
+namespace {
+bool is_tensor(Kernel k) {
+  return k == Kernel::Tensor128x128 || k == Kernel::Tensor128x64 || k == Kernel::Tensor64x64 ||
+         k == Kernel::Wgmma;
+}
+bool is_rung(Kernel k) {
+  return k == Kernel::Naive || k == Kernel::SmemTiled || k == Kernel::RegTiled;
+}
+bool is_simt(Kernel k) {
+  return !is_tensor(k) && !is_rung(k);
+}
+// SIMT configurations built register-staged only (their cp.async variants would spill).
+bool registers_only(Kernel k) {
+  return k == Kernel::Simt256x128k16 || k == Kernel::Simt64x64w2 || k == Kernel::Simt32x128w2;
+}
+}  // namespace
+
 std::string config_name(const Config& c) {
   std::string s = kernel_name(c.kernel);
   if (c.split_k > 1) s += "_splitk" + std::to_string(c.split_k);
   if (c.split_k > 1 && c.reduce == SplitReduce::Cluster) s += "_dsmem";
+  if (is_simt(c.kernel) && c.staging == Staging::CpAsync) s += "_cpasync";
   if (c.math != MathMode::FP32) s += std::string("_") + math_mode_name(c.math);
   return s;
 }
@@ -210,14 +235,6 @@ SplitScratch split_scratch(std::size_t partial_bytes, std::size_t n_counters, cu
 
 namespace {
 
-bool is_tensor(Kernel k) {
-  return k == Kernel::Tensor128x128 || k == Kernel::Tensor128x64 || k == Kernel::Tensor64x64 ||
-         k == Kernel::Wgmma;
-}
-bool is_rung(Kernel k) {
-  return k == Kernel::Naive || k == Kernel::SmemTiled || k == Kernel::RegTiled;
-}
-
 struct TileInfo {
   int bm, bn, bk;
 };
@@ -231,11 +248,17 @@ TileInfo tile_of(Kernel k) {
       return {128, 128, 8};
     case Kernel::Simt256x128:
       return {256, 128, 8};
+    case Kernel::Simt256x128k16:
+      return {256, 128, 16};
     case Kernel::Simt128x64:
       return {128, 64, 8};
     case Kernel::Simt64x64:
       return {64, 64, 8};
+    case Kernel::Simt64x64w2:
+      return {64, 64, 8};
     case Kernel::Simt32x128:
+      return {32, 128, 8};
+    case Kernel::Simt32x128w2:
       return {32, 128, 8};
     case Kernel::Simt32x64:
       return {32, 64, 8};
@@ -303,21 +326,27 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
   }
   switch (cfg.kernel) {
     case Kernel::Simt128x128:
-      return launch_simt_128x128(p, split, cfg.reduce, stream);
+      return launch_simt_128x128(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt128x128k16:
-      return launch_simt_128x128k16(p, split, cfg.reduce, stream);
+      return launch_simt_128x128k16(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt128x128x2:
-      return launch_simt_128x128x2(p, split, cfg.reduce, stream);
+      return launch_simt_128x128x2(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt256x128:
-      return launch_simt_256x128(p, split, cfg.reduce, stream);
+      return launch_simt_256x128(p, split, cfg.reduce, cfg.staging, stream);
+    case Kernel::Simt256x128k16:
+      return launch_simt_256x128k16(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt128x64:
-      return launch_simt_128x64(p, split, cfg.reduce, stream);
+      return launch_simt_128x64(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt64x64:
-      return launch_simt_64x64(p, split, cfg.reduce, stream);
+      return launch_simt_64x64(p, split, cfg.reduce, cfg.staging, stream);
+    case Kernel::Simt64x64w2:
+      return launch_simt_64x64w2(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt32x128:
-      return launch_simt_32x128(p, split, cfg.reduce, stream);
+      return launch_simt_32x128(p, split, cfg.reduce, cfg.staging, stream);
+    case Kernel::Simt32x128w2:
+      return launch_simt_32x128w2(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt32x64:
-      return launch_simt_32x64(p, split, cfg.reduce, stream);
+      return launch_simt_32x64(p, split, cfg.reduce, cfg.staging, stream);
     default:
       MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
   }
@@ -332,6 +361,9 @@ bool can_implement(const Problem& p, const Config& cfg) {
   if (is_rung(cfg.kernel)) return cfg.split_k == 1 && cfg.math == MathMode::FP32;
   if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
   if (cfg.kernel == Kernel::Wgmma) return cfg.split_k == 1 && wgmma_can_implement(p, cfg.math);
+  if (is_simt(cfg.kernel) && cfg.staging == Staging::Registers && !(a_reg_stageable(p) && b_reg_stageable(p)))
+    return false;
+  if (registers_only(cfg.kernel) && cfg.staging != Staging::Registers) return false;
   const TileInfo t = tile_of(cfg.kernel);
   if (!offsets_fit(p.a_sm, p.a_sk, t.bm, t.bk) || !offsets_fit(p.b_sn, p.b_sk, t.bn, t.bk)) return false;
   // Tiles are raster-ordered in a 1-D grid.
@@ -366,10 +398,13 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
     for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
       // Splitting only pays while the blocks do not fill the GPU a few times over.
       if (split > 1 && (p.k / split < 32 || blocks * split > 4 * sms)) break;
-      const Config c{k, split, math};
-      if (can_implement(p, c)) out.push_back(c);
-      const Config cl{k, split, math, SplitReduce::Cluster};
-      if (split > 1 && can_implement(p, cl)) out.push_back(cl);
+      for (Staging st : {Staging::Registers, Staging::CpAsync}) {
+        if (math != MathMode::FP32 && st == Staging::CpAsync) continue;
+        const Config c{k, split, math, SplitReduce::Global, st};
+        if (can_implement(p, c)) out.push_back(c);
+        const Config cl{k, split, math, SplitReduce::Cluster, st};
+        if (split > 1 && can_implement(p, cl)) out.push_back(cl);
+      }
     }
   }
   return out;
@@ -389,6 +424,16 @@ Config choose(const Problem& p, MathMode math) {
     while (nblocks * split * 2 <= target && p.k / (split * 2) >= min_k && split < 32) split *= 2;
     return split;
   };
+  // The largest split in {1, 2, 3, 4, 6, 8} that keeps the block count within `target` and at least `min_k`
+  // of K per split.
+  auto split_to_fill = [&](std::int64_t nblocks, std::int64_t target, int min_k) {
+    int split = 1;
+    for (int s : {2, 3, 4, 6, 8})
+      if (nblocks * s <= target && p.k / s >= min_k) split = s;
+    return split;
+  };
+  // Register-staged with 16-byte loads for every operand run.
+  const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   Config c;
   c.math = math;
   if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 && blocks(128, 128) >= 64 &&
@@ -405,7 +450,10 @@ Config choose(const Problem& p, MathMode math) {
     c.split_k = split_for(blocks(t.bm, t.bn), sms, 256);
   } else if (p.m <= 64) {
     // Small M. Few output tiles (the 64x512x512 MLP layer: 16 tiles of 32x64) take the 64-thread tile with K
-    // split until about two blocks per SM; wide N (64x4096x4096) the 32x128 tile, split 8 (0.85x cuBLAS).
+    // split until about two blocks per SM; wide N (64x4096x4096) the 32x128 tile, split 8 (0.76x cuBLAS).
+    // The cp.async ring beats register staging here (64x512x512: 4.5 vs 3.5 TFLOP/s): each block's K range
+    // is short, and the ring's deeper prefetch hides more of its latency.
+    c.staging = Staging::CpAsync;
     if (blocks(32, 128) < 32) {
       c.kernel = Kernel::Simt32x64;
       c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
@@ -414,28 +462,56 @@ Config choose(const Problem& p, MathMode math) {
       c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
     }
   } else if (blocks(64, 64) < sms) {
-    // Few output tiles (127x129x255, 512^3, the 256x1024x1024 MLP layer): latency bound; 64x64 tiles and K
-    // split to about four blocks per SM (the split is reduced inside the same launch).
-    c.kernel = Kernel::Simt64x64;
-    c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
+    if (runs16 && p.k >= 1024 && p.m >= 128 && p.n >= 128) {
+      // Few output tiles but a long K (the 256x1024x1024 MLP layer: 16 tiles of 128x128): the 16-deep
+      // register-staged tile, K split to about 3/4 of a wave and reduced in a cluster (split 6: 0.86x cuBLAS,
+      // where 64x64 split 8 gave 0.79x).
+      c.kernel = Kernel::Simt128x128k16;
+      c.split_k = split_to_fill(blocks(128, 128), 3 * sms / 4, 128);
+    } else {
+      // Few output tiles (127x129x255, 512^3): latency bound; 64x64 tiles and K split to about four blocks
+      // per SM (reduced inside the same launch), on the cp.async ring.
+      c.kernel = Kernel::Simt64x64;
+      c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
+      c.staging = Staging::CpAsync;
+    }
   } else if (p.n <= 64) {
-    // Skinny N (16384x64x4096: 128x64 split 2).
+    // Skinny N (16384x64x4096: 128x64 split 2, reduced in a cluster, on the cp.async ring: 0.81x cuBLAS).
     c.kernel = Kernel::Simt128x64;
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
+    c.staging = Staging::CpAsync;
+    if (c.split_k > 1 && c.split_k <= kMaxClusterSplit) c.reduce = SplitReduce::Cluster;
+  } else if (runs16 && p.k >= 512 && blocks(256, 128) >= 3 * sms / 4) {
+    // Big problems: 256x128 tiles of 16x8 threads (the fewest shared-memory reads per FMA), 16 deep, staged
+    // through registers (4096^3: 0.86x cuBLAS, where 128x128 gave 0.80x). Short K (a batch of 256^3) keeps
+    // the 128x128 tiles below: one 256x128 block per SM cannot hide its pipeline fill there.
+    c.kernel = Kernel::Simt256x128k16;
+  } else if (runs16 && blocks(128, 128) < sms) {
+    // Under one wave of 128x128 tiles (1024^3: 64): the 16-deep tile with K split in a cluster (split 2:
+    // 1.01x cuBLAS).
+    c.kernel = Kernel::Simt128x128k16;
+    c.split_k = split_for(blocks(128, 128), sms, 128);
   } else {
-    // Everything else: 128x128 tiles, two blocks per SM when B takes float4 loads (the 128-register variant
-    // spills with the scalar B loader, so unaligned B gets the BK=16 one-block variant); split K while fewer
-    // than two waves of blocks (1024^3: split 4).
-    c.kernel = b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
+    // Everything else: 128x128 tiles, two blocks per SM (register-staged, or float4 B on the cp.async ring);
+    // unaligned operands (4095x4097x1023) take the cp.async ring, whose scalar loaders beat the
+    // register-staged scalar path there, with BK=16 and one block per SM when B is unaligned too. Split K
+    // while fewer than two waves of blocks.
+    c.kernel = runs16 || b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
+    c.staging = runs16 ? Staging::Registers : Staging::CpAsync;
     c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
   }
   // Short K ranges per block: the global fix-up's serial tail of L2 round trips dominates, so the splits of a
-  // tile reduce in one cluster instead (64x512x512: 12.1 -> 7.4 us). Long ranges keep the global fix-up:
-  // there a cluster's co-scheduling and final barrier cost more than the tail (64x4096x4096: 0.77x -> 0.66x
-  // cuBLAS).
-  if (math == MathMode::FP32 && c.split_k > 1 && c.split_k <= kMaxClusterSplit && p.k / c.split_k <= 128)
+  // tile reduce in one cluster instead (64x512x512: 12.1 -> 7.4 us). The 16-deep register-staged tile reduces
+  // in a cluster at any K (1024^3 split 2: 35.0 against 32.3 TFLOP/s). Other long ranges keep the global
+  // fix-up: there a cluster's co-scheduling and final barrier cost more than the tail (64x4096x4096: 0.77x ->
+  // 0.66x cuBLAS).
+  const bool deep_regs = c.kernel == Kernel::Simt128x128k16 && c.staging == Staging::Registers;
+  if (math == MathMode::FP32 && c.split_k > 1 && c.split_k <= kMaxClusterSplit &&
+      (p.k / c.split_k <= 128 || deep_regs))
     c.reduce = SplitReduce::Cluster;
-  if (!can_implement(p, c)) c = Config{Kernel::Simt128x128, 1, MathMode::FP32};
+  if (math == MathMode::FP32 && !(a_reg_stageable(p) && b_reg_stageable(p))) c.staging = Staging::CpAsync;
+  if (!can_implement(p, c))
+    c = Config{Kernel::Simt128x128, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync};
   if (!can_implement(p, c)) c = Config{Kernel::Naive, 1, MathMode::FP32};
   return c;
 }

@@ -157,6 +157,90 @@ struct VecLoader {
   }
 };
 
+// Register-staged loader: the operand must be contiguous along k (`k_contig`: row-major A, transposed B) or
+// along x (transposed A, row-major B). Each thread owns kVecs runs of 4 elements along the contiguous
+// dimension; load() brings the next tile's runs into registers (one 16-byte load per whole, aligned run;
+// otherwise up to 4 predicated scalar loads off one pointer) while the current tile is computed, and store()
+// writes them into shared memory afterwards (4 transposing scalar stores per run when k is contiguous, one
+// float4 store otherwise). No cp.async: no per-element address selects and no LDGSTS issue padding, which
+// were most of the cp.async loaders' ~100 instructions per 8-deep tile.
+template <int BX, int BK, int PAD, int NT>
+struct RegLoader {
+  static constexpr int kRuns = BX * BK / 4;
+  static constexpr int kVecs = (kRuns + NT - 1) / NT;  // the last may be idle in some threads (32-row tiles)
+  static constexpr bool kEven = kRuns % NT == 0;
+  static_assert(BK % 4 == 0 && BX % 4 == 0 && PAD % 4 == 0, "runs of 4 along k or x; 16-byte shared rows");
+
+  const float* ptr[kVecs];  // the run's first element in the next tile to load (an in-range row when the
+                            // run's x is out of range: never dereferenced then)
+  std::int64_t step;        // elements per tile along k
+  int soff[kVecs];          // shared-memory offset of the run's first element
+  int kpos[kVecs];          // the run's first k within a tile
+  int xn[kVecs];            // in-range elements along x: 0..4 (x-contiguous), 0 or 1 (k-contiguous)
+  bool k_contig, vec;       // vec: whole runs may take one 16-byte load (aligned rows, checked on the host)
+  bool live_last;           // whether this thread owns a run in its last slot (always, when kEven)
+  float4 v[kVecs];
+
+  __device__ __forceinline__ void init(const float* g, std::int64_t sx, std::int64_t sk, int x0, int n_x,
+                                       int k0, bool kc, bool vector_ok, int tid) {
+    k_contig = kc;
+    vec = vector_ok;
+    step = kc ? BK : BK * sk;
+    live_last = kEven || tid + (kVecs - 1) * NT < kRuns;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int f = min(tid + i * NT, kRuns - 1);  // an idle slot loads nothing and is never stored
+      int x, k;
+      if (kc) {
+        x = f / (BK / 4), k = (f % (BK / 4)) * 4;
+        xn[i] = x0 + x < n_x ? 1 : 0;
+      } else {
+        k = f / (BX / 4), x = (f % (BX / 4)) * 4;
+        xn[i] = max(0, min(4, n_x - x0 - x));
+      }
+      if (!kEven && tid + i * NT >= kRuns) xn[i] = 0;  // idle: loads nothing
+      kpos[i] = k;
+      soff[i] = k * (BX + PAD) + x;
+      const std::int64_t xg = xn[i] > 0 ? x0 + x : 0;
+      ptr[i] = g + xg * sx + static_cast<std::int64_t>(k0 + k) * sk;
+    }
+  }
+
+  // Loads the next tile (tiles are loaded in order); `k_left` = k_end minus the tile's first k. Elements at
+  // k >= k_end or x >= n_x read as 0.
+  __device__ __forceinline__ void load(int k_left) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int n = k_contig ? xn[i] * max(0, min(4, k_left - kpos[i])) : (kpos[i] < k_left ? xn[i] : 0);
+      const float* p = ptr[i];
+      if (vec && n == 4) {
+        v[i] = __ldcg(reinterpret_cast<const float4*>(p));
+      } else {
+        v[i].x = n > 0 ? __ldcg(p) : 0.f;
+        v[i].y = n > 1 ? __ldcg(p + 1) : 0.f;
+        v[i].z = n > 2 ? __ldcg(p + 2) : 0.f;
+        v[i].w = n > 3 ? __ldcg(p + 3) : 0.f;
+      }
+      ptr[i] += step;
+    }
+  }
+
+  __device__ __forceinline__ void store(float* s) const {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      if (!kEven && i == kVecs - 1 && !live_last) break;
+      if (k_contig) {
+        s[soff[i]] = v[i].x;
+        s[soff[i] + (BX + PAD)] = v[i].y;
+        s[soff[i] + 2 * (BX + PAD)] = v[i].z;
+        s[soff[i] + 3 * (BX + PAD)] = v[i].w;
+      } else {
+        *reinterpret_cast<float4*>(s + soff[i]) = v[i];
+      }
+    }
+  }
+};
+
 // ---------------------------------------------------------------- the cp.async ring over k tiles
 
 // A STAGES-deep ring of shared-memory stages: `fill(stage, tile)` issues the cp.async loads of k tile `tile`

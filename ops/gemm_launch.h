@@ -55,9 +55,12 @@ enum class Kernel {
   Simt128x128k16,
   Simt128x128x2,  // the same tiles held to 128 registers: two blocks per SM
   Simt256x128,
+  Simt256x128k16,  // 16x8 per thread: the fewest shared-memory reads per FMA
   Simt128x64,
   Simt64x64,
+  Simt64x64w2,    // the same tile with two warps of 8x8 threads (fewer shared-memory reads per FMA)
   Simt32x128,     // the small-M kernel
+  Simt32x128w2,   // two warps of 8x8 threads
   Simt32x64,      // small M and few output tiles (MLP-sized problems): 64 threads, many blocks per SM
   Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,
@@ -73,6 +76,12 @@ enum class SplitReduce {
   Global,   // partials through an L2 workspace; the last block of a tile (atomic ticket) adds them
   Cluster,  // the splits of a tile form one thread-block cluster and add through distributed shared memory
 };
+// How the SIMT kernels bring tiles into shared memory.
+enum class Staging {
+  Registers,  // through registers, one tile ahead (needs each operand contiguous along k or its other dim)
+  CpAsync,    // a multi-stage cp.async ring (any strides)
+};
+
 // A cluster holds at most the portable cluster size of blocks.
 constexpr int kMaxClusterSplit = 8;
 
@@ -81,6 +90,7 @@ struct Config {
   int split_k = 1;  // > 1: K split over blocks, partial sums reduced in a fixed order (deterministic)
   MathMode math = MathMode::FP32;            // TF32 modes only with the Tensor* kernels
   SplitReduce reduce = SplitReduce::Global;  // SIMT kernels with split_k > 1
+  Staging staging = Staging::Registers;      // SIMT kernels
 };
 std::string config_name(const Config& c);
 

@@ -25,6 +25,22 @@ inline bool aligned16(const void* p) {
 inline bool b_vectorisable(const Problem& p) {
   return p.b_sn == 1 && p.b_sk % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) && aligned16(p.b);
 }
+// Operands the register-staged loader takes: contiguous along k or along x (m for A, n for B); `*_runs16`:
+// 4-element runs along that dimension start 16-byte aligned (rows and batches too).
+inline bool a_reg_stageable(const Problem& p) {
+  return p.a_sk == 1 || p.a_sm == 1;
+}
+inline bool b_reg_stageable(const Problem& p) {
+  return p.b_sn == 1 || p.b_sk == 1;
+}
+inline bool a_runs16(const Problem& p) {
+  const std::int64_t row = p.a_sk == 1 ? p.a_sm : p.a_sk;
+  return row % 4 == 0 && (p.a_sb % 4 == 0 || p.batch == 1) && aligned16(p.a);
+}
+inline bool b_runs16(const Problem& p) {
+  const std::int64_t row = p.b_sn == 1 ? p.b_sk : p.b_sn;
+  return row % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) && aligned16(p.b);
+}
 inline bool c_vectorisable(const Problem& p) {
   return p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && aligned16(p.c);
 }
@@ -64,9 +80,16 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //   TM x TN   thread tile: TM/4 x TN/4 float4 fragments, spread over the warp tile so that a warp's fragment
 //             reads are broadcast-friendly float4 loads and its stores write float4 runs
 //   STAGES    cp.async ring depth: STAGES-1 tiles in flight while one is computed
-// Shared memory per block: STAGES * BK * (BM + BN + 2 * kPad) * 4 bytes.
-// A is always read with the scalar loader (row-major A is contiguous along k and must be transposed on its
-// way into shared memory); B uses float4 cp.async when B_VEC (contiguous along n, 16-byte aligned).
+// LOAD picks how tiles reach shared memory:
+//   kLoadRegs     (the default) both operands through registers (RegLoader): the next tile's global loads
+//                 are issued before the current tile's math and stored to the other of two shared buffers
+//                 after it, one barrier per tile. Needs each operand contiguous along k or along x.
+//   kLoadVecB     a STAGES-deep cp.async ring; A with the scalar loader (row-major A is contiguous along k
+//                 and must be transposed on its way into shared memory), B with float4 cp.async (contiguous
+//                 along n, 16-byte aligned).
+//   kLoadScalarB  the same ring with both operands on the scalar loader: any strides.
+// Shared memory per block: STAGES (2 for kLoadRegs) * BK * (BM + BN + 2 * kPad) * 4 bytes.
+constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadRegs = 2;
 constexpr int kSimtPad = 4;  // rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
@@ -76,9 +99,13 @@ struct SimtShape {
   static constexpr int kLanesM = WM / TM, kLanesN = WN / TN;  // lanes of a warp along m and n
   static constexpr int kStageA = BK * (BM + kSimtPad), kStageB = BK * (BN + kSimtPad);
   static constexpr std::size_t kSmemBytes = sizeof(float) * STAGES * (kStageA + kStageB);
-  // The split-K variant reuses the pipeline's buffers for the BM x BN tile of partial sums.
-  static constexpr std::size_t kSplitSmemBytes = kSmemBytes > sizeof(float) * BM* BN ? kSmemBytes
-                                                                                     : sizeof(float) * BM* BN;
+  static constexpr std::size_t kRegSmemBytes = sizeof(float) * 2 * (kStageA + kStageB);
+  // The cluster split-K variant reuses the pipeline's buffers for the BM x BN tile of partial sums.
+  static constexpr std::size_t smem_bytes(bool regs, bool cluster_split) {
+    const std::size_t pipe = regs ? kRegSmemBytes : kSmemBytes;
+    const std::size_t tile = sizeof(float) * BM * BN;
+    return cluster_split && tile > pipe ? tile : pipe;
+  }
 
   static_assert(BM % WM == 0 && BN % WN == 0, "the warp tile must divide the block tile");
   static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of float4 fragments");
@@ -94,17 +121,19 @@ struct SimtShape {
 // reduction does not cost the unsplit kernel registers): through distributed shared memory when the launch
 // made the splits of a tile one cluster (ws == nullptr), else through the L2 workspace `ws` with a ticket per
 // tile in `counters`.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, bool B_VEC,
+// Runtime layout flags: a_kfast / b_kfast the operand is contiguous along k (the loaders walk k fastest);
+// a_vec / b_vec (kLoadRegs) its 4-element runs are 16-byte aligned; c_vec C takes float4 stores.
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, int LOAD,
           bool SPLIT>
 __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
     gemm_simt(Problem p, int k_per_split, float* ws, unsigned* counters, bool a_kfast, bool b_kfast,
-              bool c_vec) {
+              bool a_vec, bool b_vec, bool c_vec) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   constexpr int NT = S::kThreads;
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   float* sA = smem;
-  float* sB = smem + STAGES * S::kStageA;
+  float* sB = smem + (LOAD == kLoadRegs ? 2 : STAGES) * S::kStageA;  // kLoadRegs: two buffers
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / S::kWarpsN, warp_n = warp % S::kWarpsN;
@@ -116,19 +145,6 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   const int k_begin = split * k_per_split, k_end = min(p.k, k_begin + k_per_split);
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
 
-  ScalarLoader<BM, BK, kSimtPad, NT, 8> la;
-  la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, tid);
-  using LoaderB =
-      std::conditional_t<B_VEC, VecLoader<BN, BK, kSimtPad, NT>, ScalarLoader<BN, BK, kSimtPad, NT, 8>>;
-  LoaderB lb;
-  lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, tid);
-
-  auto fill = [&](int stage, int tile) {
-    la.load(sA + stage * S::kStageA, k_begin + tile * BK, k_end, tid);
-    lb.load(sB + stage * S::kStageB, k_begin + tile * BK, k_end, tid);
-  };
-  ring_prologue<STAGES>(n_tiles, fill);
-
   float acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; ++i)
@@ -137,13 +153,10 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 
   const int a_col = warp_m * WM + lane_m * 4;  // + g * kLanesM * 4 for fragment g
   const int b_col = warp_n * WN + lane_n * 4;
-  float ra[2][TM], rb[2][TN];
-
-  for (int t = 0; t < n_tiles; ++t) {
-    ring_advance<STAGES>(t, n_tiles, fill);
-    const float* As = sA + (t % STAGES) * S::kStageA;
-    const float* Bs = sB + (t % STAGES) * S::kStageB;
-    // Register double buffering: fragments of k-row q+1 load while row q's outer product runs.
+  // The outer products of one BK-deep tile, with register double buffering: fragments of k-row q+1 load
+  // while row q's outer product runs.
+  auto compute_tile = [&](const float* As, const float* Bs) {
+    float ra[2][TM], rb[2][TN];
     auto load_frags = [&](int buf, int q) {
 #pragma unroll
       for (int g = 0; g < TM / 4; ++g) {
@@ -167,8 +180,53 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(ra[q & 1][i], rb[q & 1][j], acc[i][j]);
     }
+  };
+
+  if constexpr (LOAD == kLoadRegs) {
+    RegLoader<BM, BK, kSimtPad, NT> la;
+    RegLoader<BN, BK, kSimtPad, NT> lb;
+    la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, a_vec, tid);
+    lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, b_vec, tid);
+    if (n_tiles > 0) {
+      la.load(k_end - k_begin);
+      lb.load(k_end - k_begin);
+      la.store(sA);
+      lb.store(sB);
+    }
+    __syncthreads();
+    for (int t = 0; t < n_tiles; ++t) {
+      const bool more = t + 1 < n_tiles;
+      if (more) {  // in flight during this tile's math
+        const int k_left = k_end - (k_begin + (t + 1) * BK);
+        la.load(k_left);
+        lb.load(k_left);
+      }
+      compute_tile(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB);
+      if (more) {  // the other buffer was last read by tile t - 1, before the previous barrier
+        la.store(sA + ((t + 1) & 1) * S::kStageA);
+        lb.store(sB + ((t + 1) & 1) * S::kStageB);
+      }
+      __syncthreads();
+    }
+  } else {
+    ScalarLoader<BM, BK, kSimtPad, NT, 8> la;
+    la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, tid);
+    using LoaderB = std::conditional_t<LOAD == kLoadVecB, VecLoader<BN, BK, kSimtPad, NT>,
+                                       ScalarLoader<BN, BK, kSimtPad, NT, 8>>;
+    LoaderB lb;
+    lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, tid);
+
+    auto fill = [&](int stage, int tile) {
+      la.load(sA + stage * S::kStageA, k_begin + tile * BK, k_end, tid);
+      lb.load(sB + stage * S::kStageB, k_begin + tile * BK, k_end, tid);
+    };
+    ring_prologue<STAGES>(n_tiles, fill);
+    for (int t = 0; t < n_tiles; ++t) {
+      ring_advance<STAGES>(t, n_tiles, fill);
+      compute_tile(sA + (t % STAGES) * S::kStageA, sB + (t % STAGES) * S::kStageB);
+    }
+    cp_async_wait<0>();
   }
-  cp_async_wait<0>();
 
   // Epilogue: row i of the thread tile is C row m0 + a_col + (i/4) * kLanesM * 4 + i%4.
   float* C = c_batch(p, b);
@@ -276,27 +334,41 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   }
 }
 
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1>
-void launch_simt(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
+// RING: the configuration also has the cp.async ring variants (Staging::CpAsync, any strides); without them
+// it runs register-staged only, and can_implement refuses CpAsync for it.
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1,
+          bool RING = true>
+void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging staging, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
-  const bool bvec = b_vectorisable(p);
-  // The scalar B loader needs more registers than a 2-blocks-per-SM budget leaves (it would spill), so that
-  // variant always runs one block per SM.
-  using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, false>);
-  static const Kern kernels[2][2] = {// [bvec][split > 1]
-                                     {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false, false>,
-                                      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, false, true>},
-                                     {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, false>,
-                                      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, true, true>}};
-  static const bool once = [&] {
-    for (auto& row : kernels) {
-      allow_smem(row[0], S::kSmemBytes);
-      allow_smem(row[1], S::kSplitSmemBytes);
-    }
+  const bool regs = staging == Staging::Registers;
+  MT_CHECK(regs || RING, InvalidArgument, "gemm: this SIMT configuration runs register-staged only");
+  using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, false>);
+  static const Kern reg_kernels[2] = {
+      // [split > 1]
+      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, false>,
+      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, true>};
+  static const bool reg_once = [&] {
+    for (int sp = 0; sp < 2; ++sp) allow_smem(reg_kernels[sp], S::smem_bytes(true, sp == 1));
     return true;
   }();
-  (void)once;
-  const Kern kernel = kernels[bvec ? 1 : 0][split > 1 ? 1 : 0];
+  (void)reg_once;
+  Kern kernel = reg_kernels[split > 1 ? 1 : 0];
+  if constexpr (RING) {
+    // [B takes float4 loads][split > 1]. The scalar B loader needs more registers than a 2-blocks-per-SM
+    // budget leaves (it would spill), so that variant always runs one block per SM.
+    static const Kern ring_kernels[2][2] = {
+        {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, kLoadScalarB, false>,
+         gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, kLoadScalarB, true>},
+        {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadVecB, false>,
+         gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadVecB, true>}};
+    static const bool ring_once = [&] {
+      for (auto& row : ring_kernels)
+        for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(false, sp == 1));
+      return true;
+    }();
+    (void)ring_once;
+    if (!regs) kernel = ring_kernels[b_vectorisable(p) ? 1 : 0][split > 1 ? 1 : 0];
+  }
   const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
   // k-fast loads for operands that are contiguous along k (row-major A, transposed B).
   const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
@@ -310,7 +382,7 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, cudaStream_t s
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(tiles, p.batch, split);
   cfg.blockDim = dim3(S::kThreads);
-  cfg.dynamicSmemBytes = split > 1 && reduce == SplitReduce::Cluster ? S::kSplitSmemBytes : S::kSmemBytes;
+  cfg.dynamicSmemBytes = S::smem_bytes(regs, split > 1 && reduce == SplitReduce::Cluster);
   cfg.stream = stream;
   cudaLaunchAttribute cluster{};
   if (split > 1 && reduce == SplitReduce::Cluster) {  // the splits of a tile form one cluster
@@ -321,27 +393,33 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, cudaStream_t s
     cfg.attrs = &cluster;
     cfg.numAttrs = 1;
   }
-  MT_CUDA_CHECK(
-      cudaLaunchKernelEx(&cfg, kernel, p, kps, scratch.partials, scratch.counters, a_kfast, b_kfast, c_vec));
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, kps, scratch.partials, scratch.counters, a_kfast, b_kfast,
+                                   regs && a_runs16(p), regs && b_runs16(p), c_vec));
   MT_CUDA_CHECK_LAUNCH();
 }
 
 // One launcher per production configuration (see kernel_name() for the tile parameters of each).
-void launch_simt_128x128(const Problem& p, int split, SplitReduce reduce,
+void launch_simt_128x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
                          cudaStream_t stream);  // gemm_simt_big.cu
-void launch_simt_128x128x2(const Problem& p, int split, SplitReduce reduce,
+void launch_simt_128x128x2(const Problem& p, int split, SplitReduce reduce, Staging staging,
                            cudaStream_t stream);  // gemm_simt_big.cu
-void launch_simt_128x128k16(const Problem& p, int split, SplitReduce reduce,
+void launch_simt_128x128k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
                             cudaStream_t stream);  // gemm_simt_deep.cu
-void launch_simt_256x128(const Problem& p, int split, SplitReduce reduce,
+void launch_simt_256x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
                          cudaStream_t stream);  // gemm_simt_deep.cu
-void launch_simt_128x64(const Problem& p, int split, SplitReduce reduce,
+void launch_simt_256x128k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                            cudaStream_t stream);  // gemm_simt_deep.cu
+void launch_simt_128x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
                         cudaStream_t stream);  // gemm_simt_mid.cu
-void launch_simt_64x64(const Problem& p, int split, SplitReduce reduce,
+void launch_simt_64x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
                        cudaStream_t stream);  // gemm_simt_mid.cu
-void launch_simt_32x128(const Problem& p, int split, SplitReduce reduce,
+void launch_simt_64x64w2(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                         cudaStream_t stream);  // gemm_simt_mid.cu
+void launch_simt_32x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
                         cudaStream_t stream);  // gemm_simt_small.cu
-void launch_simt_32x64(const Problem& p, int split, SplitReduce reduce,
+void launch_simt_32x128w2(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                          cudaStream_t stream);  // gemm_simt_small.cu
+void launch_simt_32x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
                        cudaStream_t stream);  // gemm_simt_small.cu
 
 }  // namespace mt::detail::gemm

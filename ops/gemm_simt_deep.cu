@@ -3,11 +3,18 @@
 
 namespace mt::detail::gemm {
 
-void launch_simt_128x128k16(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
-  launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, reduce, stream);
+void launch_simt_128x128k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                            cudaStream_t stream) {
+  launch_simt<128, 128, 16, 64, 32, 8, 8, 3>(p, split, reduce, staging, stream);
 }
-void launch_simt_256x128(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
-  launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, reduce, stream);
+void launch_simt_256x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                         cudaStream_t stream) {
+  launch_simt<256, 128, 8, 64, 64, 16, 8, 3>(p, split, reduce, staging, stream);
+}
+
+void launch_simt_256x128k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                            cudaStream_t stream) {
+  launch_simt<256, 128, 16, 64, 64, 16, 8, 3, 1, false>(p, split, reduce, staging, stream);
 }
 
 }  // namespace mt::detail::gemm

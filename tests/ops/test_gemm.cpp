@@ -209,50 +209,88 @@ TEST(Gemm, F32_EveryKernel_127x129x255) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   std::vector<Config> configs = {{Kernel::Naive}, {Kernel::SmemTiled}, {Kernel::RegTiled}};
-  for (Kernel k : simt_kernels()) {
-    configs.push_back({k, 1});
-    for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster})
-      configs.push_back({k, 3, MathMode::FP32, r});
-  }
+  for (Kernel k : simt_kernels())
+    for (Staging st : {Staging::Registers, Staging::CpAsync}) {
+      configs.push_back({k, 1, MathMode::FP32, SplitReduce::Global, st});
+      for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster})
+        configs.push_back({k, 3, MathMode::FP32, r, st});
+    }
   for (Kernel k : tensor_kernels())
     for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) {
       configs.push_back({k, 1, m});
       if (k != Kernel::Wgmma) configs.push_back({k, 2, m});  // the wgmma kernel does not split K
     }
-  for (bool tb : {false, true})
-    for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
-      const std::int64_t m = 127, n = 129, k = 255;
-      const Tensor a = test::make_input(InputSpec{Shape{m, k}}, 5, Device::cuda(0));
-      const Tensor b = test::make_input(InputSpec{tb ? Shape{n, k} : Shape{k, n}, lb}, 6, Device::cuda(0));
-      const Tensor bias = test::make_input(InputSpec{Shape{n}}, 7, Device::cuda(0));
-      const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 8, Device::cuda(0));
-      const Tensor bt = tb ? b.t() : b;
-      for (const Config& cfg : configs) {
-        SCOPED_TRACE(config_name(cfg) + (tb ? " trans_b" : "") + " b=" + test::layout_name(lb));
-        Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
-        g.view().copy_(c0);
-        Problem p;
-        p.m = m, p.n = n, p.k = k;
-        p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
-        p.b = bt.data<float>(), p.b_sk = bt.stride(0), p.b_sn = bt.stride(1);
-        p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1;
-        p.bias = bias.data<float>();
-        p.alpha = -1.5f, p.beta = 1.f, p.act = Activation::Relu;
-        ASSERT_TRUE(can_implement(p, cfg));
-        launch(p, cfg, detail::stream_for(Device::cuda(0)));
-        EXPECT_EQ(g.check(), "");
-        ErrorStats s;
-        double e2 = 0, s2 = 0;
-        const MatD cd = to_double(c0);
-        const std::vector<float> bv = bias.to_vector<float>();
-        // TF32 rounds each operand to 11 bits: bound 2^-10 of the scale instead of K eps.
-        const double cf =
-            cfg.math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
-        accumulate_errors(to_double(g.view()), to_double(a), to_double(bt), &cd, &bv, p.alpha, p.beta, p.act,
-                          cf, s, e2, s2);
-        EXPECT_EQ(s.n_bad, 0) << s.str();
-      }
-    }
+  // Both operands contiguous along k or along m / n, 16-byte aligned or at offset 1 (the register-staged
+  // loaders' vector and scalar paths, transposing or not).
+  for (bool ta : {false, true})
+    for (Layout la : {Layout::Contiguous, Layout::Offset1})
+      for (bool tb : {false, true})
+        for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
+          const std::int64_t m = 127, n = 129, k = 255;
+          const Tensor a0 =
+              test::make_input(InputSpec{ta ? Shape{k, m} : Shape{m, k}, la}, 5, Device::cuda(0));
+          const Tensor b =
+              test::make_input(InputSpec{tb ? Shape{n, k} : Shape{k, n}, lb}, 6, Device::cuda(0));
+          const Tensor bias = test::make_input(InputSpec{Shape{n}}, 7, Device::cuda(0));
+          const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 8, Device::cuda(0));
+          const Tensor a = ta ? a0.t() : a0;
+          const Tensor bt = tb ? b.t() : b;
+          for (const Config& cfg : configs) {
+            SCOPED_TRACE(config_name(cfg) + (ta ? " trans_a" : "") + " a=" + test::layout_name(la) +
+                         (tb ? " trans_b" : "") + " b=" + test::layout_name(lb));
+            Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
+            g.view().copy_(c0);
+            Problem p;
+            p.m = m, p.n = n, p.k = k;
+            p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
+            p.b = bt.data<float>(), p.b_sk = bt.stride(0), p.b_sn = bt.stride(1);
+            p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1;
+            p.bias = bias.data<float>();
+            p.alpha = -1.5f, p.beta = 1.f, p.act = Activation::Relu;
+            if (!can_implement(p, cfg)) {  // the register-staged-only tiles refuse the cp.async ring
+              EXPECT_EQ(cfg.staging, Staging::CpAsync);
+              continue;
+            }
+            launch(p, cfg, detail::stream_for(Device::cuda(0)));
+            EXPECT_EQ(g.check(), "");
+            ErrorStats s;
+            double e2 = 0, s2 = 0;
+            const MatD cd = to_double(c0);
+            const std::vector<float> bv = bias.to_vector<float>();
+            // TF32 rounds each operand to 11 bits: bound 2^-10 of the scale instead of K eps.
+            const double cf =
+                cfg.math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
+            accumulate_errors(to_double(g.view()), to_double(a), to_double(bt), &cd, &bv, p.alpha, p.beta,
+                              p.act, cf, s, e2, s2);
+            EXPECT_EQ(s.n_bad, 0) << s.str();
+          }
+        }
+}
+
+// The register-staged loaders need each operand contiguous along one of its dims; the cp.async ring takes
+// any strides, and the dispatcher falls back to it.
+TEST(Gemm, Staging_Registers_NeedsAContiguousDim) {
+  using namespace detail::gemm;
+  Problem p;
+  p.m = p.n = p.k = 8;
+  p.a_sm = 16, p.a_sk = 2;  // every other element of a 8x16 matrix: neither dim contiguous
+  p.b_sk = 8, p.b_sn = 1;
+  p.c_sm = 8, p.c_sn = 1;
+  const Config regs{Kernel::Simt64x64, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers};
+  const Config ring{Kernel::Simt64x64, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync};
+  EXPECT_FALSE(can_implement(p, regs));
+  EXPECT_TRUE(can_implement(p, ring));
+  p.a_sk = 1;  // row-major A
+  EXPECT_TRUE(can_implement(p, regs));
+  p.b_sk = 2, p.b_sn = 16;  // B strided both ways
+  EXPECT_FALSE(can_implement(p, regs));
+  EXPECT_EQ(config_name(ring), "simt_64x64x8_w32x32_t8x4_s4_cpasync");
+  // Tiles whose cp.async variants would spill are built register-staged only.
+  p.b_sk = 8, p.b_sn = 1;
+  for (Kernel k : {Kernel::Simt256x128k16, Kernel::Simt64x64w2, Kernel::Simt32x128w2}) {
+    EXPECT_TRUE(can_implement(p, Config{k, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers}));
+    EXPECT_FALSE(can_implement(p, Config{k, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync}));
+  }
 }
 
 // ---------------------------------------------------------------- batches
