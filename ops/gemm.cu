@@ -151,12 +151,8 @@ const char* kernel_name(Kernel k) {
       return "simt_128x64x8_w64x32_t8x8_s4";
     case Kernel::Simt64x64:
       return "simt_64x64x8_w32x32_t8x4_s4";
-    case Kernel::Simt64x64w2:
-      return "simt_64x64x8_w64x32_t8x8_s4";
     case Kernel::Simt32x128:
       return "simt_32x128x8_w32x32_t8x4_s4";
-    case Kernel::Simt32x128w2:
-      return "simt_32x128x8_w32x64_t8x8_s4";
     case Kernel::Simt32x64:
       return "simt_32x64x8_w32x32_t8x4_s4";
     case Kernel::Tensor128x128:
@@ -172,9 +168,9 @@ const char* kernel_name(Kernel k) {
 }
 
 std::vector<Kernel> simt_kernels() {
-  return {Kernel::Simt128x128,    Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
-          Kernel::Simt256x128k16, Kernel::Simt128x64,     Kernel::Simt64x64,     Kernel::Simt64x64w2,
-          Kernel::Simt32x128,     Kernel::Simt32x128w2,   Kernel::Simt32x64};
+  return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt128x128x2,
+          Kernel::Simt256x128, Kernel::Simt256x128k16, Kernel::Simt128x64,
+          Kernel::Simt64x64,   Kernel::Simt32x128,     Kernel::Simt32x64};
 }
 std::vector<Kernel> tensor_kernels() {
   return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64, Kernel::Wgmma};
@@ -191,9 +187,9 @@ bool is_rung(Kernel k) {
 bool is_simt(Kernel k) {
   return !is_tensor(k) && !is_rung(k);
 }
-// SIMT configurations built register-staged only (their cp.async variants would spill).
+// The SIMT configuration built register-staged only (its cp.async variants would spill).
 bool registers_only(Kernel k) {
-  return k == Kernel::Simt256x128k16 || k == Kernel::Simt64x64w2 || k == Kernel::Simt32x128w2;
+  return k == Kernel::Simt256x128k16;
 }
 }  // namespace
 
@@ -254,11 +250,7 @@ TileInfo tile_of(Kernel k) {
       return {128, 64, 8};
     case Kernel::Simt64x64:
       return {64, 64, 8};
-    case Kernel::Simt64x64w2:
-      return {64, 64, 8};
     case Kernel::Simt32x128:
-      return {32, 128, 8};
-    case Kernel::Simt32x128w2:
       return {32, 128, 8};
     case Kernel::Simt32x64:
       return {32, 64, 8};
@@ -339,12 +331,8 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       return launch_simt_128x64(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt64x64:
       return launch_simt_64x64(p, split, cfg.reduce, cfg.staging, stream);
-    case Kernel::Simt64x64w2:
-      return launch_simt_64x64w2(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt32x128:
       return launch_simt_32x128(p, split, cfg.reduce, cfg.staging, stream);
-    case Kernel::Simt32x128w2:
-      return launch_simt_32x128w2(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt32x64:
       return launch_simt_32x64(p, split, cfg.reduce, cfg.staging, stream);
     default:

@@ -58,9 +58,7 @@ enum class Kernel {
   Simt256x128k16,  // 16x8 per thread: the fewest shared-memory reads per FMA
   Simt128x64,
   Simt64x64,
-  Simt64x64w2,    // the same tile with two warps of 8x8 threads (fewer shared-memory reads per FMA)
   Simt32x128,     // the small-M kernel
-  Simt32x128w2,   // two warps of 8x8 threads
   Simt32x64,      // small M and few output tiles (MLP-sized problems): 64 threads, many blocks per SM
   Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,

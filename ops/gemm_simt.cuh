@@ -413,12 +413,8 @@ void launch_simt_128x64(const Problem& p, int split, SplitReduce reduce, Staging
                         cudaStream_t stream);  // gemm_simt_mid.cu
 void launch_simt_64x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
                        cudaStream_t stream);  // gemm_simt_mid.cu
-void launch_simt_64x64w2(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                         cudaStream_t stream);  // gemm_simt_mid.cu
 void launch_simt_32x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
                         cudaStream_t stream);  // gemm_simt_small.cu
-void launch_simt_32x128w2(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                          cudaStream_t stream);  // gemm_simt_small.cu
 void launch_simt_32x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
                        cudaStream_t stream);  // gemm_simt_small.cu
 

@@ -13,9 +13,4 @@ void launch_simt_64x64(const Problem& p, int split, SplitReduce reduce, Staging 
   launch_simt<64, 64, 8, 32, 32, 8, 4, 4, 4>(p, split, reduce, staging, stream);
 }
 
-void launch_simt_64x64w2(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                         cudaStream_t stream) {
-  launch_simt<64, 64, 8, 64, 32, 8, 8, 4, 6, false>(p, split, reduce, staging, stream);
-}
-
 }  // namespace mt::detail::gemm

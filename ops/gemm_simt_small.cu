@@ -12,9 +12,4 @@ void launch_simt_32x64(const Problem& p, int split, SplitReduce reduce, Staging 
   launch_simt<32, 64, 8, 32, 32, 8, 4, 4>(p, split, reduce, staging, stream);
 }
 
-void launch_simt_32x128w2(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                          cudaStream_t stream) {
-  launch_simt<32, 128, 8, 32, 64, 8, 8, 4, 6, false>(p, split, reduce, staging, stream);
-}
-
 }  // namespace mt::detail::gemm
