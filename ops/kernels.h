@@ -75,9 +75,13 @@ void launch_reduce_cols(ReduceOp op, const float* x, const StridedLayout& outer,
 // (InvalidArgument when the rows do not fit the kernel). RegisterCached: the row in registers (a warp or a
 // block per row); SharedCached: aligned rows in shared memory, several blocks per SM; SharedPipelined: the
 // same, double-buffered, one block per SM; TwoPass: statistics, then a second read; Bulk: aligned rows
-// streamed by the bulk-copy engine through a ring of shared-memory stages, one block per SM (Auto's choice
-// for aligned rows of 16 KiB up to the length where three stages fit, ~75 KiB on H100/H200); BulkStreaming:
-// the same with evict-first stores.
+// streamed by the bulk-copy engine through a ring of shared-memory stages, one block per SM; BulkStreaming:
+// the same with evict-first stores; BulkLean: the bulk-copy ring with one block-wide merge per row, no
+// per-element branches, and rows handed out from a per-stream queue as blocks free up (static under graph
+// capture; Auto's choice for aligned rows of 16 KiB up to the length where three stages fit, ~75 KiB on
+// H100/H200); BulkLeanStatic: the same, each block taking every gridDim-th row; BulkCluster2 / BulkCluster4:
+// BulkLeanStatic with each row split over a cluster of 2 / 4 blocks (2 / 4 blocks per SM), which merge their
+// statistics through distributed shared memory.
 enum class SoftmaxKernel {
   Auto,
   RegisterCached,
@@ -85,7 +89,11 @@ enum class SoftmaxKernel {
   SharedPipelined,
   TwoPass,
   Bulk,
-  BulkStreaming
+  BulkStreaming,
+  BulkLean,
+  BulkLeanStatic,
+  BulkCluster2,
+  BulkCluster4
 };
 // Contiguous x and out viewed as (n_outer, n_axis, n_inner); softmax over the middle dim.
 void launch_softmax(bool log, const float* x, float* out, std::int64_t n_outer, std::int64_t n_axis,

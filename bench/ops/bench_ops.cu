@@ -408,6 +408,18 @@ BENCHMARK_CAPTURE(BM_softmax, rows_bulk, false, detail::SoftmaxKernel::Bulk)->Ap
 BENCHMARK_CAPTURE(BM_softmax, rows_bulk_streaming, false, detail::SoftmaxKernel::BulkStreaming)->Apply(timed);
 BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_streaming, true, detail::SoftmaxKernel::BulkStreaming)
     ->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, rows_bulk_lean, false, detail::SoftmaxKernel::BulkLean)->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_lean, true, detail::SoftmaxKernel::BulkLean)->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, rows_bulk_lean_static, false, detail::SoftmaxKernel::BulkLeanStatic)
+    ->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_lean_static, true, detail::SoftmaxKernel::BulkLeanStatic)
+    ->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, rows_bulk_cluster2, false, detail::SoftmaxKernel::BulkCluster2)->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_cluster2, true, detail::SoftmaxKernel::BulkCluster2)
+    ->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, rows_bulk_cluster4, false, detail::SoftmaxKernel::BulkCluster4)->Apply(timed);
+BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_cluster4, true, detail::SoftmaxKernel::BulkCluster4)
+    ->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, naive, detail::TransposeKernel::Naive)->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, smem_nopad, detail::TransposeKernel::SharedNoPad)->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, smem_padded, detail::TransposeKernel::SharedPadded)->Apply(timed);
