@@ -276,18 +276,25 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
 }
 
 // Waits until the phase of `bar` with the given parity has completed (acquire: the copied bytes are visible).
+// CLUSTER: cluster-scope acquire, so that bytes other blocks of the cluster stored are visible too.
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, unsigned parity) {
   unsigned done = 0;
   do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
+    if constexpr (CLUSTER)
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(smem_addr(bar)), "r"(parity)
+          : "memory");
+    else
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
+          "p;\n}\n"
+          : "=r"(done)
+          : "r"(smem_addr(bar)), "r"(parity)
+          : "memory");
   } while (!done);
 }
 
@@ -460,22 +467,6 @@ __device__ __forceinline__ void mbar_expect_tx(std::uint64_t* bar, unsigned byte
                : "memory");
 }
 
-// mbar_wait with cluster-scope acquire: the bytes other blocks of the cluster stored are visible after it.
-__device__ __forceinline__ void mbar_wait_cluster(std::uint64_t* bar, unsigned parity) {
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
 // Merges (max, sum) pairs held one per lane, the sum relative to its max (a -Inf max holds a sum of 0, or NaN
 // from NaN elements); every lane gets the result.
 __device__ __forceinline__ Stats merge_lane_pairs(float m, float s) {
@@ -620,7 +611,7 @@ __global__ void __launch_bounds__(1024 / C, C)
     // refill it.
     __syncthreads();
     if (threadIdx.x == 0) fill(s, take());
-    if constexpr (C > 1) mbar_wait_cluster(&peers_in[b], static_cast<unsigned>(i >> 1) & 1u);
+    if constexpr (C > 1) mbar_wait<true>(&peers_in[b], static_cast<unsigned>(i >> 1) & 1u);
     const float2 pr = lane < C * n_warps ? pairs[b][lane] : make_float2(-INFINITY, 0.f);
     const Stats st = merge_lane_pairs(pr.x, pr.y);
 
