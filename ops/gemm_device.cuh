@@ -225,11 +225,26 @@ struct RegLoader {
     }
   }
 
-  __device__ __forceinline__ void store(float* s) const {
+  // Whole-tile loads, for the kernels' straight-line main loop: every run of the tile is 4 elements on a
+  // 16-byte boundary, inside the matrix along k and either wholly inside or wholly outside along x (checked
+  // on the host: 16-byte runs, x-contiguous extents a multiple of 4, kEven). One unconditional 16-byte load
+  // per run; a run outside the matrix reads row or column 0 instead (init points it there), whose products
+  // land only in rows or columns of C that are never stored.
+  __device__ __forceinline__ void load_whole() {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      v[i] = __ldcg(reinterpret_cast<const float4*>(ptr[i]));
+      ptr[i] += step;
+    }
+  }
+
+  // KC: the layout (k_contig) known at compile time.
+  template <bool KC>
+  __device__ __forceinline__ void store_as(float* s) const {
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       if (!kEven && i == kVecs - 1 && !live_last) break;
-      if (k_contig) {
+      if constexpr (KC) {
         s[soff[i]] = v[i].x;
         s[soff[i] + (BX + PAD)] = v[i].y;
         s[soff[i] + 2 * (BX + PAD)] = v[i].z;
@@ -238,6 +253,12 @@ struct RegLoader {
         *reinterpret_cast<float4*>(s + soff[i]) = v[i];
       }
     }
+  }
+  __device__ __forceinline__ void store(float* s) const {
+    if (k_contig)
+      store_as<true>(s);
+    else
+      store_as<false>(s);
   }
 };
 
@@ -279,11 +300,17 @@ __device__ __forceinline__ void raster(int bid, int tiles_m, int tiles_n, int& t
 
 // act(alpha * acc + beta * c + bias[j]); C is read only when beta != 0. The same formula as the CPU reference
 // and as matmul followed by the eager bias add and activation.
-__device__ __forceinline__ float epilogue_value(const Problem& p, float acc, const float* c, int j) {
+// epilogue_apply: the same with C's old value and the bias already loaded (each ignored when unused) and the
+// activation given (a constant where the caller has dispatched on it).
+__device__ __forceinline__ float epilogue_apply(const Problem& p, float acc, float c, float bias,
+                                                Activation act) {
   float v = p.alpha * acc;
-  if (p.beta != 0.f) v = fmaf(p.beta, *c, v);
-  if (p.bias) v = v + p.bias[j * p.bias_s];
-  return activate(v, p.act);
+  if (p.beta != 0.f) v = fmaf(p.beta, c, v);
+  if (p.bias) v = v + bias;
+  return activate(v, act);
+}
+__device__ __forceinline__ float epilogue_value(const Problem& p, float acc, const float* c, int j) {
+  return epilogue_apply(p, acc, p.beta != 0.f ? *c : 0.f, p.bias ? p.bias[j * p.bias_s] : 0.f, p.act);
 }
 
 // Writes N consecutive columns j0.. of row i of the batch's C (pointer cb). `vec`: C is contiguous along n

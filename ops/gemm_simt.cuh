@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <type_traits>
 
@@ -40,6 +41,12 @@ inline bool a_runs16(const Problem& p) {
 inline bool b_runs16(const Problem& p) {
   const std::int64_t row = p.b_sn == 1 ? p.b_sk : p.b_sn;
   return row % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) && aligned16(p.b);
+}
+// Every run of every tile whole for RegLoader::load_whole: 16-byte runs, and an operand contiguous along x
+// (m for A, n for B) has an extent that is a multiple of 4, so no run straddles the edge.
+inline bool whole_runs(const Problem& p) {
+  return a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p) &&
+         ((p.a_sk == 1 && p.a_sm != 1) || p.m % 4 == 0) && ((p.b_sk == 1 && p.b_sn != 1) || p.n % 4 == 0);
 }
 inline bool c_vectorisable(const Problem& p) {
   return p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && aligned16(p.c);
@@ -84,12 +91,17 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //   kLoadRegs     (the default) both operands through registers (RegLoader): the next tile's global loads
 //                 are issued before the current tile's math and stored to the other of two shared buffers
 //                 after it, one barrier per tile. Needs each operand contiguous along k or along x.
+//   kLoadRegsWhole + layout bits (bit 0: A contiguous along k, bit 1: B contiguous along k)
+//                 the same with the layout fixed at compile time and every run a whole 16-byte load (host
+//                 checked, see whole_runs): the main loop runs the tiles whose successor is whole as one
+//                 straight-line block, unconditional loads and fixed stores; the last tiles take the
+//                 kLoadRegs loop. Without it the loaders' per-run branches cost ~16 % of the time at 4096^3.
 //   kLoadVecB     a STAGES-deep cp.async ring; A with the scalar loader (row-major A is contiguous along k
 //                 and must be transposed on its way into shared memory), B with float4 cp.async (contiguous
 //                 along n, 16-byte aligned).
 //   kLoadScalarB  the same ring with both operands on the scalar loader: any strides.
 // Shared memory per block: STAGES (2 for kLoadRegs) * BK * (BM + BN + 2 * kPad) * 4 bytes.
-constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadRegs = 2;
+constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadRegs = 2, kLoadRegsWhole = 4;
 constexpr int kSimtPad = 4;  // rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
@@ -133,7 +145,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   float* sA = smem;
-  float* sB = smem + (LOAD == kLoadRegs ? 2 : STAGES) * S::kStageA;  // kLoadRegs: two buffers
+  constexpr bool kRegs = LOAD >= kLoadRegs, kWhole = LOAD >= kLoadRegsWhole;
+  float* sB = smem + (kRegs ? 2 : STAGES) * S::kStageA;  // register staging: two buffers
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / S::kWarpsN, warp_n = warp % S::kWarpsN;
@@ -182,11 +195,12 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     }
   };
 
-  if constexpr (LOAD == kLoadRegs) {
+  if constexpr (kRegs) {
+    constexpr bool kAk = (LOAD & 1) != 0, kBk = (LOAD & 2) != 0;  // kWhole: the layout
     RegLoader<BM, BK, kSimtPad, NT> la;
     RegLoader<BN, BK, kSimtPad, NT> lb;
-    la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, a_vec, tid);
-    lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, b_vec, tid);
+    la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, kWhole ? kAk : a_kfast, kWhole || a_vec, tid);
+    lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, kWhole ? kBk : b_kfast, kWhole || b_vec, tid);
     if (n_tiles > 0) {
       la.load(k_end - k_begin);
       lb.load(k_end - k_begin);
@@ -194,13 +208,36 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
       lb.store(sB);
     }
     __syncthreads();
-    for (int t = 0; t < n_tiles; ++t) {
+    int t = 0;
+    bool next_loaded = false;  // the registers already hold tile t + 1
+    if constexpr (kWhole) {
+      // While tile t + 2 is whole: one basic block per tile, no branch but the loop's own. Tile t + 2's loads
+      // go right after the barrier, where nothing can move them later: placed before the math, ptxas sank
+      // them to the last fifth of it (register pressure), and their latency showed as long-scoreboard
+      // stalls on the stores.
+      const int n_whole = (k_end - k_begin) / BK;
+      if (n_whole >= 2) {
+        la.load_whole();
+        lb.load_whole();
+        next_loaded = true;
+        for (; t + 2 < n_whole; ++t) {
+          compute_tile(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB);
+          la.template store_as<kAk>(sA + ((t + 1) & 1) * S::kStageA);
+          lb.template store_as<kBk>(sB + ((t + 1) & 1) * S::kStageB);
+          __syncthreads();
+          la.load_whole();
+          lb.load_whole();
+        }
+      }
+    }
+    for (; t < n_tiles; ++t) {
       const bool more = t + 1 < n_tiles;
-      if (more) {  // in flight during this tile's math
+      if (more && !next_loaded) {  // in flight during this tile's math
         const int k_left = k_end - (k_begin + (t + 1) * BK);
         la.load(k_left);
         lb.load(k_left);
       }
+      next_loaded = false;
       compute_tile(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB);
       if (more) {  // the other buffer was last read by tile t - 1, before the previous barrier
         la.store(sA + ((t + 1) & 1) * S::kStageA);
@@ -324,6 +361,42 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 #pragma unroll
       for (int f = 0; f < kChunk; ++f) store_run<4>(p, C, row_of(f0 + f), col_of(f0 + f), sum[f], c_vec);
     }
+  } else if (c_vec && m0 + BM <= p.m && n0 + BN <= p.n) {
+    // An interior tile with C in float4 runs: the thread's TN bias values are loaded once and the activation
+    // is dispatched once, so the unrolled stores stay short. (The per-element store_run path is ~14k
+    // instructions, run once per tile: at 4096^3 its instruction-cache misses were 3 % of the time.)
+    const int row0 = m0 + a_col, col0 = n0 + b_col;
+    auto store_tile = [&](auto act_c) {
+      constexpr Activation kAct = decltype(act_c)::value;
+      float bias[TN];
+#pragma unroll
+      for (int j = 0; j < TN; ++j)
+        bias[j] = p.bias ? p.bias[(col0 + (j / 4) * S::kLanesN * 4 + j % 4) * p.bias_s] : 0.f;
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        float* row = C + static_cast<std::int64_t>(row0 + (i / 4) * S::kLanesM * 4 + i % 4) * p.c_sm;
+#pragma unroll
+        for (int g = 0; g < TN / 4; ++g) {
+          float4* dst = reinterpret_cast<float4*>(row + col0 + g * S::kLanesN * 4);
+          const float4 old = p.beta != 0.f ? *dst : make_float4(0.f, 0.f, 0.f, 0.f);
+          const float* a4 = &acc[i][4 * g];
+          *dst = make_float4(epilogue_apply(p, a4[0], old.x, bias[4 * g], kAct),
+                             epilogue_apply(p, a4[1], old.y, bias[4 * g + 1], kAct),
+                             epilogue_apply(p, a4[2], old.z, bias[4 * g + 2], kAct),
+                             epilogue_apply(p, a4[3], old.w, bias[4 * g + 3], kAct));
+        }
+      }
+    };
+    switch (p.act) {
+      case Activation::Relu:
+        store_tile(std::integral_constant<Activation, Activation::Relu>{});
+        break;
+      case Activation::Gelu:
+        store_tile(std::integral_constant<Activation, Activation::Gelu>{});
+        break;
+      default:
+        store_tile(std::integral_constant<Activation, Activation::None>{});
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -343,16 +416,37 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   const bool regs = staging == Staging::Registers;
   MT_CHECK(regs || RING, InvalidArgument, "gemm: this SIMT configuration runs register-staged only");
   using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, false>);
-  static const Kern reg_kernels[2] = {
-      // [split > 1]
-      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, false>,
-      gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, true>};
+  // [0: any layout, 1 + (A k-contiguous) + 2 * (B k-contiguous): whole runs][split > 1]. The whole-run
+  // variants need every thread to own all its runs (RegLoader::kEven); tiles without it use the first row.
+  constexpr bool kWholeOk =
+      RegLoader<BM, BK, kSimtPad, S::kThreads>::kEven && RegLoader<BN, BK, kSimtPad, S::kThreads>::kEven;
+  auto pick = [](auto load, auto split_c) -> Kern {
+    constexpr int kLoad = decltype(load)::value;
+    if constexpr (kLoad >= kLoadRegsWhole && !kWholeOk)
+      return nullptr;
+    else
+      return gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoad, decltype(split_c)::value>;
+  };
+  auto row = [&](auto load) {
+    return std::array<Kern, 2>{pick(load, std::false_type{}), pick(load, std::true_type{})};
+  };
+  using std::integral_constant;
+  static const std::array<std::array<Kern, 2>, 5> reg_kernels = {
+      row(integral_constant<int, kLoadRegs>{}), row(integral_constant<int, kLoadRegsWhole>{}),
+      row(integral_constant<int, kLoadRegsWhole + 1>{}), row(integral_constant<int, kLoadRegsWhole + 2>{}),
+      row(integral_constant<int, kLoadRegsWhole + 3>{})};
   static const bool reg_once = [&] {
-    for (int sp = 0; sp < 2; ++sp) allow_smem(reg_kernels[sp], S::smem_bytes(true, sp == 1));
+    for (auto& row : reg_kernels)
+      for (int sp = 0; sp < 2; ++sp)
+        if (row[sp]) allow_smem(row[sp], S::smem_bytes(true, sp == 1));
     return true;
   }();
   (void)reg_once;
-  Kern kernel = reg_kernels[split > 1 ? 1 : 0];
+  // k-fast loads for operands that are contiguous along k (row-major A, transposed B).
+  const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
+  const bool b_kfast = p.b_sk == 1 && p.b_sn != 1;
+  const int layout = kWholeOk && regs && whole_runs(p) ? 1 + (a_kfast ? 1 : 0) + (b_kfast ? 2 : 0) : 0;
+  Kern kernel = reg_kernels[layout][split > 1 ? 1 : 0];
   if constexpr (RING) {
     // [B takes float4 loads][split > 1]. The scalar B loader needs more registers than a 2-blocks-per-SM
     // budget leaves (it would spill), so that variant always runs one block per SM.
@@ -370,9 +464,6 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
     if (!regs) kernel = ring_kernels[b_vectorisable(p) ? 1 : 0][split > 1 ? 1 : 0];
   }
   const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
-  // k-fast loads for operands that are contiguous along k (row-major A, transposed B).
-  const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
-  const bool b_kfast = p.b_sk == 1 && p.b_sn != 1;
   const int kps = k_per_split(p, split, BK);
   const bool c_vec = c_vectorisable(p);
   SplitScratch scratch;

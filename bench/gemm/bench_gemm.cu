@@ -4,8 +4,9 @@
 // bench/gemm/NOTES.md.
 //
 //   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
-//   bench_gemm --sweep=M,N,K[,BATCH] [--math=fp32|tf32|tf32x3]
+//   bench_gemm --sweep=M,N,K[,BATCH] [--math=fp32|tf32|tf32x3] [--only=SUBSTRING]
 //                                                every configuration the dispatcher could pick, timed
+//                                                (--only: those whose name contains SUBSTRING)
 //   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch
 //   table)
 //
@@ -350,7 +351,7 @@ void print_summary() {
   }
 }
 
-void sweep(const GemmShape& s, MathMode math) {
+void sweep(const GemmShape& s, MathMode math, const std::string& only) {
   Operands& o = operands(s);
   const Problem p0 = problem_for(o, 0, nullptr);
   const double cub =
@@ -364,6 +365,7 @@ void sweep(const GemmShape& s, MathMode math) {
   };
   std::vector<R> rs;
   for (const Config& c : candidates(p0, math)) {
+    if (config_name(c).find(only) == std::string::npos) continue;
     auto fn = [&](const Problem& p) { launch(p, c, handles().stream); };
     const double err = validate(o, p0, fn);
     const double ms = time_ms(o, iterations_for(s, 60), fn);
@@ -386,21 +388,24 @@ int main(int argc, char** argv) {
   }
   std::printf("device: %s\n", mt::device_properties(0).name.c_str());
   MathMode math = MathMode::FP32;
-  for (int i = 1; i < argc; ++i)
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
     if (!std::strncmp(argv[i], "--math=", 7))
       math = !std::strcmp(argv[i] + 7, "tf32")     ? MathMode::TF32
              : !std::strcmp(argv[i] + 7, "tf32x3") ? MathMode::TF32x3
                                                    : MathMode::FP32;
+    if (!std::strncmp(argv[i], "--only=", 7)) only = argv[i] + 7;
+  }
   for (int i = 1; i < argc; ++i) {
     if (!std::strncmp(argv[i], "--sweep=", 8)) {
       GemmShape s{0, 0, 0, 1};
       std::sscanf(argv[i] + 8, "%d,%d,%d,%d", &s.m, &s.n, &s.k, &s.batch);
-      sweep(s, math);
+      sweep(s, math, only);
       operand_cache() = Operands{};
       return 0;
     }
     if (!std::strcmp(argv[i], "--sweep-all")) {
-      for (const GemmShape& s : kShapes) sweep(s, math);
+      for (const GemmShape& s : kShapes) sweep(s, math, only);
       operand_cache() = Operands{};
       return 0;
     }

@@ -205,7 +205,10 @@ TEST(Gemm, F32_4095x4097x1023) {
 
 // ---------------------------------------------------------------- every kernel of the ladder, directly
 
-TEST(Gemm, F32_EveryKernel_127x129x255) {
+// Two shapes: 127x129x255 (every edge odd: no 16-byte runs), and 132x136x260, whose contiguous operands run
+// in whole 16-byte runs (the register-staged kernels' straight-line main loop, with edge tiles along m and n
+// and a partial last k tile).
+TEST(Gemm, F32_EveryKernel_EveryLayout) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   std::vector<Config> configs = {{Kernel::Naive}, {Kernel::SmemTiled}, {Kernel::RegTiled}};
@@ -222,49 +225,52 @@ TEST(Gemm, F32_EveryKernel_127x129x255) {
     }
   // Both operands contiguous along k or along m / n, 16-byte aligned or at offset 1 (the register-staged
   // loaders' vector and scalar paths, transposing or not).
-  for (bool ta : {false, true})
-    for (Layout la : {Layout::Contiguous, Layout::Offset1})
-      for (bool tb : {false, true})
-        for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
-          const std::int64_t m = 127, n = 129, k = 255;
-          const Tensor a0 =
-              test::make_input(InputSpec{ta ? Shape{k, m} : Shape{m, k}, la}, 5, Device::cuda(0));
-          const Tensor b =
-              test::make_input(InputSpec{tb ? Shape{n, k} : Shape{k, n}, lb}, 6, Device::cuda(0));
-          const Tensor bias = test::make_input(InputSpec{Shape{n}}, 7, Device::cuda(0));
-          const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 8, Device::cuda(0));
-          const Tensor a = ta ? a0.t() : a0;
-          const Tensor bt = tb ? b.t() : b;
-          for (const Config& cfg : configs) {
-            SCOPED_TRACE(config_name(cfg) + (ta ? " trans_a" : "") + " a=" + test::layout_name(la) +
-                         (tb ? " trans_b" : "") + " b=" + test::layout_name(lb));
-            Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
-            g.view().copy_(c0);
-            Problem p;
-            p.m = m, p.n = n, p.k = k;
-            p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
-            p.b = bt.data<float>(), p.b_sk = bt.stride(0), p.b_sn = bt.stride(1);
-            p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1;
-            p.bias = bias.data<float>();
-            p.alpha = -1.5f, p.beta = 1.f, p.act = Activation::Relu;
-            if (!can_implement(p, cfg)) {  // the register-staged-only tiles refuse the cp.async ring
-              EXPECT_EQ(cfg.staging, Staging::CpAsync);
-              continue;
+  const std::int64_t shapes[2][3] = {{127, 129, 255}, {132, 136, 260}};
+  for (const auto& mnk : shapes)
+    for (bool ta : {false, true})
+      for (Layout la : {Layout::Contiguous, Layout::Offset1})
+        for (bool tb : {false, true})
+          for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
+            const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+            const Tensor a0 =
+                test::make_input(InputSpec{ta ? Shape{k, m} : Shape{m, k}, la}, 5, Device::cuda(0));
+            const Tensor b =
+                test::make_input(InputSpec{tb ? Shape{n, k} : Shape{k, n}, lb}, 6, Device::cuda(0));
+            const Tensor bias = test::make_input(InputSpec{Shape{n}}, 7, Device::cuda(0));
+            const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 8, Device::cuda(0));
+            const Tensor a = ta ? a0.t() : a0;
+            const Tensor bt = tb ? b.t() : b;
+            for (const Config& cfg : configs) {
+              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                           config_name(cfg) + (ta ? " trans_a" : "") + " a=" + test::layout_name(la) +
+                           (tb ? " trans_b" : "") + " b=" + test::layout_name(lb));
+              Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
+              g.view().copy_(c0);
+              Problem p;
+              p.m = m, p.n = n, p.k = k;
+              p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
+              p.b = bt.data<float>(), p.b_sk = bt.stride(0), p.b_sn = bt.stride(1);
+              p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1;
+              p.bias = bias.data<float>();
+              p.alpha = -1.5f, p.beta = 1.f, p.act = Activation::Relu;
+              if (!can_implement(p, cfg)) {  // the register-staged-only tiles refuse the cp.async ring
+                EXPECT_EQ(cfg.staging, Staging::CpAsync);
+                continue;
+              }
+              launch(p, cfg, detail::stream_for(Device::cuda(0)));
+              EXPECT_EQ(g.check(), "");
+              ErrorStats s;
+              double e2 = 0, s2 = 0;
+              const MatD cd = to_double(c0);
+              const std::vector<float> bv = bias.to_vector<float>();
+              // TF32 rounds each operand to 11 bits: bound 2^-10 of the scale instead of K eps.
+              const double cf =
+                  cfg.math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
+              accumulate_errors(to_double(g.view()), to_double(a), to_double(bt), &cd, &bv, p.alpha, p.beta,
+                                p.act, cf, s, e2, s2);
+              EXPECT_EQ(s.n_bad, 0) << s.str();
             }
-            launch(p, cfg, detail::stream_for(Device::cuda(0)));
-            EXPECT_EQ(g.check(), "");
-            ErrorStats s;
-            double e2 = 0, s2 = 0;
-            const MatD cd = to_double(c0);
-            const std::vector<float> bv = bias.to_vector<float>();
-            // TF32 rounds each operand to 11 bits: bound 2^-10 of the scale instead of K eps.
-            const double cf =
-                cfg.math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
-            accumulate_errors(to_double(g.view()), to_double(a), to_double(bt), &cd, &bv, p.alpha, p.beta,
-                              p.act, cf, s, e2, s2);
-            EXPECT_EQ(s.n_bad, 0) << s.str();
           }
-        }
 }
 
 // The register-staged loaders need each operand contiguous along one of its dims; the cp.async ring takes
