@@ -456,9 +456,16 @@ Config choose(const Problem& p, MathMode math) {
       // where 64x64 split 8 gave 0.79x).
       c.kernel = Kernel::Simt128x128k16;
       c.split_k = split_to_fill(blocks(128, 128), 3 * sms / 4, 128);
+    } else if (p.m >= 256 && p.n >= 256 && p.k >= 256) {
+      // Few output tiles of a mid-sized problem (512^3): 32x128 tiles, K split to about one wave and reduced
+      // in a cluster, on the cp.async ring (0.93-0.98x cuBLAS, where 64x64 split 8 gave 0.84-0.90x).
+      c.kernel = Kernel::Simt32x128;
+      c.split_k = split_for(blocks(32, 128), sms, 64);
+      c.staging = Staging::CpAsync;
+      if (c.split_k > 1 && c.split_k <= kMaxClusterSplit) c.reduce = SplitReduce::Cluster;
     } else {
-      // Few output tiles (127x129x255, 512^3): latency bound; 64x64 tiles and K split to about four blocks
-      // per SM (reduced inside the same launch), on the cp.async ring.
+      // Few output tiles of a small problem (127x129x255): latency bound; 64x64 tiles and K split to about
+      // four blocks per SM (reduced inside the same launch), on the cp.async ring.
       c.kernel = Kernel::Simt64x64;
       c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
       c.staging = Staging::CpAsync;
@@ -480,12 +487,12 @@ Config choose(const Problem& p, MathMode math) {
     c.kernel = Kernel::Simt128x128k16;
     c.split_k = split_for(blocks(128, 128), sms, 128);
   } else {
-    // Everything else: 128x128 tiles, two blocks per SM (register-staged, or float4 B on the cp.async ring);
-    // unaligned operands (4095x4097x1023) take the cp.async ring, whose scalar loaders beat the
-    // register-staged scalar path there, with BK=16 and one block per SM when B is unaligned too. Split K
-    // while fewer than two waves of blocks.
-    c.kernel = runs16 || b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
-    c.staging = runs16 ? Staging::Registers : Staging::CpAsync;
+    // Everything else: 128x128 tiles, two blocks per SM, register-staged; unaligned operands take scalar
+    // runs (4095x4097x1023: 0.82x cuBLAS, where the cp.async ring gave 0.70x). Operands contiguous in
+    // neither dim take the ring (below), with BK=16 and one block per SM unless B takes float4 loads. Split
+    // K while fewer than two waves of blocks.
+    const bool stageable = a_reg_stageable(p) && b_reg_stageable(p);
+    c.kernel = stageable || b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
     c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
   }
   // Short K ranges per block: the global fix-up's serial tail of L2 round trips dominates, so the splits of a

@@ -159,11 +159,12 @@ struct VecLoader {
 
 // Register-staged loader: the operand must be contiguous along k (`k_contig`: row-major A, transposed B) or
 // along x (transposed A, row-major B). Each thread owns kVecs runs of 4 elements along the contiguous
-// dimension; load() brings the next tile's runs into registers (one 16-byte load per whole, aligned run;
-// otherwise up to 4 predicated scalar loads off one pointer) while the current tile is computed, and store()
-// writes them into shared memory afterwards (4 transposing scalar stores per run when k is contiguous, one
-// float4 store otherwise). No cp.async: no per-element address selects and no LDGSTS issue padding, which
-// were most of the cp.async loaders' ~100 instructions per 8-deep tile.
+// dimension; load_whole() (tiles inside the matrix along k) or load() (any tile) brings the next tile's runs
+// into registers (one 16-byte load per whole, aligned run; otherwise up to 4 predicated scalar loads off one
+// pointer) while the current tile is computed, and store_as() writes them into shared memory afterwards (4
+// transposing scalar stores per run when k is contiguous, one float4 store otherwise). No cp.async: no
+// per-element address selects and no LDGSTS issue padding, which were most of the cp.async loaders' ~100
+// instructions per 8-deep tile.
 template <int BX, int BK, int PAD, int NT>
 struct RegLoader {
   static constexpr int kRuns = BX * BK / 4;
@@ -225,15 +226,20 @@ struct RegLoader {
     }
   }
 
-  // Whole-tile loads, for the kernels' straight-line main loop: every run of the tile is 4 elements on a
-  // 16-byte boundary, inside the matrix along k and either wholly inside or wholly outside along x (checked
-  // on the host: 16-byte runs, x-contiguous extents a multiple of 4, kEven). One unconditional 16-byte load
-  // per run; a run outside the matrix reads row or column 0 instead (init points it there), whose products
-  // land only in rows or columns of C that are never stored.
+  // Whole-tile loads, for the kernels' straight-line main loop: the tile lies inside the matrix along k and
+  // no run straddles the matrix's edge along x (host and kernel checked). A run outside the matrix along x
+  // reads row or column 0 instead (init points it there; idle slots too), whose products land only in rows
+  // or columns of C that are never stored. VEC: one 16-byte load per run; otherwise 4 scalar loads through
+  // L1 (the other 3 hit the line the first brought in).
+  template <bool VEC>
   __device__ __forceinline__ void load_whole() {
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
-      v[i] = __ldcg(reinterpret_cast<const float4*>(ptr[i]));
+      const float* p = ptr[i];
+      if constexpr (VEC)
+        v[i] = __ldcg(reinterpret_cast<const float4*>(p));
+      else
+        v[i] = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
       ptr[i] += step;
     }
   }
@@ -253,12 +259,6 @@ struct RegLoader {
         *reinterpret_cast<float4*>(s + soff[i]) = v[i];
       }
     }
-  }
-  __device__ __forceinline__ void store(float* s) const {
-    if (k_contig)
-      store_as<true>(s);
-    else
-      store_as<false>(s);
   }
 };
 
@@ -298,10 +298,11 @@ __device__ __forceinline__ void raster(int bid, int tiles_m, int tiles_n, int& t
   tn = (bid % width) / rows;
 }
 
-// act(alpha * acc + beta * c + bias[j]); C is read only when beta != 0. The same formula as the CPU reference
-// and as matmul followed by the eager bias add and activation.
-// epilogue_apply: the same with C's old value and the bias already loaded (each ignored when unused) and the
-// activation given (a constant where the caller has dispatched on it).
+// act(alpha * acc + beta * c + bias[j]), the same formula as the CPU reference and as matmul followed by the
+// eager bias add and activation. epilogue_apply takes C's old value and the bias already loaded (each
+// ignored when unused) and the activation (a constant where the caller has dispatched on it); epilogue_value
+// reads C only when beta != 0. (epilogue_value is not written in terms of epilogue_apply: that form costs the
+// 128-register split-K kernels a spill.)
 __device__ __forceinline__ float epilogue_apply(const Problem& p, float acc, float c, float bias,
                                                 Activation act) {
   float v = p.alpha * acc;
@@ -310,7 +311,10 @@ __device__ __forceinline__ float epilogue_apply(const Problem& p, float acc, flo
   return activate(v, act);
 }
 __device__ __forceinline__ float epilogue_value(const Problem& p, float acc, const float* c, int j) {
-  return epilogue_apply(p, acc, p.beta != 0.f ? *c : 0.f, p.bias ? p.bias[j * p.bias_s] : 0.f, p.act);
+  float v = p.alpha * acc;
+  if (p.beta != 0.f) v = fmaf(p.beta, *c, v);
+  if (p.bias) v = v + p.bias[j * p.bias_s];
+  return activate(v, p.act);
 }
 
 // Writes N consecutive columns j0.. of row i of the batch's C (pointer cb). `vec`: C is contiguous along n

@@ -42,9 +42,9 @@ inline bool b_runs16(const Problem& p) {
   const std::int64_t row = p.b_sn == 1 ? p.b_sk : p.b_sn;
   return row % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) && aligned16(p.b);
 }
-// Every run of every tile whole for RegLoader::load_whole: 16-byte runs, and an operand contiguous along x
-// (m for A, n for B) has an extent that is a multiple of 4, so no run straddles the edge.
-inline bool whole_runs(const Problem& p) {
+// Every run of every tile one 16-byte load for RegLoader::load_whole<true>: 16-byte runs, and an operand
+// contiguous along x (m for A, n for B) has an extent that is a multiple of 4, so no run straddles the edge.
+inline bool vector_runs(const Problem& p) {
   return a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p) &&
          ((p.a_sk == 1 && p.a_sm != 1) || p.m % 4 == 0) && ((p.b_sk == 1 && p.b_sn != 1) || p.n % 4 == 0);
 }
@@ -88,20 +88,16 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //             reads are broadcast-friendly float4 loads and its stores write float4 runs
 //   STAGES    cp.async ring depth: STAGES-1 tiles in flight while one is computed
 // LOAD picks how tiles reach shared memory:
-//   kLoadRegs     (the default) both operands through registers (RegLoader): the next tile's global loads
-//                 are issued before the current tile's math and stored to the other of two shared buffers
-//                 after it, one barrier per tile. Needs each operand contiguous along k or along x.
-//   kLoadRegsWhole + layout bits (bit 0: A contiguous along k, bit 1: B contiguous along k)
-//                 the same with the layout fixed at compile time and every run a whole 16-byte load (host
-//                 checked, see whole_runs): the main loop runs the tiles whose successor is whole as one
-//                 straight-line block, unconditional loads and fixed stores; the last tiles take the
-//                 kLoadRegs loop. Without it the loaders' per-run branches cost ~16 % of the time at 4096^3.
-//   kLoadVecB     a STAGES-deep cp.async ring; A with the scalar loader (row-major A is contiguous along k
-//                 and must be transposed on its way into shared memory), B with float4 cp.async (contiguous
-//                 along n, 16-byte aligned).
-//   kLoadScalarB  the same ring with both operands on the scalar loader: any strides.
+//   kLoadRegs + layout bits (bit 0: A contiguous along k, bit 1: B contiguous along k) [+ kScalarRuns]
+//                 (the default) both operands through registers (RegLoader), with the layout fixed at compile
+//                 time; needs each operand contiguous along k or along x. Tile t + 1 is stored to the other
+//                 of two shared buffers after tile t's math, one barrier per tile. While the tile after next
+//                 lies inside the matrix along k, each tile is one straight-line block: unconditional loads
+//                 issued right after the barrier, fixed stores (per-run branches had cost ~16 % of the time
+//                 at 4096^3); the last tiles take a general loop that loads before the math and predicates
+//                 on k. Runs are one 16-byte load each (vector_runs), or with kScalarRuns 4 scalar loads.
 // Shared memory per block: STAGES (2 for kLoadRegs) * BK * (BM + BN + 2 * kPad) * 4 bytes.
-constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadRegs = 2, kLoadRegsWhole = 4;
+constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadRegs = 4, kScalarRuns = 4;
 constexpr int kSimtPad = 4;  // rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
@@ -145,8 +141,9 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   float* sA = smem;
-  constexpr bool kRegs = LOAD >= kLoadRegs, kWhole = LOAD >= kLoadRegsWhole;
-  float* sB = smem + (kRegs ? 2 : STAGES) * S::kStageA;  // register staging: two buffers
+  constexpr bool kRegs = LOAD >= kLoadRegs;
+  constexpr bool kVecRuns = LOAD < kLoadRegs + kScalarRuns;  // kRegs: one 16-byte load per run
+  float* sB = smem + (kRegs ? 2 : STAGES) * S::kStageA;      // register staging: two buffers
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / S::kWarpsN, warp_n = warp % S::kWarpsN;
@@ -196,38 +193,39 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   };
 
   if constexpr (kRegs) {
-    constexpr bool kAk = (LOAD & 1) != 0, kBk = (LOAD & 2) != 0;  // kWhole: the layout
+    constexpr bool kAk = (LOAD & 1) != 0, kBk = (LOAD & 2) != 0;  // the layout
     RegLoader<BM, BK, kSimtPad, NT> la;
     RegLoader<BN, BK, kSimtPad, NT> lb;
-    la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, kWhole ? kAk : a_kfast, kWhole || a_vec, tid);
-    lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, kWhole ? kBk : b_kfast, kWhole || b_vec, tid);
+    la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, kAk, a_vec, tid);
+    lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, kBk, b_vec, tid);
     if (n_tiles > 0) {
       la.load(k_end - k_begin);
       lb.load(k_end - k_begin);
-      la.store(sA);
-      lb.store(sB);
+      la.template store_as<kAk>(sA);
+      lb.template store_as<kBk>(sB);
     }
     __syncthreads();
     int t = 0;
     bool next_loaded = false;  // the registers already hold tile t + 1
-    if constexpr (kWhole) {
-      // While tile t + 2 is whole: one basic block per tile, no branch but the loop's own. Tile t + 2's loads
-      // go right after the barrier, where nothing can move them later: placed before the math, ptxas sank
-      // them to the last fifth of it (register pressure), and their latency showed as long-scoreboard
-      // stalls on the stores.
-      const int n_whole = (k_end - k_begin) / BK;
-      if (n_whole >= 2) {
-        la.load_whole();
-        lb.load_whole();
-        next_loaded = true;
-        for (; t + 2 < n_whole; ++t) {
-          compute_tile(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB);
-          la.template store_as<kAk>(sA + ((t + 1) & 1) * S::kStageA);
-          lb.template store_as<kBk>(sB + ((t + 1) & 1) * S::kStageB);
-          __syncthreads();
-          la.load_whole();
-          lb.load_whole();
-        }
+    // While tile t + 2 is whole: one basic block per tile, no branch but the loop's own. Tile t + 2's loads
+    // go right after the barrier, where nothing can move them later: placed before the math, ptxas sank them
+    // to its last fifth (register pressure), and their latency showed as long-scoreboard stalls on the
+    // stores.
+    // Scalar runs: a block whose runs straddle the matrix's edge along x takes the general loop throughout.
+    const bool straddles =
+        !kVecRuns && ((!kAk && m0 + BM > p.m && p.m % 4 != 0) || (!kBk && n0 + BN > p.n && p.n % 4 != 0));
+    const int n_whole = straddles ? 0 : (k_end - k_begin) / BK;
+    if (n_whole >= 2) {
+      la.template load_whole<kVecRuns>();
+      lb.template load_whole<kVecRuns>();
+      next_loaded = true;
+      for (; t + 2 < n_whole; ++t) {
+        compute_tile(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB);
+        la.template store_as<kAk>(sA + ((t + 1) & 1) * S::kStageA);
+        lb.template store_as<kBk>(sB + ((t + 1) & 1) * S::kStageB);
+        __syncthreads();
+        la.template load_whole<kVecRuns>();
+        lb.template load_whole<kVecRuns>();
       }
     }
     for (; t < n_tiles; ++t) {
@@ -240,8 +238,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
       next_loaded = false;
       compute_tile(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB);
       if (more) {  // the other buffer was last read by tile t - 1, before the previous barrier
-        la.store(sA + ((t + 1) & 1) * S::kStageA);
-        lb.store(sB + ((t + 1) & 1) * S::kStageB);
+        la.template store_as<kAk>(sA + ((t + 1) & 1) * S::kStageA);
+        lb.template store_as<kBk>(sB + ((t + 1) & 1) * S::kStageB);
       }
       __syncthreads();
     }
@@ -416,36 +414,27 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   const bool regs = staging == Staging::Registers;
   MT_CHECK(regs || RING, InvalidArgument, "gemm: this SIMT configuration runs register-staged only");
   using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, false>);
-  // [0: any layout, 1 + (A k-contiguous) + 2 * (B k-contiguous): whole runs][split > 1]. The whole-run
-  // variants need every thread to own all its runs (RegLoader::kEven); tiles without it use the first row.
-  constexpr bool kWholeOk =
-      RegLoader<BM, BK, kSimtPad, S::kThreads>::kEven && RegLoader<BN, BK, kSimtPad, S::kThreads>::kEven;
-  auto pick = [](auto load, auto split_c) -> Kern {
-    constexpr int kLoad = decltype(load)::value;
-    if constexpr (kLoad >= kLoadRegsWhole && !kWholeOk)
-      return nullptr;
-    else
-      return gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoad, decltype(split_c)::value>;
-  };
-  auto row = [&](auto load) {
-    return std::array<Kern, 2>{pick(load, std::false_type{}), pick(load, std::true_type{})};
+  // [(A k-contiguous) + 2 * (B k-contiguous) + kScalarRuns unless vector_runs][split > 1].
+  auto row = [](auto load) {
+    constexpr int kLoad = kLoadRegs + decltype(load)::value;
+    return std::array<Kern, 2>{gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoad, false>,
+                               gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoad, true>};
   };
   using std::integral_constant;
-  static const std::array<std::array<Kern, 2>, 5> reg_kernels = {
-      row(integral_constant<int, kLoadRegs>{}), row(integral_constant<int, kLoadRegsWhole>{}),
-      row(integral_constant<int, kLoadRegsWhole + 1>{}), row(integral_constant<int, kLoadRegsWhole + 2>{}),
-      row(integral_constant<int, kLoadRegsWhole + 3>{})};
+  static const std::array<std::array<Kern, 2>, 8> reg_kernels = {
+      row(integral_constant<int, 0>{}), row(integral_constant<int, 1>{}), row(integral_constant<int, 2>{}),
+      row(integral_constant<int, 3>{}), row(integral_constant<int, 4>{}), row(integral_constant<int, 5>{}),
+      row(integral_constant<int, 6>{}), row(integral_constant<int, 7>{})};
   static const bool reg_once = [&] {
     for (auto& row : reg_kernels)
-      for (int sp = 0; sp < 2; ++sp)
-        if (row[sp]) allow_smem(row[sp], S::smem_bytes(true, sp == 1));
+      for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(true, sp == 1));
     return true;
   }();
   (void)reg_once;
   // k-fast loads for operands that are contiguous along k (row-major A, transposed B).
   const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
   const bool b_kfast = p.b_sk == 1 && p.b_sn != 1;
-  const int layout = kWholeOk && regs && whole_runs(p) ? 1 + (a_kfast ? 1 : 0) + (b_kfast ? 2 : 0) : 0;
+  const int layout = (a_kfast ? 1 : 0) + (b_kfast ? 2 : 0) + (vector_runs(p) ? 0 : kScalarRuns);
   Kern kernel = reg_kernels[layout][split > 1 ? 1 : 0];
   if constexpr (RING) {
     // [B takes float4 loads][split > 1]. The scalar B loader needs more registers than a 2-blocks-per-SM
