@@ -129,8 +129,9 @@ struct SimtShape {
 // reduction does not cost the unsplit kernel registers): through distributed shared memory when the launch
 // made the splits of a tile one cluster (ws == nullptr), else through the L2 workspace `ws` with a ticket per
 // tile in `counters`.
-// Runtime layout flags: a_kfast / b_kfast the operand is contiguous along k (the loaders walk k fastest);
-// a_vec / b_vec (kLoadRegs) its 4-element runs are 16-byte aligned; c_vec C takes float4 stores.
+// Runtime layout flags: a_kfast / b_kfast the operand is contiguous along k (the cp.async loaders walk k
+// fastest; register-staged variants have it in LOAD); a_vec / b_vec (register staging, last tiles) its
+// 4-element runs are 16-byte aligned; c_vec C takes float4 stores.
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, int LOAD,
           bool SPLIT>
 __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
@@ -210,8 +211,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     // While tile t + 2 is whole: one basic block per tile, no branch but the loop's own. Tile t + 2's loads
     // go right after the barrier, where nothing can move them later: placed before the math, ptxas sank them
     // to its last fifth (register pressure), and their latency showed as long-scoreboard stalls on the
-    // stores.
-    // Scalar runs: a block whose runs straddle the matrix's edge along x takes the general loop throughout.
+    // stores. With scalar runs, a block whose runs straddle the matrix's edge along x takes the general loop
+    // throughout.
     const bool straddles =
         !kVecRuns && ((!kAk && m0 + BM > p.m && p.m % 4 != 0) || (!kBk && n0 + BN > p.n && p.n % 4 != 0));
     const int n_whole = straddles ? 0 : (k_end - k_begin) / BK;
