@@ -362,15 +362,7 @@ bool can_implement(const Problem& p, const Config& cfg) {
 void launch(const Problem& p, const Config& cfg, cudaStream_t stream) {
   MT_CHECK(can_implement(p, cfg), InvalidArgument, "gemm: configuration ", config_name(cfg), " cannot run ",
            p.m, "x", p.n, "x", p.k, " (batch ", p.batch, ")");
-  constexpr int kMaxBatch = 65535;  // grid.y / grid.z limit
-  for (int b0 = 0; b0 < p.batch; b0 += kMaxBatch) {
-    Problem q = p;
-    q.batch = std::min(kMaxBatch, p.batch - b0);
-    q.a += b0 * p.a_sb;
-    q.b += b0 * p.b_sb;
-    q.c += b0 * p.c_sb;
-    launch_one(q, cfg, stream);
-  }
+  for_each_batch_chunk(p, [&](const Problem& q) { launch_one(q, cfg, stream); });
 }
 
 // ================================================================ dispatch

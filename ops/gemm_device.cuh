@@ -298,6 +298,26 @@ __device__ __forceinline__ void raster(int bid, int tiles_m, int tiles_n, int& t
   tn = (bid % width) / rows;
 }
 
+// What one block of the SIMT and mma.sync kernels computes: blockIdx.x the output tile (rasterised),
+// blockIdx.y the batch entry, blockIdx.z the split of K.
+struct BlockTile {
+  int m0, n0;          // the tile's first row and column of C
+  int b, split;        // batch entry, split index
+  int k_begin, k_end;  // this split's k range
+  int n_tiles;         // BK-deep k tiles in it
+};
+template <int BM, int BN, int BK>
+__device__ __forceinline__ BlockTile block_tile(const Problem& p, int k_per_split) {
+  BlockTile t;
+  int tile_m, tile_n;
+  raster(blockIdx.x, (p.m + BM - 1) / BM, (p.n + BN - 1) / BN, tile_m, tile_n);
+  t.m0 = tile_m * BM, t.n0 = tile_n * BN;
+  t.b = blockIdx.y, t.split = blockIdx.z;
+  t.k_begin = t.split * k_per_split, t.k_end = min(p.k, t.k_begin + k_per_split);
+  t.n_tiles = t.k_end > t.k_begin ? (t.k_end - t.k_begin + BK - 1) / BK : 0;
+  return t;
+}
+
 // act(alpha * acc + beta * c + bias[j]), the same formula as the CPU reference and as matmul followed by the
 // eager bias add and activation. epilogue_apply takes C's old value and the bias already loaded (each
 // ignored when unused) and the activation (a constant where the caller has dispatched on it); epilogue_value

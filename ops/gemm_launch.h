@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +45,21 @@ struct Problem {
   float alpha = 1.f, beta = 0.f;  // beta == 0: C is never read
   Activation act = Activation::None;
 };
+
+// Calls fn(q) for each chunk of at most 65535 batch entries (the grid's y limit), q being `p` narrowed to the
+// chunk.
+template <class Fn>
+void for_each_batch_chunk(const Problem& p, Fn&& fn) {
+  constexpr int kMaxBatch = 65535;
+  for (int b0 = 0; b0 < p.batch; b0 += kMaxBatch) {
+    Problem q = p;
+    q.batch = std::min(kMaxBatch, p.batch - b0);
+    q.a += b0 * p.a_sb;
+    q.b += b0 * p.b_sb;
+    q.c += b0 * p.c_sb;
+    fn(q);
+  }
+}
 
 // The kernels, by name. The ladder rungs handle every problem (they are slow); the production kernels are
 // templates instantiated for the configurations listed here.

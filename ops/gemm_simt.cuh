@@ -15,6 +15,7 @@
 #include "ops/gemm_device.cuh"
 #include "ops/gemm_launch.h"
 #include "runtime/error.h"
+#include "runtime/launch.h"
 
 namespace mt::detail::gemm {
 
@@ -149,12 +150,9 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / S::kWarpsN, warp_n = warp % S::kWarpsN;
   const int lane_m = lane / S::kLanesN, lane_n = lane % S::kLanesN;
-  int tile_m, tile_n;
-  raster(blockIdx.x, (p.m + BM - 1) / BM, (p.n + BN - 1) / BN, tile_m, tile_n);
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  const int b = blockIdx.y, split = blockIdx.z;
-  const int k_begin = split * k_per_split, k_end = min(p.k, k_begin + k_per_split);
-  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+  const BlockTile bt = block_tile<BM, BN, BK>(p, k_per_split);
+  const int m0 = bt.m0, n0 = bt.n0, b = bt.b, split = bt.split;
+  const int k_begin = bt.k_begin, k_end = bt.k_end, n_tiles = bt.n_tiles;
 
   float acc[TM][TN];
 #pragma unroll
@@ -460,22 +458,12 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   if (split > 1 && reduce == SplitReduce::Global)
     scratch = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n,
                             static_cast<std::size_t>(tiles) * p.batch, stream);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(tiles, p.batch, split);
-  cfg.blockDim = dim3(S::kThreads);
-  cfg.dynamicSmemBytes = S::smem_bytes(regs, split > 1 && reduce == SplitReduce::Cluster);
-  cfg.stream = stream;
-  cudaLaunchAttribute cluster{};
-  if (split > 1 && reduce == SplitReduce::Cluster) {  // the splits of a tile form one cluster
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = static_cast<unsigned>(split);
-    cfg.attrs = &cluster;
-    cfg.numAttrs = 1;
-  }
-  MT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, kps, scratch.partials, scratch.counters, a_kfast, b_kfast,
-                                   regs && a_runs16(p), regs && b_runs16(p), c_vec));
+  // With the cluster reduction, the splits of a tile form one cluster.
+  const bool cluster = split > 1 && reduce == SplitReduce::Cluster;
+  const LaunchConfig launch(dim3(tiles, p.batch, split), dim3(S::kThreads), S::smem_bytes(regs, cluster),
+                            stream, dim3(1, 1, cluster ? split : 1));
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, kps, scratch.partials, scratch.counters, a_kfast,
+                                   b_kfast, regs && a_runs16(p), regs && b_runs16(p), c_vec));
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -66,12 +66,9 @@ __global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, STAGES>::kThreads
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t4 = lane % 4;
   const int wm = (warp / S::kWarpsN) * WM, wn = (warp % S::kWarpsN) * WN;
-  int tile_m, tile_n;
-  raster(blockIdx.x, (p.m + BM - 1) / BM, (p.n + BN - 1) / BN, tile_m, tile_n);
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  const int b = blockIdx.y, split = blockIdx.z;
-  const int k_begin = split * k_per_split, k_end = min(p.k, k_begin + k_per_split);
-  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+  const BlockTile bt = block_tile<BM, BN, BK>(p, k_per_split);
+  const int m0 = bt.m0, n0 = bt.n0, b = bt.b, split = bt.split;
+  const int k_begin = bt.k_begin, k_end = bt.k_end, n_tiles = bt.n_tiles;
 
   ScalarLoader<BM, BK, kMmaPad, NT, 4> la;
   la.init(p.a + b * p.a_sb, p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, tid);

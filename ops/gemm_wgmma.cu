@@ -53,6 +53,7 @@
 #include "ops/gemm_wgmma.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/launch.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MT_WGMMA_DEVICE 1
@@ -603,19 +604,9 @@ void run_wgmma(const Problem& p, cudaStream_t stream) {
                            reinterpret_cast<float*>(base + a_bytes * batches_a), stream);
   }
 
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(args.tiles_m * args.tiles_n, p.batch, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = S::kSmemBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = CM;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = CM > 1 ? 1 : 0;
-  MT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, args));
+  const LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, 1), dim3(kThreads, 1, 1),
+                            S::kSmemBytes, stream, dim3(CM, 1, 1));
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, args));
 }
 
 // The built configurations.
@@ -699,15 +690,7 @@ void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cu
   if (c.cluster_m == 0) c.cluster_m = chosen.cluster_m;
   MT_CHECK(built(c, math), InvalidArgument, "gemm: no wgmma kernel for ", wgmma_config_name(c, math));
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
-  constexpr int kMaxBatch = 65535;  // grid.y
-  for (int b0 = 0; b0 < p.batch; b0 += kMaxBatch) {
-    Problem q = p;
-    q.batch = std::min(kMaxBatch, p.batch - b0);
-    q.a += b0 * p.a_sb;
-    q.b += b0 * p.b_sb;
-    q.c += b0 * p.c_sb;
-    launch_chunk(q, math, c, stream);
-  }
+  for_each_batch_chunk(p, [&](const Problem& q) { launch_chunk(q, math, c, stream); });
 }
 
 }  // namespace mt::detail::gemm

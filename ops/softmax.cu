@@ -772,19 +772,9 @@ std::int64_t resident_groups(Kernel* kernel, int C, int threads, std::size_t sme
     MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
     groups = std::int64_t(blocks) * device_properties(device).sm_count;
   } else {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(C, 1, 1);
-    cfg.blockDim = dim3(threads, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = C;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    const LaunchConfig launch(dim3(C, 1, 1), dim3(threads, 1, 1), smem, nullptr, dim3(C, 1, 1));
     int clusters = 0;
-    MT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    MT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg));
     groups = clusters;
   }
   groups = std::max<std::int64_t>(groups, 1);
@@ -842,20 +832,11 @@ void launch_lean(const float* x, float* out, std::int64_t n_rows, std::int64_t r
   const std::size_t smem = static_cast<std::size_t>(n_stages) * stage_bytes;
   auto launch = [&](auto* kernel) {
     const std::int64_t groups = std::min(n_rows, resident_groups(kernel, C, threads, smem));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(groups * C), 1, 1);
-    cfg.blockDim = dim3(threads, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = C;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = C > 1 ? 1 : 0;
+    const LaunchConfig launch(dim3(static_cast<unsigned>(groups * C), 1, 1), dim3(threads, 1, 1), smem,
+                              stream, dim3(C, 1, 1));
     RowQueue* queue = dynamic ? row_queue(stream) : nullptr;
-    MT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x, out, n_rows, static_cast<int>(n_vec), n_stages, queue));
+    MT_CUDA_CHECK(
+        cudaLaunchKernelEx(&launch.cfg, kernel, x, out, n_rows, static_cast<int>(n_vec), n_stages, queue));
   };
   if (k == 4) {
     launch(softmax_rows_lean_kernel<LOG, 4, C>);

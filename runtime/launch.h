@@ -1,5 +1,5 @@
 // Launch geometry shared by the kernels: grids sized from the device (SM count x resident blocks), not
-// constants.
+// constants, and cluster launch configurations.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -27,5 +27,30 @@ int grid_stride_blocks(Kernel* kernel, int threads, std::int64_t n_items, std::i
                                 current_sm_count();
   return static_cast<int>(std::max<std::int64_t>(1, std::min(needed, resident)));
 }
+
+// A cudaLaunchKernelEx configuration, with the blocks grouped into thread-block clusters of `cluster`
+// (no attribute when it is 1 x 1 x 1). Pass `&config.cfg` to cudaLaunchKernelEx or
+// cudaOccupancyMaxActiveClusters. Not copyable: cfg points at this object's attribute.
+struct LaunchConfig {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute cluster_attr{};
+
+  LaunchConfig(dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream, dim3 cluster = dim3(1, 1, 1)) {
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    if (cluster.x * cluster.y * cluster.z > 1) {
+      cluster_attr.id = cudaLaunchAttributeClusterDimension;
+      cluster_attr.val.clusterDim.x = cluster.x;
+      cluster_attr.val.clusterDim.y = cluster.y;
+      cluster_attr.val.clusterDim.z = cluster.z;
+      cfg.attrs = &cluster_attr;
+      cfg.numAttrs = 1;
+    }
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+};
 
 }  // namespace mt
