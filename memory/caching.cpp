@@ -123,13 +123,6 @@ struct CachingDeviceAllocator::StatShard {
   Counter cache_hits, cache_misses, thread_cache_hits, cross_stream_hits, splits, merges, alloc_retries, ooms,
       device_mallocs, device_frees, events_recorded, host_waits;
 
-  void count_hand_out(std::int64_t size, std::int64_t requested, bool hit) {
-    allocations.increase(1);
-    allocated_bytes.increase(size);
-    active_bytes.increase(size);
-    requested_bytes.increase(requested);
-    ++(hit ? cache_hits : cache_misses);
-  }
   // A block handed out is given back by its user (it may stay active while other streams use it).
   void count_release(std::int64_t size, std::int64_t requested) {
     allocations.decrease(1);
@@ -643,7 +636,7 @@ Allocation CachingDeviceAllocator::take_thread_cached(ThreadCache& here, std::si
     // Still "used" for its segment and pool: only these fields change (snapshot() reads them with every
     // cache's flag held).
     b->requested = bytes;
-    here.stats.count_hand_out(static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(bytes), true);
+    count_hand_out(here.stats, static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(bytes), true);
     ++here.stats.thread_cache_hits;
     here.unlock();
     return make_allocation(b->ptr, bytes, stream, b);
@@ -793,7 +786,7 @@ Allocation CachingDeviceAllocator::hand_out(Block* b, std::size_t bytes, cudaStr
   b->stream = stream;
   b->uses.clear();
   ++b->segment->n_used;
-  stats.count_hand_out(static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(bytes), hit);
+  count_hand_out(stats, static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(bytes), hit);
   if (foreign) ++stats.cross_stream_hits;
   return make_allocation(b->ptr, bytes, stream, b);
 }
@@ -1056,7 +1049,7 @@ Allocation CachingDeviceAllocator::allocate_uncached(std::size_t bytes, cudaStre
   }
   if (!ptr) throw_oom(bytes, bytes, bytes, stats);
   const auto n = static_cast<std::int64_t>(bytes);
-  stats.count_hand_out(n, n, /*hit=*/false);
+  count_hand_out(stats, n, n, /*hit=*/false);
   stats.reserved_bytes.increase(n);
   stats.segments.increase(1);
   ++stats.device_mallocs;

@@ -74,16 +74,18 @@ struct MemoryStats {
   std::int64_t device_mallocs = 0, device_frees = 0;
   std::int64_t events_recorded = 0;  // release and fence events
   std::int64_t host_waits = 0;       // events the host blocked on (empty_cache, OOM ladder)
-
-  // A block of `size` bytes handed out for a request of `requested` bytes, from the cache (hit) or not.
-  void count_hand_out(std::int64_t size, std::int64_t requested, bool hit) {
-    allocations.increase(1);
-    allocated_bytes.increase(size);
-    active_bytes.increase(size);
-    requested_bytes.increase(requested);
-    ++(hit ? cache_hits : cache_misses);
-  }
 };
+
+// Counts a block of `size` bytes handed out for a request of `requested` bytes, from the cache (hit) or not,
+// in MemoryStats or in the device allocator's per-thread share of it (the same fields, atomic).
+template <class Stats>
+void count_hand_out(Stats& s, std::int64_t size, std::int64_t requested, bool hit) {
+  s.allocations.increase(1);
+  s.allocated_bytes.increase(size);
+  s.active_bytes.increase(size);
+  s.requested_bytes.increase(requested);
+  ++(hit ? s.cache_hits : s.cache_misses);
+}
 
 enum class BlockState { Free, Allocated, AwaitingStreams };
 

@@ -87,7 +87,7 @@ Allocation CachingHostAllocator::allocate(std::size_t bytes, cudaStream_t stream
     b->state = BlockState::Allocated;
     b->requested = bytes;
     b->uses.clear();
-    m_stats.count_hand_out(static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(bytes), hit);
+    count_hand_out(m_stats, static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(bytes), hit);
     return make_allocation(b->ptr, bytes, stream, b);
   };
   if (caching) {
