@@ -155,6 +155,12 @@ const char* kernel_name(Kernel k) {
       return "simt_32x128x8_w32x32_t8x4_s4";
     case Kernel::Simt32x64:
       return "simt_32x64x8_w32x32_t8x4_s4";
+    case Kernel::Simt64x128:
+      return "simt_64x128x8_w64x32_t8x8_s4";
+    case Kernel::Simt64x256:
+      return "simt_64x256x8_w64x64_t16x8_s3";
+    case Kernel::Simt256x64:
+      return "simt_256x64x8_w64x64_t16x8_s3";
     case Kernel::Tensor128x128:
       return "mma_128x128x16_w64x32_s4";
     case Kernel::Tensor128x64:
@@ -168,9 +174,9 @@ const char* kernel_name(Kernel k) {
 }
 
 std::vector<Kernel> simt_kernels() {
-  return {Kernel::Simt128x128, Kernel::Simt128x128k16, Kernel::Simt128x128x2,
-          Kernel::Simt256x128, Kernel::Simt256x128k16, Kernel::Simt128x64,
-          Kernel::Simt64x64,   Kernel::Simt32x128,     Kernel::Simt32x64};
+  return {Kernel::Simt128x128,    Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
+          Kernel::Simt256x128k16, Kernel::Simt128x64,     Kernel::Simt64x64,     Kernel::Simt32x128,
+          Kernel::Simt32x64,      Kernel::Simt64x128,     Kernel::Simt64x256,    Kernel::Simt256x64};
 }
 std::vector<Kernel> tensor_kernels() {
   return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64, Kernel::Wgmma};
@@ -187,9 +193,13 @@ bool is_rung(Kernel k) {
 bool is_simt(Kernel k) {
   return !is_tensor(k) && !is_rung(k);
 }
-// The SIMT configuration built register-staged only (its cp.async variants would spill).
+// The SIMT configurations built register-staged only (their cp.async variants would spill).
 bool registers_only(Kernel k) {
-  return k == Kernel::Simt256x128k16;
+  return k == Kernel::Simt256x128k16 || k == Kernel::Simt64x256 || k == Kernel::Simt256x64;
+}
+// The SIMT configuration built for whole 16-byte operand runs only (its scalar-run variants would spill).
+bool whole_runs_only(Kernel k) {
+  return k == Kernel::Simt64x256;
 }
 }  // namespace
 
@@ -254,6 +264,12 @@ TileInfo tile_of(Kernel k) {
       return {32, 128, 8};
     case Kernel::Simt32x64:
       return {32, 64, 8};
+    case Kernel::Simt64x128:
+      return {64, 128, 8};
+    case Kernel::Simt64x256:
+      return {64, 256, 8};
+    case Kernel::Simt256x64:
+      return {256, 64, 8};
     case Kernel::Tensor128x128:
       return {128, 128, 16};
     case Kernel::Tensor128x64:
@@ -335,6 +351,12 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       return launch_simt_32x128(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt32x64:
       return launch_simt_32x64(p, split, cfg.reduce, cfg.staging, stream);
+    case Kernel::Simt64x128:
+      return launch_simt_64x128(p, split, cfg.reduce, cfg.staging, stream);
+    case Kernel::Simt64x256:
+      return launch_simt_64x256(p, split, cfg.reduce, cfg.staging, stream);
+    case Kernel::Simt256x64:
+      return launch_simt_256x64(p, split, cfg.reduce, cfg.staging, stream);
     default:
       MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
   }
@@ -352,6 +374,7 @@ bool can_implement(const Problem& p, const Config& cfg) {
   if (is_simt(cfg.kernel) && cfg.staging == Staging::Registers && !(a_reg_stageable(p) && b_reg_stageable(p)))
     return false;
   if (registers_only(cfg.kernel) && cfg.staging != Staging::Registers) return false;
+  if (whole_runs_only(cfg.kernel) && !vector_runs(p)) return false;
   const TileInfo t = tile_of(cfg.kernel);
   if (!offsets_fit(p.a_sm, p.a_sk, t.bm, t.bk) || !offsets_fit(p.b_sn, p.b_sk, t.bn, t.bk)) return false;
   // Tiles are raster-ordered in a 1-D grid.
@@ -430,13 +453,20 @@ Config choose(const Problem& p, MathMode math) {
     c.split_k = split_for(blocks(t.bm, t.bn), sms, 256);
   } else if (p.m <= 64) {
     // Small M. Few output tiles (the 64x512x512 MLP layer: 16 tiles of 32x64) take the 64-thread tile with K
-    // split until about two blocks per SM; wide N (64x4096x4096) the 32x128 tile, split 8 (0.76x cuBLAS).
-    // The cp.async ring beats register staging here (64x512x512: 4.5 vs 3.5 TFLOP/s): each block's K range
-    // is short, and the ring's deeper prefetch hides more of its latency.
+    // split until about two blocks per SM; wide N the 32x128 tile, split 8. M of 33-64 with a long K
+    // (64x4096x4096) fills 64-row tiles: 64x128 (8x8 per thread, 3 blocks per SM) register-staged, K split to
+    // about three blocks per SM (split 12: 0.785x cuBLAS, where 32x128 split 8 gave 0.766x). Otherwise the
+    // cp.async ring beats register staging here (64x512x512: 4.5 vs 3.5 TFLOP/s): each block's K range is
+    // short, and the ring's deeper prefetch hides more of its latency.
     c.staging = Staging::CpAsync;
     if (blocks(32, 128) < 32) {
       c.kernel = Kernel::Simt32x64;
       c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
+    } else if (p.m > 32 && p.k >= 2048) {
+      c.kernel = Kernel::Simt64x128;
+      c.staging = Staging::Registers;
+      for (int s : {2, 3, 4, 6, 8, 12, 16})
+        if (blocks(64, 128) * s <= 3 * sms && p.k / s >= 256) c.split_k = s;
     } else {
       c.kernel = Kernel::Simt32x128;
       c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
@@ -462,8 +492,15 @@ Config choose(const Problem& p, MathMode math) {
       c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
       c.staging = Staging::CpAsync;
     }
+  } else if (p.n <= 64 && runs16 && 2 * blocks(256, 64) >= 3 * sms / 4) {
+    // Skinny N with tall M (16384x64x4096): 256x64 tiles of 16x8 threads, register-staged, K split to about a
+    // wave and reduced in a cluster (split 2: 0.849x cuBLAS, where 128x64 split 2 on the ring gave 0.800x and
+    // the global fix-up 0.712x).
+    c.kernel = Kernel::Simt256x64;
+    c.split_k = split_for(blocks(256, 64), sms, 256);
+    if (c.split_k > 1) c.reduce = SplitReduce::Cluster;
   } else if (p.n <= 64) {
-    // Skinny N (16384x64x4096: 128x64 split 2, reduced in a cluster, on the cp.async ring: 0.81x cuBLAS).
+    // Other skinny N: 128x64 split to about two blocks per SM, reduced in a cluster, on the cp.async ring.
     c.kernel = Kernel::Simt128x64;
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
     c.staging = Staging::CpAsync;
@@ -473,6 +510,11 @@ Config choose(const Problem& p, MathMode math) {
     // through registers (4096^3: 0.86x cuBLAS, where 128x128 gave 0.80x). Short K (a batch of 256^3) keeps
     // the 128x128 tiles below: one 256x128 block per SM cannot hide its pipeline fill there.
     c.kernel = Kernel::Simt256x128k16;
+  } else if (p.k < 512 && p.n >= 256 && vector_runs(p) && blocks(64, 256) >= sms) {
+    // Short K over many tiles (a batch of 64 x 256^3): 64x256 tiles of 16x8 threads, two blocks per SM, so
+    // each SM holds 8 warps of the fewest shared-memory reads per FMA (0.959x cuBLAS, where 128x128 2-CTA
+    // gave 0.925x and 256x128x16, one block per SM, 0.941x).
+    c.kernel = Kernel::Simt64x256;
   } else if (runs16 && blocks(128, 128) < sms) {
     // Under one wave of 128x128 tiles (1024^3: 64): the 16-deep tile with K split in a cluster (split 2:
     // 1.01x cuBLAS).

@@ -406,12 +406,17 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 
 // RING: the configuration also has the cp.async ring variants (Staging::CpAsync, any strides); without them
 // it runs register-staged only, and can_implement refuses CpAsync for it.
+// SCALAR_RUNS: the register-staged variants for operands without whole 16-byte runs are built too; without
+// them the configuration takes vector_runs(p) problems only (can_implement refuses the rest), for tiles whose
+// scalar-run variants would spill.
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1,
-          bool RING = true>
+          bool RING = true, bool SCALAR_RUNS = true>
 void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging staging, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   const bool regs = staging == Staging::Registers;
   MT_CHECK(regs || RING, InvalidArgument, "gemm: this SIMT configuration runs register-staged only");
+  MT_CHECK(!regs || SCALAR_RUNS || vector_runs(p), InvalidArgument,
+           "gemm: this SIMT configuration needs every operand in whole 16-byte runs");
   using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, false>);
   // [(A k-contiguous) + 2 * (B k-contiguous) + kScalarRuns unless vector_runs][split > 1].
   auto row = [](auto load) {
@@ -420,10 +425,12 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
                                gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoad, true>};
   };
   using std::integral_constant;
+  constexpr int kRuns = SCALAR_RUNS ? kScalarRuns : 0;  // without them, the scalar-run rows are never taken
   static const std::array<std::array<Kern, 2>, 8> reg_kernels = {
-      row(integral_constant<int, 0>{}), row(integral_constant<int, 1>{}), row(integral_constant<int, 2>{}),
-      row(integral_constant<int, 3>{}), row(integral_constant<int, 4>{}), row(integral_constant<int, 5>{}),
-      row(integral_constant<int, 6>{}), row(integral_constant<int, 7>{})};
+      row(integral_constant<int, 0>{}),         row(integral_constant<int, 1>{}),
+      row(integral_constant<int, 2>{}),         row(integral_constant<int, 3>{}),
+      row(integral_constant<int, kRuns + 0>{}), row(integral_constant<int, kRuns + 1>{}),
+      row(integral_constant<int, kRuns + 2>{}), row(integral_constant<int, kRuns + 3>{})};
   static const bool reg_once = [&] {
     for (auto& row : reg_kernels)
       for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(true, sp == 1));
@@ -486,5 +493,11 @@ void launch_simt_32x128(const Problem& p, int split, SplitReduce reduce, Staging
                         cudaStream_t stream);  // gemm_simt_small.cu
 void launch_simt_32x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
                        cudaStream_t stream);  // gemm_simt_small.cu
+void launch_simt_64x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                        cudaStream_t stream);  // gemm_simt_skinny.cu
+void launch_simt_64x256(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                        cudaStream_t stream);  // gemm_simt_skinny.cu
+void launch_simt_256x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                        cudaStream_t stream);  // gemm_simt_skinny.cu
 
 }  // namespace mt::detail::gemm

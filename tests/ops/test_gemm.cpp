@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "ops/gemm.h"
 #include "ops/gemm_launch.h"
 #include "ops/gemm_wgmma.h"
+#include "runtime/launch.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 
@@ -143,6 +145,32 @@ ErrorStats run_gemm_case(const GemmCase& c, Device device) {
   return s;
 }
 
+// Checks the entries `batches` of the batched product c = a @ b (3-D, no epilogue) against float64.
+void expect_batches_match(const Tensor& c, const Tensor& a, const Tensor& b,
+                          std::initializer_list<std::int64_t> batches) {
+  for (std::int64_t i : batches) {
+    ErrorStats s;
+    double e2 = 0, s2 = 0;
+    accumulate_errors(to_double(c.select(0, i)), to_double(a.select(0, i)), to_double(b.select(0, i)),
+                      nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
+    EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
+  }
+}
+
+// Runs f and expects an E whose message holds every one of `parts`.
+template <class E>
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
 void run_both(const GemmCase& c) {
   run_gemm_case(c, Device::cpu());
   if (cuda_available()) run_gemm_case(c, Device::cuda(0));
@@ -253,8 +281,12 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
               p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1;
               p.bias = bias.data<float>();
               p.alpha = -1.5f, p.beta = 1.f, p.act = Activation::Relu;
-              if (!can_implement(p, cfg)) {  // the register-staged-only tiles refuse the cp.async ring
-                EXPECT_EQ(cfg.staging, Staging::CpAsync);
+              if (!can_implement(p, cfg)) {
+                // The register-staged-only tiles refuse the cp.async ring; the whole-run tile (64x256)
+                // refuses operands without whole 16-byte runs (every case but 132x136x260 at offset 0).
+                const bool whole_runs = m == 132 && la == Layout::Contiguous && lb == Layout::Contiguous;
+                EXPECT_TRUE(cfg.staging == Staging::CpAsync ||
+                            (cfg.kernel == Kernel::Simt64x256 && !whole_runs));
                 continue;
               }
               launch(p, cfg, detail::stream_for(Device::cuda(0)));
@@ -368,14 +400,82 @@ TEST(Gemm, F32_Batch64_256Cubed) {
   MT_REQUIRE_GPU();
   const Tensor a = test::make_input(InputSpec{Shape{64, 256, 256}}, 31, Device::cuda(0));
   const Tensor b = test::make_input(InputSpec{Shape{64, 256, 256}}, 32, Device::cuda(0));
-  const Tensor c = matmul(a, b);
-  for (int i : {0, 17, 63}) {
-    ErrorStats s;
-    double e2 = 0, s2 = 0;
-    accumulate_errors(to_double(c.select(0, i)), to_double(a.select(0, i)), to_double(b.select(0, i)),
-                      nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
-    EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
+  expect_batches_match(matmul(a, b), a, b, {0, 17, 63});
+}
+
+// The dispatcher's rules for M of 33-64 with a long K, skinny N under a tall M, and short K over many tiles
+// (bench/gemm/NOTES.md, round 6), each run through mt::gemm with a fused bias and ReLU against float64. The
+// shapes follow the GPU's SM count so that each rule applies on any GPU.
+TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const int sms = current_sm_count();
+  auto dense = [](std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
+    Problem p;
+    p.m = static_cast<int>(m), p.n = static_cast<int>(n), p.k = static_cast<int>(k);
+    p.batch = static_cast<int>(batch);
+    p.a_sm = k, p.a_sk = 1, p.a_sb = m * k;
+    p.b_sk = n, p.b_sn = 1, p.b_sb = k * n;
+    p.c_sm = n, p.c_sn = 1, p.c_sb = m * n;
+    return p;
+  };
+  // 48 x (32 tiles of 128 + 4) x 2048: 64x128, K split.
+  const std::int64_t wide_n = 32 * 128 + 4;
+  const Config small_m = choose(dense(48, wide_n, 2048, 1), MathMode::FP32);
+  EXPECT_EQ(small_m.kernel, Kernel::Simt64x128);
+  EXPECT_GT(small_m.split_k, 1);
+  // (3/8 of a wave of 256-row tiles + 1 row) x 40 x 520: 256x64, split 2 in a cluster.
+  const std::int64_t tall_m = 256 * ((3 * sms + 7) / 8) + 1;
+  const Config skinny = choose(dense(tall_m, 40, 520, 1), MathMode::FP32);
+  EXPECT_EQ(skinny.kernel, Kernel::Simt256x64);
+  EXPECT_EQ(skinny.split_k, 2);
+  EXPECT_EQ(skinny.reduce, SplitReduce::Cluster);
+  // A batch of 100x260x68 with at least one 64x256 tile per SM: 64x256, unsplit; rows of A not in whole
+  // 16-byte runs take another tile.
+  const std::int64_t batch = (sms + 3) / 4;
+  Problem batched = dense(100, 260, 68, batch);
+  EXPECT_EQ(choose(batched, MathMode::FP32).kernel, Kernel::Simt64x256);
+  EXPECT_NE(choose(dense(100, 260, 67, batch), MathMode::FP32).kernel, Kernel::Simt64x256);  // rows of 67
+
+  for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{48, wide_n, 2048}, {tall_m, 40, 520}}) {
+    GemmCase c{m, n, k};
+    c.bias = true, c.act = Activation::Relu, c.beta = 0.f;
+    run_gemm_case(c, Device::cuda(0));
   }
+  const Tensor a = test::make_input(InputSpec{Shape{batch, 100, 68}}, 51, Device::cuda(0));
+  const Tensor b = test::make_input(InputSpec{Shape{batch, 68, 260}}, 52, Device::cuda(0));
+  expect_batches_match(matmul(a, b), a, b, {0, batch - 1});
+}
+
+// The 64x256 tile is built for whole 16-byte runs only: it refuses an operand at offset 1 (a typed error
+// through launch, naming the configuration and the problem), and the same problem still runs aligned.
+TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const std::int64_t m = 64, n = 256, k = 64;
+  const Tensor a = test::make_input(InputSpec{Shape{m, k}, Layout::Offset1}, 61, Device::cuda(0));
+  const Tensor b = test::make_input(InputSpec{Shape{k, n}}, 62, Device::cuda(0));
+  Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
+  Problem p;
+  p.m = m, p.n = n, p.k = k;
+  p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
+  p.b = b.data<float>(), p.b_sk = n, p.b_sn = 1;
+  p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1;
+  const Config cfg{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers};
+  EXPECT_FALSE(can_implement(p, cfg));
+  expect_error<InvalidArgument>([&] { launch(p, cfg, detail::stream_for(Device::cuda(0))); },
+                                {"simt_64x256", "cannot run", "64x256x64"});
+  EXPECT_EQ(g.check(), "");
+  const Tensor a16 = a.contiguous();
+  p.a = a16.data<float>(), p.a_sm = k, p.a_sk = 1;
+  ASSERT_TRUE(can_implement(p, cfg));
+  launch(p, cfg, detail::stream_for(Device::cuda(0)));
+  EXPECT_EQ(g.check(), "");
+  ErrorStats s;
+  double e2 = 0, s2 = 0;
+  accumulate_errors(to_double(g.view()), to_double(a16), to_double(b), nullptr, nullptr, 1.f, 0.f,
+                    Activation::None, 1.0, s, e2, s2);
+  EXPECT_EQ(s.n_bad, 0) << s.str();
 }
 
 // Split K reduced inside the launch (one thread-block cluster per tile): batched, split counts up to the
@@ -544,19 +644,6 @@ TEST(Gemm, DefaultMathMode_IsFP32AndSettable) {
 }
 
 // ---------------------------------------------------------------- errors
-
-template <class E>
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
 
 // ---------------------------------------------------------------- Hopper wgmma kernels (launched directly)
 
