@@ -466,7 +466,7 @@ TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {
   expect_error<InvalidArgument>([&] { launch(p, cfg, detail::stream_for(Device::cuda(0))); },
                                 {"simt_64x256", "cannot run", "64x256x64"});
   EXPECT_EQ(g.check(), "");
-  const Tensor a16 = a.contiguous();
+  const Tensor a16 = test::make_input(InputSpec{Shape{m, k}}, 61, Device::cuda(0));  // offset 0
   p.a = a16.data<float>(), p.a_sm = k, p.a_sk = 1;
   ASSERT_TRUE(can_implement(p, cfg));
   launch(p, cfg, detail::stream_for(Device::cuda(0)));
