@@ -427,12 +427,12 @@ Config choose(const Problem& p, MathMode math) {
     while (nblocks * split * 2 <= target && p.k / (split * 2) >= min_k && split < 32) split *= 2;
     return split;
   };
-  // The largest split in {1, 2, 3, 4, 6, 8} that keeps the block count within `target` and at least `min_k`
-  // of K per split.
-  auto split_to_fill = [&](std::int64_t nblocks, std::int64_t target, int min_k) {
+  // The largest split in {1, 2, 3, 4, 6, 8, 12, 16} up to `max_split` that keeps the block count within
+  // `target` and at least `min_k` of K per split.
+  auto split_to_fill = [&](std::int64_t nblocks, std::int64_t target, int min_k, int max_split = 8) {
     int split = 1;
-    for (int s : {2, 3, 4, 6, 8})
-      if (nblocks * s <= target && p.k / s >= min_k) split = s;
+    for (int s : {2, 3, 4, 6, 8, 12, 16})
+      if (s <= max_split && nblocks * s <= target && p.k / s >= min_k) split = s;
     return split;
   };
   // Register-staged with 16-byte loads for every operand run.
@@ -465,8 +465,7 @@ Config choose(const Problem& p, MathMode math) {
     } else if (p.m > 32 && p.k >= 2048) {
       c.kernel = Kernel::Simt64x128;
       c.staging = Staging::Registers;
-      for (int s : {2, 3, 4, 6, 8, 12, 16})
-        if (blocks(64, 128) * s <= 3 * sms && p.k / s >= 256) c.split_k = s;
+      c.split_k = split_to_fill(blocks(64, 128), 3 * sms, 256, 16);
     } else {
       c.kernel = Kernel::Simt32x128;
       c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
