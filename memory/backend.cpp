@@ -216,7 +216,23 @@ MemoryBackend::EventHandle FakeBackend::record_event(cudaStream_t stream) {
   e->stream = stream;
   e->ticket = m_queues[stream].submitted;
   ++m_n_outstanding;
+  if (m_destroyed.count(stream)) ++m_n_dead_records;
   return e;
+}
+
+void FakeBackend::destroy_stream(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_destroyed.insert(stream);
+}
+
+void FakeBackend::create_stream(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_destroyed.erase(stream);
+}
+
+std::int64_t FakeBackend::n_events_on_destroyed_streams() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_n_dead_records;
 }
 
 bool FakeBackend::event_done(EventHandle event) {

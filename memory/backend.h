@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/device.h"
@@ -75,6 +76,11 @@ class FakeBackend final : public MemoryBackend {
   bool pending(cudaStream_t stream) const;
   std::uint64_t submitted(cudaStream_t stream) const;  // units of work queued on the stream so far
   std::uint64_t completed(cudaStream_t stream) const;  // of which done
+  // A destroyed stream takes no events (CUDA's behaviour there is undefined): the backend counts those it is
+  // asked for. create_stream() makes the handle live again.
+  void destroy_stream(cudaStream_t stream);
+  void create_stream(cudaStream_t stream);
+  std::int64_t n_events_on_destroyed_streams() const;
 
   // A stream handle for tests: fake_stream(1), fake_stream(2), ... (never dereferenced).
   static cudaStream_t fake_stream(int i) {
@@ -107,7 +113,8 @@ class FakeBackend final : public MemoryBackend {
   std::unordered_map<cudaStream_t, Queue> m_queues;
   std::vector<FakeEvent*> m_event_pool;
   std::vector<std::unique_ptr<FakeEvent>> m_events;
-  std::int64_t m_n_allocs = 0, m_n_frees = 0, m_n_outstanding = 0, m_n_waits = 0;
+  std::unordered_set<cudaStream_t> m_destroyed;
+  std::int64_t m_n_allocs = 0, m_n_frees = 0, m_n_outstanding = 0, m_n_waits = 0, m_n_dead_records = 0;
 };
 
 }  // namespace mt

@@ -356,6 +356,9 @@ struct alignas(kLine) CachingDeviceAllocator::Pool {
   std::uint64_t seq = 0;         // releases so far
   std::uint64_t fenced_seq = 0;  // covered by the newest fence recorded
   std::uint64_t safe_seq = 0;    // covered by the newest fence completed
+  // The stream was destroyed (stream_destroying): fenced_seq and safe_seq are kRetired, no event is recorded
+  // on it. Read without the lock by releases that would fence it.
+  std::atomic<bool> retired{false};
   std::vector<Segment*> segments;
   std::vector<Block*, LineAllocator<Block*>> spare;  // Block objects to reuse (splits make, merges retire)
 
@@ -455,15 +458,21 @@ CachingDeviceAllocator::ThreadCaches::~ThreadCaches() {
 
 // ---------------------------------------------------------------- pools
 
-CachingDeviceAllocator::Pool& CachingDeviceAllocator::pool_for(cudaStream_t stream) {
+CachingDeviceAllocator::Pool* CachingDeviceAllocator::find_pool(cudaStream_t stream) const {
   const auto key = reinterpret_cast<std::uintptr_t>(stream);
   const std::size_t start =
       static_cast<std::size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (kTableSize - 1);
   for (std::size_t i = start;; i = (i + 1) & (kTableSize - 1)) {
     Pool* p = m_table[i].load(std::memory_order_acquire);
-    if (!p) break;
-    if (p->stream == stream) return *p;
+    if (!p || p->stream == stream) return p;
   }
+}
+
+CachingDeviceAllocator::Pool& CachingDeviceAllocator::pool_for(cudaStream_t stream) {
+  if (Pool* p = find_pool(stream)) return *p;
+  const auto key = reinterpret_cast<std::uintptr_t>(stream);
+  const std::size_t start =
+      static_cast<std::size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (kTableSize - 1);
   std::lock_guard<std::mutex> lock(m_pools_mutex);
   for (std::size_t i = start;; i = (i + 1) & (kTableSize - 1)) {
     Pool* p = m_table[i].load(std::memory_order_acquire);
@@ -868,7 +877,7 @@ void CachingDeviceAllocator::wait_all_events(StatShard& stats) {
     process_events(*pool, *m_backend, stats);
     for (auto& f : pool->fences) m_backend->release_event(f.event);
     pool->fences.clear();
-    if (pool->seq > pool->safe_seq) {
+    if (pool->seq > pool->safe_seq && !pool->retired.load(std::memory_order_relaxed)) {
       try {
         MemoryBackend::EventHandle e = m_backend->record_event(pool->stream);
         ++stats.events_recorded;
@@ -1012,6 +1021,8 @@ void CachingDeviceAllocator::deallocate(const Allocation& a) noexcept {
   b->state = BlockState::AwaitingStreams;
   bool failed = false;
   auto fence = [&](cudaStream_t st) {
+    if (const Pool* p = find_pool(st); p && p->retired.load(std::memory_order_acquire))
+      return;  // destroyed after its work was waited for: nothing of it can still use the block
     try {
       pool.pending.push_back({m_backend->record_event(st), b});
       ++b->n_pending;
@@ -1035,6 +1046,43 @@ void CachingDeviceAllocator::record_stream(const Allocation& allocation, cudaStr
   Pool& pool = *b->segment->pool;
   std::lock_guard<std::mutex> lock(pool.mutex);
   if (std::find(b->uses.begin(), b->uses.end(), stream) == b->uses.end()) b->uses.push_back(stream);
+}
+
+// ---------------------------------------------------------------- stream lifetime
+
+void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
+  Pool* pool = find_pool(stream);
+  if (!pool) return;
+  // Wait for the stream's work, so its blocks are free for every stream from now on.
+  bool drained = false;
+  try {
+    MemoryBackend::EventHandle e = m_backend->record_event(stream);
+    m_backend->event_wait(e);
+    m_backend->release_event(e);
+    drained = true;
+  } catch (const std::exception& e) {
+    detail::log_error(std::string("caching allocator: cannot wait for a stream being destroyed (its free "
+                                  "blocks stay its own): ") +
+                      e.what());
+  }
+  std::lock_guard<std::mutex> lock(pool->mutex);
+  for (auto& f : pool->fences) m_backend->release_event(f.event);  // passed (or never to be polled)
+  pool->fences.clear();
+  constexpr std::uint64_t kRetired = std::numeric_limits<std::uint64_t>::max();
+  pool->fenced_seq = kRetired;  // never fenced again
+  if (drained) pool->safe_seq = kRetired;
+  pool->retired.store(true, std::memory_order_release);
+}
+
+void CachingDeviceAllocator::stream_created(cudaStream_t stream) noexcept {
+  Pool* pool = find_pool(stream);
+  if (!pool) return;
+  std::lock_guard<std::mutex> lock(pool->mutex);
+  if (!pool->retired.load(std::memory_order_relaxed)) return;
+  // What was released so far is free for every stream (the old stream's work was waited for); what the new
+  // stream releases is fenced again.
+  pool->fenced_seq = pool->safe_seq = pool->seq;
+  pool->retired.store(false, std::memory_order_release);
 }
 
 Allocation CachingDeviceAllocator::allocate_uncached(std::size_t bytes, cudaStream_t stream,

@@ -151,6 +151,14 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
 
   MemoryBackend& backend() { return *m_backend; }
 
+  // An mt::Stream's lifetime (add_stream_hooks in runtime/stream.h; the registry hooks the process-wide
+  // allocators). Before `stream` is destroyed: wait for its work, then retire its pool: no event is recorded
+  // on the stream again, and other streams may take its free blocks (also those released later) at once. A
+  // stream created with the same handle revives the pool. Streams destroyed other than through mt::Stream
+  // must have no free blocks cached here that other streams could look at: release onto live streams.
+  void stream_destroying(cudaStream_t stream) noexcept;
+  void stream_created(cudaStream_t stream) noexcept;
+
   static constexpr std::size_t kGranule = 512;
   static constexpr std::size_t kSmallRequest = std::size_t(1) << 20;  // <= this: small pool
   static constexpr std::size_t kSmallSegment = std::size_t(2) << 20;
@@ -179,6 +187,7 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   struct ThreadCaches;  // one thread's caches, one per allocator it has used (thread-local)
 
   Pool& pool_for(cudaStream_t stream);
+  Pool* find_pool(cudaStream_t stream) const;  // null: no pool for it yet
   std::vector<Pool*> all_pools() const;
   // The calling thread's cache (its statistics too). A thread that is exiting, whose thread-local state is
   // gone, gets a shared stand-in, locked into `exit_lock`.

@@ -12,6 +12,7 @@
 #include "memory/allocator.h"
 #include "memory/caching.h"
 #include "runtime/error.h"
+#include "runtime/stream.h"
 
 namespace mt {
 
@@ -40,6 +41,18 @@ Registry& registry() {
   return *r;
 }
 
+// mt::Stream lifetimes, passed to the device's allocator if it exists (runtime/stream.h).
+void on_stream_created(int device, cudaStream_t stream) {
+  if (device < 0 || device >= kMaxDevices) return;
+  if (CachingDeviceAllocator* a = registry().devices[static_cast<std::size_t>(device)].load())
+    a->stream_created(stream);
+}
+void on_stream_destroying(int device, cudaStream_t stream) {
+  if (device < 0 || device >= kMaxDevices) return;
+  if (CachingDeviceAllocator* a = registry().devices[static_cast<std::size_t>(device)].load())
+    a->stream_destroying(stream);
+}
+
 }  // namespace
 
 CachingDeviceAllocator& caching_cuda_allocator(int device) {
@@ -51,6 +64,8 @@ CachingDeviceAllocator& caching_cuda_allocator(int device) {
   if (CachingDeviceAllocator* a = slot.load(std::memory_order_acquire)) return *a;
   std::lock_guard<std::mutex> lock(r.mutex);
   if (CachingDeviceAllocator* a = slot.load(std::memory_order_acquire)) return *a;
+  static std::once_flag hooks;
+  std::call_once(hooks, [] { add_stream_hooks(&on_stream_created, &on_stream_destroying); });
   auto* a = new CachingDeviceAllocator(make_cuda_backend(device), caching_default());
   slot.store(a, std::memory_order_release);
   return *a;

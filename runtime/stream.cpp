@@ -10,13 +10,53 @@
 
 namespace mt {
 
+namespace {
+
+struct StreamHooks {
+  static constexpr int kMax = 8;
+  std::mutex mutex;  // registration only: hooks are read through `n`
+  std::array<std::pair<StreamHook, StreamHook>, kMax> hooks{};
+  std::atomic<int> n{0};
+};
+StreamHooks& stream_hooks() {
+  static auto* h = new StreamHooks;  // never destroyed: streams may die during exit
+  return *h;
+}
+
+void run_hooks(bool created, int device, cudaStream_t stream) noexcept {
+  StreamHooks& h = stream_hooks();
+  const int n = h.n.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    const StreamHook f = created ? h.hooks[static_cast<size_t>(i)].first : h.hooks[static_cast<size_t>(i)].second;
+    if (f) f(device, stream);
+  }
+}
+
+void destroy(cudaStream_t stream, int device) noexcept {
+  run_hooks(false, device, stream);
+  MT_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+
+void add_stream_hooks(StreamHook created, StreamHook destroying) {
+  StreamHooks& h = stream_hooks();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  const int n = h.n.load(std::memory_order_relaxed);
+  MT_CHECK(n < StreamHooks::kMax, InvalidArgument, "add_stream_hooks: more than ", StreamHooks::kMax,
+           " hook pairs");
+  h.hooks[static_cast<size_t>(n)] = {created, destroying};
+  h.n.store(n + 1, std::memory_order_release);
+}
+
 Stream::Stream(int device, int priority) : m_device(device) {
   DeviceGuard guard(device);
   MT_CUDA_CHECK(cudaStreamCreateWithPriority(&m_stream, cudaStreamNonBlocking, priority));
+  run_hooks(true, device, m_stream);
 }
 
 Stream::~Stream() {
-  if (m_stream) MT_CUDA_CHECK_NOTHROW(cudaStreamDestroy(m_stream));
+  if (m_stream) destroy(m_stream, m_device);
 }
 
 Stream::Stream(Stream&& other) noexcept
@@ -24,7 +64,7 @@ Stream::Stream(Stream&& other) noexcept
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
-    if (m_stream) MT_CUDA_CHECK_NOTHROW(cudaStreamDestroy(m_stream));
+    if (m_stream) destroy(m_stream, m_device);
     m_stream = std::exchange(other.m_stream, nullptr);
     m_device = std::exchange(other.m_device, -1);
   }

@@ -31,6 +31,13 @@ class Stream {
   int m_device = -1;
 };
 
+// What the layers above keep per stream (the caching allocator's pools) hears when an mt::Stream creates its
+// CUDA stream (`created`) and just before it destroys it (`destroying`): a destroyed stream takes no more
+// work, not even an event, and the next stream created may get the same handle. Plain functions that must
+// not throw, registered once per process by the layer that needs them (at most 8 pairs).
+using StreamHook = void (*)(int device, cudaStream_t stream);
+void add_stream_hooks(StreamHook created, StreamHook destroying);
+
 inline constexpr int kStreamPoolSize = 8;
 
 // The device's default minitensor stream: non-blocking, created on first use, never destroyed.

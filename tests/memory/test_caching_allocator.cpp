@@ -219,6 +219,43 @@ TEST_F(CachingFake, OtherStreamWaitsForTheReleaseEvent) {
   EXPECT_EQ(alloc->stats().cross_stream_hits, 2);
 }
 
+// A stream about to be destroyed (an mt::Stream's hook calls stream_destroying): the allocator waits for its
+// work and retires its pool. Other streams then take its free blocks, also one released after the stream
+// died, and nothing records an event on the dead stream again. A new stream with the same handle is fenced
+// as before.
+TEST_F(CachingFake, DestroyedStreamIsNeverFencedAndLendsItsBlocks) {
+  Allocation a1 = alloc->allocate(MiB, s1), a2 = alloc->allocate(MiB, s1);
+  const SegmentInfo s1_segment = alloc->snapshot().at(0);
+  fake->submit(s1);
+  a1.reset();  // released while s1 is busy
+  alloc->stream_destroying(s1);
+  fake->destroy_stream(s1);
+  EXPECT_EQ(fake->completed(s1), fake->submitted(s1));  // waited for
+  a2.reset();                                           // a tensor that outlived its stream
+  Allocation b1 = alloc->allocate(MiB, s2), b2 = alloc->allocate(MiB, s2);
+  EXPECT_TRUE(inside(b1.data(), s1_segment));
+  EXPECT_TRUE(inside(b2.data(), s1_segment));
+  b1.reset();
+  b2.reset();
+  alloc->empty_cache();
+  EXPECT_EQ(fake->n_events_on_destroyed_streams(), 0);
+
+  fake->create_stream(s1);
+  alloc->stream_created(s1);
+  Allocation c1 = alloc->allocate(MiB, s1), c2 = alloc->allocate(MiB, s1);
+  const void* c1_ptr = c1.data();
+  fake->submit(s1);
+  c1.reset();
+  c2.reset();
+  Allocation d1 = alloc->allocate(MiB, s2), d2 = alloc->allocate(MiB, s2);
+  EXPECT_NE(d1.data(), c1_ptr);  // s1 is busy again: its releases wait for their fence
+  EXPECT_NE(d2.data(), c1_ptr);
+  fake->complete(s1);
+  Allocation e = alloc->allocate(MiB, s3);
+  EXPECT_EQ(e.data(), c1_ptr);
+  EXPECT_EQ(fake->n_events_on_destroyed_streams(), 0);
+}
+
 TEST_F(CachingFake, BlockLentAcrossStreamsWaitsForTheBorrower) {
   // Reclaim path: a device too full for a new segment lends a block of a partly used segment to another
   // stream; released there while that stream is busy, the owner must wait for it.

@@ -163,6 +163,38 @@ TEST(GpuAllocator, EmptyCacheReturnsMemoryToTheDriver) {
   EXPECT_EQ(alloc.stats().reserved_bytes.current, 0);
 }
 
+// An mt::Stream that dies with work in flight and a free block cached for it: the process-wide allocator
+// hears of it first (runtime/stream.h hooks), waits for that work, and lends the block to the next stream
+// that asks, without touching the dead stream again.
+TEST(GpuAllocator, DestroyedStreamsBlocksGoToOtherStreams) {
+  MT_REQUIRE_GPU();
+  if (!caching_from_env()) GTEST_SKIP() << "caching is off (MT_DISABLE_CACHING)";
+  CachingDeviceAllocator& alloc = caching_cuda_allocator(0);
+  DeviceGuard guard(0);
+  alloc.empty_cache();  // the dead stream's segment is then the only free one of its size
+  void* p = nullptr;
+  {
+    const Stream s(0);
+    Allocation a = alloc.allocate(64 * MiB, s);
+    p = a.data();
+    spin<<<1, 1, 0, s>>>(20'000'000);  // ~10 ms: still running when the stream is destroyed
+    MT_CUDA_CHECK_LAUNCH();
+    launch_fill(a.data(), 64 * MiB, 3, s);
+  }  // `a` released onto s, then s destroyed
+  const Stream t(0);
+  Allocation b = alloc.allocate(64 * MiB, t);
+  EXPECT_EQ(b.data(), p);
+  Allocation errors = alloc.allocate(sizeof(int), t);
+  MT_CUDA_CHECK(cudaMemsetAsync(errors.data(), 0, sizeof(int), t));
+  launch_check(b.data(), 64 * MiB, 3, static_cast<int*>(errors.data()), t);  // the fill had finished
+  int n_errors = -1;
+  MT_CUDA_CHECK(cudaMemcpyAsync(&n_errors, errors.data(), sizeof(int), cudaMemcpyDeviceToHost, t));
+  t.synchronize();
+  EXPECT_EQ(n_errors, 0);
+  b.reset();
+  alloc.empty_cache();
+}
+
 TEST(GpuPinned, ReuseWaitsForTheCopy) {
   MT_REQUIRE_GPU();
   CachingHostAllocator pinned(make_pinned_backend());
