@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <tuple>
+#include <vector>
 #include <type_traits>
 
 #include "memory/allocator.h"
@@ -127,6 +129,35 @@ __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
   }
 }
 
+// Packing (Config::pack): dst[b][r][c] = src[b * s_b + r * s_r + c * s_c] for r < rows, c < cols, and 0 for
+// c in [cols, ld): an operand copied contiguous along k (c) with 16-byte rows. 32x32 tiles through shared
+// memory, so the reads walk the source's smaller stride across lanes and the writes walk c (the transposing
+// case coalesces both ways). The +1 column keeps both walks conflict-free.
+__global__ void __launch_bounds__(256)
+    gemm_pack_operand(const float* __restrict__ src, std::int64_t s_r, std::int64_t s_c, std::int64_t s_b,
+                      int rows, int cols, int ld, float* __restrict__ dst, std::int64_t d_b) {
+  __shared__ float t[32][33];
+  const bool lanes_on_c = (s_c < 0 ? -s_c : s_c) <= (s_r < 0 ? -s_r : s_r);
+  const int b = blockIdx.z, c0 = blockIdx.x * 32;
+  const float* sb = src + b * s_b;
+  float* db = dst + b * d_b;
+  for (int r0 = blockIdx.y * 32; r0 < rows; r0 += gridDim.y * 32) {
+#pragma unroll
+    for (int i = threadIdx.y; i < 32; i += 8) {
+      const int lr = lanes_on_c ? i : threadIdx.x, lc = lanes_on_c ? threadIdx.x : i;
+      const int r = r0 + lr, c = c0 + lc;
+      t[lr][lc] = r < rows && c < cols ? sb[r * s_r + c * s_c] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = threadIdx.y; i < 32; i += 8) {
+      const int r = r0 + i, c = c0 + threadIdx.x;
+      if (r < rows && c < ld) db[static_cast<std::int64_t>(r) * ld + c] = t[i][threadIdx.x];
+    }
+    __syncthreads();
+  }
+}
+
 // ================================================================ launchers
 
 const char* kernel_name(Kernel k) {
@@ -208,36 +239,182 @@ std::string config_name(const Config& c) {
   if (c.split_k > 1) s += "_splitk" + std::to_string(c.split_k);
   if (c.split_k > 1 && c.reduce == SplitReduce::Cluster) s += "_dsmem";
   if (is_simt(c.kernel) && c.staging == Staging::CpAsync) s += "_cpasync";
+  if (c.pack) s += "_packed";
   if (c.math != MathMode::FP32) s += std::string("_") + math_mode_name(c.math);
   return s;
 }
 
-// The split-K scratch of ops/gemm_simt.cuh, one per (device, stream).
+namespace {
+// The scratch of one stream: split-K partials and tickets (ops/gemm_simt.cuh) and packed operands. Grown on
+// demand and kept: work on one stream is ordered, so reuse needs no sync and no per-call allocation.
+//
+// Launches captured into a CUDA graph run again at every replay, perhaps while eager launches on the same
+// stream run elsewhere (a graph replays on the stream it is launched on). So they get scratch of their own,
+// keyed apart from the stream's eager scratch, and allocated with the thread's capture mode relaxed (the
+// allocation is not part of the graph; the buffer outlives it). A graph keeps the pointers it captured, so
+// their buffers are never freed: an outgrown one is retired, not released. Graphs captured from one stream
+// share its capture scratch, so they must not be replayed concurrently with each other.
+struct StreamScratch {
+  Allocation partials, counters, packed;
+  std::vector<Allocation> retired;
+};
+std::mutex g_scratch_mutex;
+// Never destroyed: freeing at static destruction could outlive the allocators it came from.
+auto& g_scratch = *new std::map<std::tuple<int, cudaStream_t, bool>, StreamScratch>();
+
+// Relaxes the calling thread's stream-capture mode while alive (where `on`).
+class RelaxedCaptureMode {
+ public:
+  explicit RelaxedCaptureMode(bool on) : m_on(on) {
+    if (m_on) MT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&m_mode));
+  }
+  ~RelaxedCaptureMode() {
+    if (m_on) MT_CUDA_CHECK_NOTHROW(cudaThreadExchangeStreamCaptureMode(&m_mode));
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  bool m_on;
+  cudaStreamCaptureMode m_mode = cudaStreamCaptureModeRelaxed;
+};
+
+// The scratch of `stream` on the current device, under g_scratch_mutex.
+class ScratchSlot {
+ public:
+  explicit ScratchSlot(cudaStream_t stream) : m_lock(g_scratch_mutex), m_stream(stream) {
+    MT_CUDA_CHECK(cudaGetDevice(&m_device));
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    MT_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    m_captured = status != cudaStreamCaptureStatusNone;
+    m_entry = &g_scratch[{m_device, stream, m_captured}];
+  }
+  StreamScratch& operator*() const { return *m_entry; }
+  // Makes `a` (a member of this slot) at least `bytes`, at least `min_bytes` when (re)allocated; true then.
+  bool grow(Allocation& a, std::size_t bytes, std::size_t min_bytes) {
+    if (a && a.size() >= bytes) return false;
+    const RelaxedCaptureMode relaxed(m_captured);
+    if (m_captured && a) m_entry->retired.push_back(std::move(a));
+    a.reset();
+    a = cuda_allocator(m_device).allocate(std::max(bytes, min_bytes), m_stream);
+    return true;
+  }
+
+ private:
+  std::lock_guard<std::mutex> m_lock;
+  cudaStream_t m_stream;
+  int m_device = 0;
+  bool m_captured = false;
+  StreamScratch* m_entry = nullptr;
+};
+}  // namespace
+
 SplitScratch split_scratch(std::size_t partial_bytes, std::size_t n_counters, cudaStream_t stream) {
-  struct Entry {
-    Allocation partials, counters;
-  };
-  static std::mutex mutex;
-  // Never destroyed: freeing at static destruction could outlive the allocators it came from.
-  static auto& cache = *new std::map<std::pair<int, cudaStream_t>, Entry>();
-  int device = 0;
-  MT_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mutex);
-  Entry& e = cache[{device, stream}];
-  if (e.partials.size() < partial_bytes) {
-    e.partials.reset();
-    e.partials =
-        cuda_allocator(device).allocate(std::max<std::size_t>(partial_bytes, std::size_t{1} << 20), stream);
-  }
-  const std::size_t counter_bytes = sizeof(unsigned) * std::max<std::size_t>(n_counters, 1);
-  if (e.counters.size() < counter_bytes) {
-    e.counters.reset();
-    const std::size_t bytes = std::max<std::size_t>(counter_bytes, std::size_t{1} << 14);
-    e.counters = cuda_allocator(device).allocate(bytes, stream);
-    MT_CUDA_CHECK(cudaMemsetAsync(e.counters.data(), 0, bytes, stream));
-  }
+  ScratchSlot slot(stream);
+  StreamScratch& e = *slot;
+  slot.grow(e.partials, partial_bytes, std::size_t{1} << 20);
+  // Zeroed once when allocated (a memset node, where captured); every launch leaves them at zero again.
+  if (slot.grow(e.counters, sizeof(unsigned) * std::max<std::size_t>(n_counters, 1), std::size_t{1} << 14))
+    MT_CUDA_CHECK(cudaMemsetAsync(e.counters.data(), 0, e.counters.size(), stream));
   return {static_cast<float*>(e.partials.data()), static_cast<unsigned*>(e.counters.data())};
 }
+
+float* pack_scratch(std::size_t bytes, cudaStream_t stream) {
+  ScratchSlot slot(stream);
+  StreamScratch& e = *slot;
+  slot.grow(e.packed, bytes, std::size_t{1} << 20);
+  return static_cast<float*>(e.packed.data());
+}
+
+// ---------------------------------------------------------------- packing
+
+namespace {
+int batches_of(std::int64_t sb, int batch) {
+  return sb == 0 ? 1 : batch;
+}
+std::int64_t round4(int x) {
+  return (static_cast<std::int64_t>(x) + 3) / 4 * 4;
+}
+// How pack_shape lays out one copied operand: `rows` rows of `cols` elements (the contiguous dim, padded to
+// `ld`), element (r, c) read from src[r * s_r + c * s_c].
+struct PackedLayout {
+  int rows = 0, cols = 0;
+  std::int64_t s_r = 0, s_c = 0, ld = 0;
+  std::int64_t elements(int batches) const { return static_cast<std::int64_t>(batches) * rows * ld; }
+};
+// A keeps m contiguous where it is (and k is not); otherwise it goes k-contiguous.
+bool a_packs_along_m(const Problem& p) {
+  return p.a_sm == 1 && p.a_sk != 1;
+}
+// B keeps k contiguous where it is (and n is not); otherwise it goes n-contiguous (the fast layout).
+bool b_packs_along_k(const Problem& p) {
+  return p.b_sk == 1 && p.b_sn != 1;
+}
+PackedLayout a_layout(const Problem& p) {
+  if (a_packs_along_m(p)) return {p.k, p.m, p.a_sk, p.a_sm, round4(p.m)};
+  return {p.m, p.k, p.a_sm, p.a_sk, round4(p.k)};
+}
+PackedLayout b_layout(const Problem& p) {
+  if (b_packs_along_k(p)) return {p.n, p.k, p.b_sn, p.b_sk, round4(p.k)};
+  return {p.k, p.n, p.b_sk, p.b_sn, round4(p.n)};
+}
+}  // namespace
+
+bool needs_pack(const Problem& p) {
+  return !a_whole_runs(p) || !b_whole_runs(p);
+}
+
+Problem pack_shape(const Problem& p) {
+  Problem q = p;
+  if (!a_whole_runs(p)) {
+    const PackedLayout l = a_layout(p);
+    q.a = nullptr;
+    q.a_sb = batches_of(p.a_sb, p.batch) > 1 ? l.rows * l.ld : 0;
+    if (a_packs_along_m(p))
+      q.a_sm = 1, q.a_sk = l.ld, q.a_padded = true;
+    else
+      q.a_sm = l.ld, q.a_sk = 1;
+  }
+  if (!b_whole_runs(p)) {
+    const PackedLayout l = b_layout(p);
+    q.b = nullptr;
+    q.b_sb = batches_of(p.b_sb, p.batch) > 1 ? l.rows * l.ld : 0;
+    if (b_packs_along_k(p))
+      q.b_sn = l.ld, q.b_sk = 1;
+    else
+      q.b_sn = 1, q.b_sk = l.ld, q.b_padded = true;
+  }
+  return q;
+}
+
+namespace {
+void launch_pack(const float* src, std::int64_t s_b, const PackedLayout& l, int batches, float* dst,
+                 cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((l.ld + 31) / 32), static_cast<unsigned>(std::min(65535, (l.rows + 31) / 32)),
+                  static_cast<unsigned>(batches));
+  gemm_pack_operand<<<grid, dim3(32, 8), 0, stream>>>(src, l.s_r, l.s_c, s_b, l.rows, l.cols,
+                                                      static_cast<int>(l.ld), dst, l.rows * l.ld);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+// Copies the operands pack_shape replaces into the stream's scratch; returns the problem that reads them.
+Problem pack_operands(const Problem& p, cudaStream_t stream) {
+  Problem q = pack_shape(p);
+  const int ba = batches_of(p.a_sb, p.batch), bb = batches_of(p.b_sb, p.batch);
+  const PackedLayout la = a_layout(p), lb = b_layout(p);
+  const std::int64_t a_elems = q.a ? 0 : la.elements(ba), b_elems = q.b ? 0 : lb.elements(bb);
+  float* base = pack_scratch(sizeof(float) * static_cast<std::size_t>(a_elems + b_elems), stream);
+  if (!q.a) {
+    launch_pack(p.a, p.a_sb, la, ba, base, stream);
+    q.a = base;
+  }
+  if (!q.b) {
+    launch_pack(p.b, p.b_sb, lb, bb, base + a_elems, stream);
+    q.b = base + a_elems;
+  }
+  return q;
+}
+}  // namespace
 
 namespace {
 
@@ -321,6 +498,11 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     default:
       break;
   }
+  if (cfg.pack) {
+    Config plain = cfg;
+    plain.pack = false;
+    return launch_one(needs_pack(p) ? pack_operands(p, stream) : p, plain, stream);
+  }
   const int split = std::max(1, cfg.split_k);
   if (cfg.kernel == Kernel::Wgmma) return launch_wgmma(p, cfg.math, stream);
   if (is_tensor(cfg.kernel)) {
@@ -365,6 +547,12 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
 }  // namespace
 
 bool can_implement(const Problem& p, const Config& cfg) {
+  if (cfg.pack) {
+    if (!is_simt(cfg.kernel) || cfg.math != MathMode::FP32) return false;
+    Config plain = cfg;
+    plain.pack = false;
+    return can_implement(needs_pack(p) ? pack_shape(p) : p, plain);
+  }
   if (cfg.split_k < 1 || cfg.split_k > 64) return false;
   if (cfg.reduce == SplitReduce::Cluster && (is_tensor(cfg.kernel) || cfg.split_k > kMaxClusterSplit))
     return false;
@@ -401,13 +589,15 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
     for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
       // Splitting only pays while the blocks do not fill the GPU a few times over.
       if (split > 1 && (p.k / split < 32 || blocks * split > 4 * sms)) break;
-      for (Staging st : {Staging::Registers, Staging::CpAsync}) {
-        if (math != MathMode::FP32 && st == Staging::CpAsync) continue;
-        const Config c{k, split, math, SplitReduce::Global, st};
-        if (can_implement(p, c)) out.push_back(c);
-        const Config cl{k, split, math, SplitReduce::Cluster, st};
-        if (split > 1 && can_implement(p, cl)) out.push_back(cl);
-      }
+      for (Staging st : {Staging::Registers, Staging::CpAsync})
+        for (bool pack : {false, true}) {
+          if (math != MathMode::FP32 && st == Staging::CpAsync) continue;
+          if (pack && (math != MathMode::FP32 || st == Staging::CpAsync || !needs_pack(p))) continue;
+          const Config c{k, split, math, SplitReduce::Global, st, pack};
+          if (can_implement(p, c)) out.push_back(c);
+          const Config cl{k, split, math, SplitReduce::Cluster, st, pack};
+          if (split > 1 && can_implement(p, cl)) out.push_back(cl);
+        }
     }
   }
   return out;
@@ -416,6 +606,20 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
 // The rules below come from bench_gemm --sweep-all on an H200 (bench/gemm/NOTES.md): pick the tile by the
 // shape class, then split K while there are too few blocks to fill the machine.
 Config choose(const Problem& p, MathMode math) {
+  if (math == MathMode::FP32 && needs_pack(p)) {
+    // Operands without whole 16-byte runs (4095x4097x1023: odd leading dimensions) are copied once into
+    // aligned scratch where each copied element feeds at least 1024 FMAs: the copy (8 bytes per element at
+    // ~3 TB/s) then costs at most ~6 % of the kernel at 45 TFLOP/s, and the kernel takes 16-byte loads
+    // instead of 4 scalar ones per run (0.82x cuBLAS unpacked at 4095x4097x1023).
+    const Problem q = pack_shape(p);
+    const double copied = (q.a ? 0.0 : double(a_layout(p).elements(batches_of(p.a_sb, p.batch)))) +
+                          (q.b ? 0.0 : double(b_layout(p).elements(batches_of(p.b_sb, p.batch))));
+    if (double(p.m) * p.n * p.k * p.batch >= 1024.0 * copied) {
+      Config c = choose(q, math);
+      c.pack = true;
+      if (can_implement(p, c)) return c;
+    }
+  }
   const int sms = current_sm_count();
   const std::int64_t batch = p.batch;
   auto blocks = [&](int bm, int bn) {
@@ -520,10 +724,10 @@ Config choose(const Problem& p, MathMode math) {
     c.kernel = Kernel::Simt128x128k16;
     c.split_k = split_for(blocks(128, 128), sms, 128);
   } else {
-    // Everything else: 128x128 tiles, two blocks per SM, register-staged; unaligned operands take scalar
-    // runs (4095x4097x1023: 0.82x cuBLAS, where the cp.async ring gave 0.70x). Operands contiguous in
-    // neither dim take the ring (below), with BK=16 and one block per SM unless B takes float4 loads. Split
-    // K while fewer than two waves of blocks.
+    // Everything else: 128x128 tiles, two blocks per SM, register-staged; unaligned operands of problems too
+    // small to pay for packing take scalar runs (4095x4097x1023 unpacked: 0.82x cuBLAS, where the cp.async
+    // ring gave 0.70x). Operands contiguous in neither dim take the ring (below), with BK=16 and one block
+    // per SM unless B takes float4 loads. Split K while fewer than two waves of blocks.
     const bool stageable = a_reg_stageable(p) && b_reg_stageable(p);
     c.kernel = stageable || b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
     c.split_k = split_for(blocks(128, 128), 2 * sms, 64);

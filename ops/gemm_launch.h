@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +45,9 @@ struct Problem {
   std::int64_t bias_s = 1;
   float alpha = 1.f, beta = 0.f;  // beta == 0: C is never read
   Activation act = Activation::None;
+  // A contiguous along m (B along n) whose rows are readable up to the next multiple of 4 elements, as in a
+  // packed copy (Config::pack): a run straddling the matrix's edge may still be loaded whole.
+  bool a_padded = false, b_padded = false;
 };
 
 // Calls fn(q) for each chunk of at most 65535 batch entries (the grid's y limit), q being `p` narrowed to the
@@ -108,8 +112,18 @@ struct Config {
   MathMode math = MathMode::FP32;            // TF32 modes only with the Tensor* kernels
   SplitReduce reduce = SplitReduce::Global;  // SIMT kernels with split_k > 1
   Staging staging = Staging::Registers;      // SIMT kernels
+  // SIMT kernels: first copy each operand that is not in 16-byte-aligned runs along a contiguous dim (odd
+  // leading dimension, offset view, strided both ways) into aligned scratch with padded rows, so the kernel
+  // takes 16-byte loads (see pack_shape). Aligned operands are used in place.
+  bool pack = false;
 };
 std::string config_name(const Config& c);
+
+// Whether packing would copy an operand of `p` (Config::pack), and `p` as the kernel sees it after packing
+// (the copied operands' pointers null): each copied operand keeps its contiguous dim (k for an operand strided
+// both ways, n for B), in rows padded to a multiple of 4 floats.
+bool needs_pack(const Problem& p);
+Problem pack_shape(const Problem& p);
 
 // Whether `config` can run `p` (alignment it needs, math mode it supports, 32-bit tile offsets, grid limits).
 bool can_implement(const Problem& p, const Config& config);
@@ -128,6 +142,19 @@ std::vector<Config> candidates(const Problem& p, MathMode math);
 // The tensor-core kernels (ops/gemm_tf32.cu); `k_per_split` is a multiple of 16. Called by launch().
 void launch_tensor(const Problem& p, Kernel kernel, bool x3, int split, int k_per_split, float* ws,
                    cudaStream_t stream);
+
+// Split-K scratch per (device, stream), grown on demand and kept: work on one stream is ordered, so reuse
+// needs no sync and no per-call allocation or memset. Launches being captured into a CUDA graph get scratch
+// of their own, never freed (ops/gemm.cu). `partials`: split * batch * m * n floats.
+// `counters`: one fix-up ticket per output tile, zeroed once when allocated; every launch leaves them at
+// zero again (the last block of a tile re-arms its counter).
+struct SplitScratch {
+  float* partials = nullptr;
+  unsigned* counters = nullptr;
+};
+SplitScratch split_scratch(std::size_t partial_bytes, std::size_t n_counters, cudaStream_t stream);
+// Scratch for operand copies (Config::pack, the wgmma pack pass), per stream like split_scratch.
+float* pack_scratch(std::size_t bytes, cudaStream_t stream);
 
 // CPU reference (ops/cpu/gemm.cpp): float64 accumulation, then the same float epilogue as the kernels.
 void cpu_gemm(const Problem& p);

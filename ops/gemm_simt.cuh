@@ -43,11 +43,17 @@ inline bool b_runs16(const Problem& p) {
   const std::int64_t row = p.b_sn == 1 ? p.b_sk : p.b_sn;
   return row % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) && aligned16(p.b);
 }
-// Every run of every tile one 16-byte load for RegLoader::load_whole<true>: 16-byte runs, and an operand
-// contiguous along x (m for A, n for B) has an extent that is a multiple of 4, so no run straddles the edge.
+// Every run of an operand's tiles one 16-byte load for RegLoader::load_whole<true>: 16-byte runs, and an
+// operand contiguous along x (m for A, n for B) has an extent that is a multiple of 4 or rows padded to one,
+// so no run reads past the edge.
+inline bool a_whole_runs(const Problem& p) {
+  return a_reg_stageable(p) && a_runs16(p) && ((p.a_sk == 1 && p.a_sm != 1) || p.m % 4 == 0 || p.a_padded);
+}
+inline bool b_whole_runs(const Problem& p) {
+  return b_reg_stageable(p) && b_runs16(p) && ((p.b_sk == 1 && p.b_sn != 1) || p.n % 4 == 0 || p.b_padded);
+}
 inline bool vector_runs(const Problem& p) {
-  return a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p) &&
-         ((p.a_sk == 1 && p.a_sm != 1) || p.m % 4 == 0) && ((p.b_sk == 1 && p.b_sn != 1) || p.n % 4 == 0);
+  return a_whole_runs(p) && b_whole_runs(p);
 }
 inline bool c_vectorisable(const Problem& p) {
   return p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && aligned16(p.c);
@@ -62,16 +68,6 @@ inline int k_per_split(const Problem& p, int split, int bk) {
   const int per = (p.k + split - 1) / split;
   return (per + bk - 1) / bk * bk;
 }
-
-// Split-K scratch per (device, stream), grown on demand and kept: work on one stream is ordered, so reuse
-// needs no sync and no per-call allocation or memset. `partials`: split * batch * m * n floats.
-// `counters`: one fix-up ticket per output tile, zeroed once when allocated; every launch leaves them at
-// zero again (the last block of a tile re-arms its counter).
-struct SplitScratch {
-  float* partials = nullptr;
-  unsigned* counters = nullptr;
-};
-SplitScratch split_scratch(std::size_t partial_bytes, std::size_t n_counters, cudaStream_t stream);
 
 template <class Kern>
 void allow_smem(Kern* kernel, std::size_t bytes) {

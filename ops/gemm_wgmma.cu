@@ -47,7 +47,6 @@
 #include <string>
 #include <utility>
 
-#include "memory/allocator.h"
 #include "ops/gemm_device.cuh"
 #include "ops/gemm_launch.h"
 #include "ops/gemm_wgmma.h"
@@ -586,10 +585,9 @@ void run_wgmma(const Problem& p, cudaStream_t stream) {
   const int batches_a = p.a_sb == 0 ? 1 : p.batch, batches_b = p.b_sb == 0 ? 1 : p.batch;
   const std::int64_t a_bytes = static_cast<std::int64_t>(args.tiles_m) * args.k_tiles * S::kABytes;
   const std::int64_t b_bytes = static_cast<std::int64_t>(args.tiles_n) * args.k_tiles * S::kBBytes;
-  // Stream-ordered: released after the launches below are queued, reused only by work that follows them.
-  Allocation ws = cuda_allocator(device).allocate(
-      static_cast<std::size_t>(a_bytes * batches_a + b_bytes * batches_b), stream);
-  char* base = static_cast<char*>(ws.data());
+  // The stream's pack scratch (kept per stream, and apart for launches being captured into a CUDA graph).
+  char* base = reinterpret_cast<char*>(
+      pack_scratch(static_cast<std::size_t>(a_bytes * batches_a + b_bytes * batches_b), stream));
   args.a_pack = base;
   args.b_pack = base + a_bytes * batches_a;
   args.a_batch_bytes = batches_a > 1 ? a_bytes : 0;

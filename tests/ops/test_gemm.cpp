@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <array>
 #include <cfloat>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "ops/gemm_launch.h"
 #include "ops/gemm_wgmma.h"
 #include "runtime/launch.h"
+#include "runtime/stream.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 
@@ -246,6 +248,10 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
       for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster})
         configs.push_back({k, 3, MathMode::FP32, r, st});
     }
+  for (Kernel k : simt_kernels()) {  // unaligned operands copied to aligned scratch first
+    configs.push_back({k, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true});
+    configs.push_back({k, 3, MathMode::FP32, SplitReduce::Cluster, Staging::Registers, true});
+  }
   for (Kernel k : tensor_kernels())
     for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) {
       configs.push_back({k, 1, m});
@@ -283,10 +289,11 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
               p.alpha = -1.5f, p.beta = 1.f, p.act = Activation::Relu;
               if (!can_implement(p, cfg)) {
                 // The register-staged-only tiles refuse the cp.async ring; the whole-run tile (64x256)
-                // refuses operands without whole 16-byte runs (every case but 132x136x260 at offset 0).
+                // refuses operands without whole 16-byte runs (every case but 132x136x260 at offset 0)
+                // unless it packs them.
                 const bool whole_runs = m == 132 && la == Layout::Contiguous && lb == Layout::Contiguous;
                 EXPECT_TRUE(cfg.staging == Staging::CpAsync ||
-                            (cfg.kernel == Kernel::Simt64x256 && !whole_runs));
+                            (cfg.kernel == Kernel::Simt64x256 && !whole_runs && !cfg.pack));
                 continue;
               }
               launch(p, cfg, detail::stream_for(Device::cuda(0)));
@@ -329,6 +336,176 @@ TEST(Gemm, Staging_Registers_NeedsAContiguousDim) {
       p, Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers}));
   EXPECT_FALSE(can_implement(
       p, Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync}));
+}
+
+// Packing (Config::pack) copies each operand without whole 16-byte runs into aligned scratch with padded
+// rows, keeping its contiguous dim (k for A strided both ways, n for B); aligned operands stay in place. The
+// packed problem always has whole runs.
+TEST(Gemm, Pack_Shape) {
+  using namespace detail::gemm;
+  alignas(16) static const float storage[4] = {};  // never read: only the pointers' alignment matters
+  Problem p;
+  p.m = 7, p.n = 9, p.k = 11, p.batch = 3;
+  p.a = storage + 1, p.b = storage;
+  p.a_sm = 11, p.a_sk = 1, p.a_sb = 0;    // row-major A, rows of 11, broadcast over the batch
+  p.b_sk = 12, p.b_sn = 1, p.b_sb = 132;  // B in 16-byte rows, but n = 9: the last run straddles the edge
+  p.c_sm = 9, p.c_sn = 1, p.c_sb = 63;
+  ASSERT_TRUE(needs_pack(p));
+  const Problem q = pack_shape(p);
+  EXPECT_EQ(q.a, nullptr);
+  EXPECT_EQ(q.a_sm, 12);
+  EXPECT_EQ(q.a_sk, 1);
+  EXPECT_EQ(q.a_sb, 0);  // still broadcast: packed once
+  EXPECT_FALSE(q.a_padded);
+  EXPECT_EQ(q.b, nullptr);
+  EXPECT_EQ(q.b_sn, 1);
+  EXPECT_EQ(q.b_sk, 12);  // n = 9 padded to 12, so the last run of each row loads whole
+  EXPECT_TRUE(q.b_padded);
+  EXPECT_EQ(q.b_sb, 11 * 12);
+  EXPECT_FALSE(needs_pack(q));  // whole 16-byte runs everywhere
+  Problem t = p;  // A contiguous along m (a transposed view), rows of 7: padded to 8, still along m
+  t.a_sm = 1, t.a_sk = 7, t.a_sb = 77;
+  const Problem tq = pack_shape(t);
+  EXPECT_EQ(tq.a_sm, 1);
+  EXPECT_EQ(tq.a_sk, 8);
+  EXPECT_EQ(tq.a_sb, 11 * 8);
+  EXPECT_TRUE(tq.a_padded);
+  t.a_sm = 22, t.a_sk = 2;  // strided both ways: along k
+  EXPECT_EQ(pack_shape(t).a_sk, 1);
+  EXPECT_EQ(pack_shape(t).a_sm, 12);
+  p.b_sk = 1, p.b_sn = 12;  // B contiguous along k in 16-byte rows: used in place
+  const Problem r = pack_shape(p);
+  EXPECT_EQ(r.b, p.b);
+  EXPECT_EQ(r.b_sn, 12);
+  EXPECT_EQ(r.b_sb, 132);
+  const Config packed{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true};
+  EXPECT_EQ(config_name(packed), "simt_64x256x8_w64x64_t16x8_s3_packed");
+  EXPECT_FALSE(can_implement(p, Config{Kernel::Simt64x256}));
+  EXPECT_TRUE(can_implement(p, packed));
+  EXPECT_FALSE(can_implement(p, Config{Kernel::Naive, 1, MathMode::FP32, SplitReduce::Global,
+                                       Staging::Registers, true}));  // only the SIMT kernels pack
+}
+
+// Packed operands through the kernels: strided both ways, offset 1, odd rows, transposed, batched with A
+// broadcast; a few tiles and splits, against float64, launched twice (the scratch is reused).
+TEST(Gemm, F32_PackedOperands) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const std::int64_t m = 131, n = 70, k = 301, batch = 3;
+  const Device d = Device::cuda(0);
+  struct Operands {
+    Tensor a, b;  // (batch, m, k), (batch, k, n) views
+  };
+  const Tensor a_base = test::make_input(InputSpec{Shape{batch, m, 2 * k}}, 71, d);
+  const Tensor b_base = test::make_input(InputSpec{Shape{batch, n, k}, Layout::Offset1}, 72, d);
+  const Tensor a_one = test::make_input(InputSpec{Shape{1, m, k}, Layout::Offset1}, 73, d);
+  const Tensor b_rows = test::make_input(InputSpec{Shape{batch, k, n}}, 74, d);
+  const Tensor a_cols = test::make_input(InputSpec{Shape{batch, k, m}, Layout::Offset1}, 75, d);
+  const Tensor b_base2 = test::make_input(InputSpec{Shape{batch, k, 3 * n}}, 76, d);
+  const std::vector<std::pair<std::string, Operands>> cases = {
+      {"a strided both ways, b transposed at offset 1",
+       {a_base.slice(2, 0, 2 * k, 2), b_base.transpose(1, 2)}},
+      {"a broadcast at offset 1, b rows of 70", {a_one.expand({batch, m, k}), b_rows}},
+      {"a transposed at offset 1 (rows of 131), b strided both ways",
+       {a_cols.transpose(1, 2), b_base2.slice(2, 0, 3 * n, 3)}},
+  };
+  const Config configs[] = {
+      {Kernel::Simt128x128x2, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true},
+      {Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true},
+      {Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true},
+      {Kernel::Simt64x64, 4, MathMode::FP32, SplitReduce::Global, Staging::Registers, true},
+      {Kernel::Simt128x128k16, 3, MathMode::FP32, SplitReduce::Cluster, Staging::Registers, true}};
+  for (const auto& [name, ops] : cases)
+    for (const Config& cfg : configs) {
+      SCOPED_TRACE(name + " " + config_name(cfg));
+      const Tensor c = empty(Shape{batch, m, n}, DType::F32, d);
+      Problem p;
+      p.m = m, p.n = n, p.k = k, p.batch = batch;
+      p.a = ops.a.data<float>(), p.a_sm = ops.a.stride(1), p.a_sk = ops.a.stride(2), p.a_sb = ops.a.stride(0);
+      p.b = ops.b.data<float>(), p.b_sk = ops.b.stride(1), p.b_sn = ops.b.stride(2), p.b_sb = ops.b.stride(0);
+      p.c = c.data<float>(), p.c_sm = n, p.c_sn = 1, p.c_sb = m * n;
+      ASSERT_TRUE(needs_pack(p));
+      ASSERT_TRUE(can_implement(p, cfg));
+      const cudaStream_t stream = detail::stream_for(d);
+      launch(p, cfg, stream);
+      const std::vector<float> first = c.to_vector<float>();
+      launch(p, cfg, stream);
+      EXPECT_EQ(c.to_vector<float>(), first);
+      expect_batches_match(c, ops.a.contiguous(), ops.b.contiguous(), {0, batch - 1});
+    }
+}
+
+// The dispatcher packs where each copied element feeds at least 1024 FMAs (4095x4097x1023), not below.
+TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  auto rows = [](int m, int n, int k, std::int64_t lda, std::int64_t ldb) {
+    Problem p;
+    p.m = m, p.n = n, p.k = k;
+    p.a_sm = lda, p.a_sk = 1, p.b_sk = ldb, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
+    return p;
+  };
+  const Config odd = choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::FP32);
+  EXPECT_TRUE(odd.pack) << config_name(odd);
+  EXPECT_EQ(odd.staging, Staging::Registers);
+  EXPECT_FALSE(choose(rows(4096, 4096, 4096, 4096, 4096), MathMode::FP32).pack);  // aligned
+  EXPECT_FALSE(choose(rows(1023, 1023, 1023, 1023, 1023), MathMode::FP32).pack);  // 512 FMAs per element
+  EXPECT_FALSE(choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
+}
+
+// A launch captured into a CUDA graph keeps scratch of its own (split-K partials and tickets, packed
+// operands). Eager launches on the same stream that outgrow the stream's scratch free its old buffers, fresh
+// tensors take them, and the graph's replay neither writes into those tensors nor loses its result.
+TEST(Gemm, CapturedLaunches_KeepTheirScratch) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const Stream stream(0);
+  const StreamGuard on_stream(stream, 0);
+  auto problem = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    Problem p;
+    p.m = static_cast<int>(a.size(0)), p.n = static_cast<int>(b.size(1)), p.k = static_cast<int>(a.size(1));
+    p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
+    p.b = b.data<float>(), p.b_sk = b.stride(0), p.b_sn = b.stride(1);
+    p.c = c.data<float>(), p.c_sm = c.stride(0), p.c_sn = 1;
+    return p;
+  };
+  // Packed (A at offset 1) and split 4 with the global fix-up: partials of 640 KB, in 1 MiB buffers.
+  const Config cfg{Kernel::Simt64x64, 4, MathMode::FP32, SplitReduce::Global, Staging::Registers, true};
+  const Tensor a = test::make_input(InputSpec{Shape{200, 515}, Layout::Offset1}, 81, d);
+  const Tensor b = test::make_input(InputSpec{Shape{515, 200}}, 82, d);
+  Tensor c = empty(Shape{200, 200}, DType::F32, d);
+  const Problem p = problem(a, b, c);
+  ASSERT_TRUE(needs_pack(p));
+  launch(p, cfg, stream);  // eager first, as the graph executor does before it captures
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  launch(p, cfg, stream);
+  MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+  // 512 x 512 x 1030 outgrows both eager buffers (4 MiB of partials, 2 MiB packed).
+  const Tensor a2 = test::make_input(InputSpec{Shape{512, 1030}, Layout::Offset1}, 83, d);
+  const Tensor b2 = test::make_input(InputSpec{Shape{1030, 512}}, 84, d);
+  const Tensor c2 = empty(Shape{512, 512}, DType::F32, d);
+  launch(problem(a2, b2, c2), cfg, stream);
+  std::vector<Tensor> fillers;
+  for (int i = 0; i < 8; ++i) fillers.push_back(full(Shape{1 << 18}, 7.0, DType::F32, d));  // 1 MiB each
+  c.fill_(std::numeric_limits<double>::quiet_NaN());
+  MT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  stream.synchronize();
+  for (const Tensor& f : fillers) {
+    const std::vector<float> v = f.to_vector<float>();
+    EXPECT_EQ(std::count(v.begin(), v.end(), 7.f), static_cast<std::ptrdiff_t>(v.size()));
+  }
+  ErrorStats s;
+  double e2 = 0, s2 = 0;
+  accumulate_errors(to_double(c), to_double(a), to_double(b), nullptr, nullptr, 1.f, 0.f, Activation::None,
+                    1.0, s, e2, s2);
+  EXPECT_EQ(s.n_bad, 0) << s.str();
+  MT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MT_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 // ---------------------------------------------------------------- batches
