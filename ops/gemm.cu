@@ -708,10 +708,12 @@ Config choose(const Problem& p, MathMode math) {
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
     c.staging = Staging::CpAsync;
     if (c.split_k > 1 && c.split_k <= kMaxClusterSplit) c.reduce = SplitReduce::Cluster;
-  } else if (runs16 && p.k >= 512 && blocks(256, 128) >= 3 * sms / 4) {
+  } else if (runs16 && c_vectorisable(p) && p.k >= 512 && blocks(256, 128) >= 3 * sms / 4) {
     // Big problems: 256x128 tiles of 16x8 threads (the fewest shared-memory reads per FMA), 16 deep, staged
     // through registers (4096^3: 0.86x cuBLAS, where 128x128 gave 0.80x). Short K (a batch of 256^3) takes
-    // the 64x256 tile below: one 256x128 block per SM cannot hide its pipeline fill there.
+    // the 64x256 tile below: one 256x128 block per SM cannot hide its pipeline fill there. C not in float4
+    // runs takes the 128x128 2-CTA tile below: 128 scalar stores per thread cost the 16x8 tile more than it
+    // saves (4095x4097x1023 packed: 37.3 against 40.2 TFLOP/s).
     c.kernel = Kernel::Simt256x128k16;
   } else if (p.k < 512 && p.n >= 256 && vector_runs(p) && blocks(64, 256) >= sms) {
     // Short K over many tiles (a batch of 64 x 256^3): 64x256 tiles of 16x8 threads, two blocks per SM, so

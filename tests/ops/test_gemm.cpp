@@ -435,7 +435,8 @@ TEST(Gemm, F32_PackedOperands) {
     }
 }
 
-// The dispatcher packs where each copied element feeds at least 1024 FMAs (4095x4097x1023), not below.
+// The dispatcher packs where each copied element feeds at least 1024 FMAs (4095x4097x1023), not below;
+// with C in odd rows it takes the 128x128 2-CTA tile.
 TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -448,7 +449,10 @@ TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
   const Config odd = choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::FP32);
   EXPECT_TRUE(odd.pack) << config_name(odd);
   EXPECT_EQ(odd.staging, Staging::Registers);
-  EXPECT_FALSE(choose(rows(4096, 4096, 4096, 4096, 4096), MathMode::FP32).pack);  // aligned
+  EXPECT_EQ(odd.kernel, Kernel::Simt128x128x2);  // C in odd rows: not the 16x8 tile
+  const Config aligned = choose(rows(4096, 4096, 4096, 4096, 4096), MathMode::FP32);
+  EXPECT_FALSE(aligned.pack);
+  EXPECT_EQ(aligned.kernel, Kernel::Simt256x128k16);
   EXPECT_FALSE(choose(rows(1023, 1023, 1023, 1023, 1023), MathMode::FP32).pack);  // 512 FMAs per element
   EXPECT_FALSE(choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
 }
