@@ -10,6 +10,8 @@
 //   after the release, has completed (polled, never waited for, on the allocation path). A block used on
 //   other streams (record_stream) is reused by nobody until an event recorded on each of them at release has
 //   completed.
+// - A stream that an mt::Stream destroys is waited for first (runtime/stream.h hooks); its pool then lends
+//   its free blocks to every stream and is never fenced again, until a new stream gets the same handle.
 // - Each thread also keeps a few small blocks it released (up to 16, of requests of up to 1 MiB), for its
 //   next request of the same rounded size on the same stream: no lock shared with other threads, no split or
 //   merge. Only blocks the pool itself would reuse at once go there (released on their own stream, used on
