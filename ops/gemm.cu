@@ -130,9 +130,10 @@ __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
 }
 
 // Packing (Config::pack): dst[b][r][c] = src[b * s_b + r * s_r + c * s_c] for r < rows, c < cols, and 0 for
-// c in [cols, ld): an operand copied contiguous along k (c) with 16-byte rows. 32x32 tiles through shared
-// memory, so the reads walk the source's smaller stride across lanes and the writes walk c (the transposing
-// case coalesces both ways). The +1 column keeps both walks conflict-free.
+// c in [cols, ld): an operand copied in rows along c (its contiguous dim, see pack_shape), padded to 16 bytes
+// (ld a multiple of 4). 32x32 tiles through shared memory, so the reads walk the source's smaller stride
+// across lanes and the writes walk c (the transposing case coalesces both ways). The +1 column keeps both
+// walks conflict-free.
 __global__ void __launch_bounds__(256)
     gemm_pack_operand(const float* __restrict__ src, std::int64_t s_r, std::int64_t s_c, std::int64_t s_b,
                       int rows, int cols, int ld, float* __restrict__ dst, std::int64_t d_b) {
