@@ -505,7 +505,13 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     return launch_one(needs_pack(p) ? pack_operands(p, stream) : p, plain, stream);
   }
   const int split = std::max(1, cfg.split_k);
-  if (cfg.kernel == Kernel::Wgmma) return launch_wgmma(p, cfg.math, stream);
+  if (cfg.kernel == Kernel::Wgmma) {
+    // Split K only as chosen here (cluster reduction); the tile is the wgmma dispatcher's for split 1.
+    WgmmaConfig wc;
+    wc.split = split;
+    if (split > 1) wc.bn = 128, wc.cluster_m = 1;
+    return launch_wgmma(p, cfg.math, wc, stream);
+  }
   if (is_tensor(cfg.kernel)) {
     float* ws = nullptr;
     if (split > 1)
@@ -555,11 +561,14 @@ bool can_implement(const Problem& p, const Config& cfg) {
     return can_implement(needs_pack(p) ? pack_shape(p) : p, plain);
   }
   if (cfg.split_k < 1 || cfg.split_k > 64) return false;
-  if (cfg.reduce == SplitReduce::Cluster && (is_tensor(cfg.kernel) || cfg.split_k > kMaxClusterSplit))
+  if (cfg.reduce == SplitReduce::Cluster &&
+      ((is_tensor(cfg.kernel) && cfg.kernel != Kernel::Wgmma) || cfg.split_k > kMaxClusterSplit))
     return false;
   if (is_rung(cfg.kernel)) return cfg.split_k == 1 && cfg.math == MathMode::FP32;
   if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
-  if (cfg.kernel == Kernel::Wgmma) return cfg.split_k == 1 && wgmma_can_implement(p, cfg.math);
+  // The wgmma kernel reduces split K in a cluster only.
+  if (cfg.kernel == Kernel::Wgmma)
+    return (cfg.split_k == 1 || cfg.reduce == SplitReduce::Cluster) && wgmma_can_implement(p, cfg.math);
   if (is_simt(cfg.kernel) && cfg.staging == Staging::Registers && !(a_reg_stageable(p) && b_reg_stageable(p)))
     return false;
   if (registers_only(cfg.kernel) && cfg.staging != Staging::Registers) return false;
@@ -644,12 +653,14 @@ Config choose(const Problem& p, MathMode math) {
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   Config c;
   c.math = math;
-  if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 && blocks(128, 128) >= 64 &&
+  if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 &&
       can_implement(p, Config{Kernel::Wgmma, 1, math})) {
-    // Enough 128x128 tiles for the Hopper wgmma kernel (1024^3 and up, 4095x4097x1023, 64 x 256^3: 3xTF32
-    // 1.2-2.3x cuBLAS fp32). Small, skinny and few-tile shapes stay on mma.sync with split K, which wins
-    // there.
+    // At least one whole 128x128 tile: the Hopper wgmma kernel (1024^3 and up, 4095x4097x1023, 64 x 256^3:
+    // 3xTF32 1.2-2.3x cuBLAS fp32), with K split over a cluster per tile under a wave of tiles (its own
+    // rule, wgmma_choose). Small and skinny shapes stay on mma.sync with split K, which wins there.
     c.kernel = Kernel::Wgmma;
+    c.split_k = wgmma_choose(p, math).split;
+    if (c.split_k > 1) c.reduce = SplitReduce::Cluster;
   } else if (math != MathMode::FP32) {
     c.kernel = blocks(128, 128) >= sms  ? Kernel::Tensor128x128
                : blocks(128, 64) >= sms ? Kernel::Tensor128x64

@@ -262,14 +262,9 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   float* C = c_batch(p, b);
   if constexpr (SPLIT) {
     if (ws == nullptr) {
-      // Split K over the blocks of one thread-block cluster (the gridDim.z == split blocks of this tile; at
-      // most kMaxClusterSplit): each block parks its raw sums in its own shared memory, and after a cluster
-      // barrier every block reduces a 1/split slice of the tile by reading all the blocks' sums through
-      // distributed shared memory, in split order 0, 1, ... (deterministic: the order never depends on
-      // timing), then runs the epilogue. No global workspace, no atomics, and no serial tail through L2.
+      // Split K over the blocks of one thread-block cluster (cluster_reduce_store).
       namespace cg = cooperative_groups;
       const cg::cluster_group cluster = cg::this_cluster();
-      const int splits = static_cast<int>(gridDim.z);
       float* red = smem;  // BM x BN, row-major: the pipeline's buffers are dead after the barrier below
       __syncthreads();
 #pragma unroll
@@ -280,23 +275,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
                                      g * S::kLanesN * 4) =
               make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
       cluster.sync();
-      const float4* peers[kMaxClusterSplit];
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplit; ++s)
-        peers[s] = reinterpret_cast<const float4*>(cluster.map_shared_rank(red, s < splits ? s : 0));
-      constexpr int kRuns = BM * BN / 4;  // float4 runs of the tile
-      for (int e = static_cast<int>(cluster.block_rank()) * NT + tid; e < kRuns; e += splits * NT) {
-        float4 part[kMaxClusterSplit];
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplit; ++s)
-          if (s < splits) part[s] = peers[s][e];  // all loads in flight before the first add
-        float sum[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplit; ++s)
-          if (s < splits) sum[0] += part[s].x, sum[1] += part[s].y, sum[2] += part[s].z, sum[3] += part[s].w;
-        const int row = e / (BN / 4), col = (e % (BN / 4)) * 4;
-        store_run<4>(p, C, m0 + row, n0 + col, sum, c_vec);
-      }
+      cluster_reduce_store<BM, BN, BN, NT>(p, C, red, m0, n0, c_vec, tid);
       cluster.sync();  // no block leaves while a peer may still read its shared memory
       return;
     }

@@ -69,6 +69,7 @@ constexpr int kThreads = 384;       // producer warpgroup + two consumer warpgro
 constexpr int kPackRows = 64;       // rows per pack block
 constexpr int kProducerRegs = 40;   // setmaxnreg: the producer needs few registers...
 constexpr int kConsumerRegs = 232;  // ...so the consumers get 232 (128*40 + 256*232 <= 64K registers)
+constexpr int kMinSplitKTiles = 4;  // the dispatcher splits K only into shares of at least this many k tiles
 
 // Tiling parameters of gemm_wgmma:
 //   BN      CTA tile N (the wgmma N); BM = 128, BK = 32 are fixed (kBM, kBK)
@@ -96,6 +97,7 @@ struct WgArgs {
   const char* b_pack = nullptr;                       // packed B: [batch][tiles_n][k_tiles][part][BN][128 B]
   std::int64_t a_batch_bytes = 0, b_batch_bytes = 0;  // 0: the operand is broadcast over the batch
   int tiles_m = 0, tiles_n = 0, k_tiles = 0;          // tiles_m is a multiple of CM
+  int k_tiles_per_split = 0;  // split K (gridDim.z > 1): split z runs k tiles [z, z + 1) * this
   bool c_vec4 = false;  // C rows contiguous along n, 16-byte aligned: float4 loads and stores
 };
 
@@ -368,7 +370,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
   raster(blockIdx.x / CM, args.tiles_m / CM, args.tiles_n, tile_m, tile_n);
   tile_m = tile_m * CM + static_cast<int>(rank);
   const int batch = blockIdx.y;
-  const int k_tiles = args.k_tiles;
+  // This CTA's k tiles: all of them, or split z's share (the splits of a tile are one cluster, CM == 1).
+  const int kt0 = min(args.k_tiles, static_cast<int>(blockIdx.z) * args.k_tiles_per_split);
+  const int k_tiles = gridDim.z > 1 ? min(args.k_tiles - kt0, args.k_tiles_per_split) : args.k_tiles;
+  constexpr int kLd = BN + 8;  // row stride of the epilogue's staged tile: float2 stores without conflicts
+  float* stage = reinterpret_cast<float*>(smem_raw + (s_base - smem_u32(smem_raw)));
+  float* cb = p.c + batch * p.c_sb;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -386,10 +393,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
     // ------------------------------------------------ producer
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
-      const char* a_src =
-          args.a_pack + batch * args.a_batch_bytes + static_cast<std::int64_t>(tile_m) * k_tiles * S::kABytes;
-      const char* b_src =
-          args.b_pack + batch * args.b_batch_bytes + static_cast<std::int64_t>(tile_n) * k_tiles * S::kBBytes;
+      const char* a_src = args.a_pack + batch * args.a_batch_bytes +
+                          (static_cast<std::int64_t>(tile_m) * args.k_tiles + kt0) * S::kABytes;
+      const char* b_src = args.b_pack + batch * args.b_batch_bytes +
+                          (static_cast<std::int64_t>(tile_n) * args.k_tiles + kt0) * S::kBBytes;
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % STAGES;
         const std::uint32_t parity = (kt / STAGES) & 1;
@@ -406,6 +413,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
                               full + 8 * s, static_cast<std::uint16_t>((1u << CM) - 1));
         }
       }
+    }
+    __syncwarp();
+    if (CM == 1 && gridDim.z > 1) {  // the split-K reduction's two cluster barriers (consumers below)
+      cluster_sync();
+      cluster_sync();
     }
   } else {
     // ------------------------------------------------ consumers
@@ -508,8 +520,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
     // last wgmma): the tile is written as [128][BN + 8] floats, then every consumer thread walks it in float4
     // runs along n, so that C is read (beta != 0) and written in whole 128-byte lines and the code stays a
     // short loop. Accumulator 4j + 2h + e of warp w, lane l: row 16w + l/4 + 8h, column 8j + 2(l%4) + e.
-    constexpr int kLd = BN + 8;  // float2 stores of a warp: two wavefronts, no further bank conflicts
-    float* stage = reinterpret_cast<float*>(smem_raw + (s_base - smem_u32(smem_raw)));
+    // With split K the staged tiles of the cluster are reduced below instead.
     consumer_sync();  // both warpgroups' wgmmas have finished reading the ring
     {
       float* frag = stage + (cw * 64 + warp * 16 + lane / 4) * kLd + 2 * (lane % 4);
@@ -520,15 +531,24 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
           *reinterpret_cast<float2*>(frag + 8 * h * kLd + 8 * j) =
               make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
-    consumer_sync();
-    float* cb = p.c + batch * p.c_sb;
-    const int ctid = threadIdx.x - 128;
+    if (CM == 1 && gridDim.z > 1) {
+      // Split K: the cluster's CTAs add their staged tiles. The producers take part in both barriers (in
+      // their own branch: code shared by both warpgroups would be held to the producer's 40 registers).
+      cluster_sync();
+      cluster_reduce_store<kBM, BN, kLd, 256>(p, cb, stage, tile_m * kBM, tile_n * BN, args.c_vec4,
+                                              threadIdx.x - 128);
+      __syncwarp();
+      cluster_sync();  // no CTA leaves while a peer may still read its shared memory
+    } else {
+      consumer_sync();
+      const int ctid = threadIdx.x - 128;
 #pragma unroll 2
-    for (int q = ctid; q < kBM * BN / 4; q += 256) {
-      const int r = q / (BN / 4), c = (q % (BN / 4)) * 4;
-      const float4 v = *reinterpret_cast<const float4*>(stage + r * kLd + c);
-      const float vals[4] = {v.x, v.y, v.z, v.w};
-      store_run<4>(p, cb, tile_m * kBM + r, tile_n * BN + c, vals, args.c_vec4);
+      for (int q = ctid; q < kBM * BN / 4; q += 256) {
+        const int r = q / (BN / 4), c = (q % (BN / 4)) * 4;
+        const float4 v = *reinterpret_cast<const float4*>(stage + r * kLd + c);
+        const float vals[4] = {v.x, v.y, v.z, v.w};
+        store_run<4>(p, cb, tile_m * kBM + r, tile_n * BN + c, vals, args.c_vec4);
+      }
     }
   }
   __syncwarp();
@@ -570,7 +590,7 @@ void launch_pack(const float* src, std::int64_t sx, std::int64_t sk, std::int64_
 }
 
 template <int BN, bool X3, int STAGES, int CM>
-void run_wgmma(const Problem& p, cudaStream_t stream) {
+void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
   using S = WgShape<BN, X3, STAGES, CM>;
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
@@ -582,6 +602,10 @@ void run_wgmma(const Problem& p, cudaStream_t stream) {
   args.tiles_m = (args.tiles_m + CM - 1) / CM * CM;
   args.tiles_n = (p.n + BN - 1) / BN;
   args.k_tiles = (p.k + kBK - 1) / kBK;
+  // No empty splits: each gets at least one k tile.
+  split = std::max(1, std::min(split, args.k_tiles));
+  args.k_tiles_per_split = (args.k_tiles + split - 1) / split;
+  split = args.k_tiles > 0 ? (args.k_tiles + args.k_tiles_per_split - 1) / args.k_tiles_per_split : 1;
   const int batches_a = p.a_sb == 0 ? 1 : p.batch, batches_b = p.b_sb == 0 ? 1 : p.batch;
   const std::int64_t a_bytes = static_cast<std::int64_t>(args.tiles_m) * args.k_tiles * S::kABytes;
   const std::int64_t b_bytes = static_cast<std::int64_t>(args.tiles_n) * args.k_tiles * S::kBBytes;
@@ -602,29 +626,31 @@ void run_wgmma(const Problem& p, cudaStream_t stream) {
                            reinterpret_cast<float*>(base + a_bytes * batches_a), stream);
   }
 
-  const LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, 1), dim3(kThreads, 1, 1),
-                            S::kSmemBytes, stream, dim3(CM, 1, 1));
+  const LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, split), dim3(kThreads, 1, 1),
+                            S::kSmemBytes, stream, split > 1 ? dim3(1, 1, split) : dim3(CM, 1, 1));
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, args));
 }
 
 // The built configurations.
 bool built(const WgmmaConfig& c, MathMode math) {
   if (c.cluster_m != 1 && c.cluster_m != 2) return false;
+  if (c.split < 1 || c.split > kMaxClusterSplit || (c.split > 1 && (c.cluster_m != 1 || c.bn != 128)))
+    return false;
   if (math == MathMode::TF32x3) return c.bn == 128;
   return math == MathMode::TF32 && (c.bn == 128 || c.bn == 256);
 }
 
 void launch_chunk(const Problem& p, MathMode math, const WgmmaConfig& c, cudaStream_t stream) {
   if (math == MathMode::TF32x3) {
-    if (c.cluster_m == 2) return run_wgmma<128, true, 3, 2>(p, stream);
-    return run_wgmma<128, true, 3, 1>(p, stream);
+    if (c.cluster_m == 2) return run_wgmma<128, true, 3, 2>(p, 1, stream);
+    return run_wgmma<128, true, 3, 1>(p, c.split, stream);
   }
   if (c.bn == 256) {
-    if (c.cluster_m == 2) return run_wgmma<256, false, 4, 2>(p, stream);
-    return run_wgmma<256, false, 4, 1>(p, stream);
+    if (c.cluster_m == 2) return run_wgmma<256, false, 4, 2>(p, 1, stream);
+    return run_wgmma<256, false, 4, 1>(p, 1, stream);
   }
-  if (c.cluster_m == 2) return run_wgmma<128, false, 6, 2>(p, stream);
-  return run_wgmma<128, false, 6, 1>(p, stream);
+  if (c.cluster_m == 2) return run_wgmma<128, false, 6, 2>(p, 1, stream);
+  return run_wgmma<128, false, 6, 1>(p, c.split, stream);
 }
 
 }  // namespace
@@ -652,25 +678,34 @@ WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
   // Measured on the H200 (bench/gemm/NOTES.md): TF32 takes 128 x 256 tiles once they still give about
   // three quarters of a wave of CTAs (2048^3: 209 vs 196 TFLOP/s, 8192^3: 351 vs 295), else 128 x 128 for
   // more CTAs; 3xTF32 has only 128 x 128 (three accumulator sets). The multicast pairs (cluster_m = 2)
-  // measured equal or slower in every case, so they are never chosen.
-  WgmmaConfig c{128, 1};
+  // measured equal or slower in every case, so they are never chosen. Under a wave of 128 x 128 tiles
+  // (the 256x1024x1024 MLP layer: 16), K is split over a cluster of up to 8 CTAs per tile, to about one wave
+  // with at least kMinSplitKTiles k tiles each.
+  WgmmaConfig c{128, 1, 1};
+  int sms = 132;
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess)
+    sms = device_properties(device).sm_count;
+  else
+    (void)cudaGetLastError();
+  const std::int64_t tiles_m = (p.m + kBM - 1) / kBM;
   if (math == MathMode::TF32) {
-    int sms = 132;
-    int device = 0;
-    if (cudaGetDevice(&device) == cudaSuccess)
-      sms = device_properties(device).sm_count;
-    else
-      (void)cudaGetLastError();
-    const std::int64_t ctas =
-        static_cast<std::int64_t>((p.m + kBM - 1) / kBM) * ((p.n + 255) / 256) * p.batch;
+    const std::int64_t ctas = tiles_m * ((p.n + 255) / 256) * p.batch;
     // N >= 256: a 256-wide tile on narrower N is mostly padding (16384x64x4096: 28.6 vs 30.7 TFLOP/s).
     if (p.n >= 256 && 4 * ctas >= 3 * static_cast<std::int64_t>(sms)) c.bn = 256;
+  }
+  if (c.bn == 128) {
+    const std::int64_t ctas = tiles_m * ((p.n + 127) / 128) * p.batch;
+    const int k_tiles = (p.k + kBK - 1) / kBK;
+    for (int s : {2, 3, 4, 6, 8})
+      if (ctas * s <= sms && k_tiles / s >= kMinSplitKTiles) c.split = s;
   }
   return c;
 }
 
 std::string wgmma_config_name(const WgmmaConfig& c, MathMode math) {
-  return "wgmma_128x" + std::to_string(c.bn) + "x32" + (c.cluster_m > 1 ? "_cluster2x1" : "") + "_" +
+  return "wgmma_128x" + std::to_string(c.bn) + "x32" + (c.cluster_m > 1 ? "_cluster2x1" : "") +
+         (c.split > 1 ? "_splitk" + std::to_string(c.split) + "_dsmem" : "") + "_" +
          math_mode_name(math);
 }
 
@@ -686,6 +721,7 @@ void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cu
   const WgmmaConfig chosen = wgmma_choose(p, math);
   if (c.bn == 0) c.bn = chosen.bn;
   if (c.cluster_m == 0) c.cluster_m = chosen.cluster_m;
+  if (c.split == 0) c.split = c.bn == chosen.bn && c.cluster_m == chosen.cluster_m ? chosen.split : 1;
   MT_CHECK(built(c, math), InvalidArgument, "gemm: no wgmma kernel for ", wgmma_config_name(c, math));
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
   for_each_batch_chunk(p, [&](const Problem& q) { launch_chunk(q, math, c, stream); });

@@ -911,10 +911,12 @@ ErrorStats run_wgmma_case(const WgCase& c) {
   return s;
 }
 
-// Every built configuration of both modes.
+// Every built configuration of both modes, with K split over clusters of 2, 3, 6 and 8 CTAs.
 std::vector<std::pair<MathMode, detail::gemm::WgmmaConfig>> wg_configs() {
-  return {{MathMode::TF32x3, {128, 1}}, {MathMode::TF32x3, {128, 2}}, {MathMode::TF32, {128, 1}},
-          {MathMode::TF32, {128, 2}},   {MathMode::TF32, {256, 1}},   {MathMode::TF32, {256, 2}}};
+  return {{MathMode::TF32x3, {128, 1, 1}}, {MathMode::TF32x3, {128, 2, 1}}, {MathMode::TF32x3, {128, 1, 3}},
+          {MathMode::TF32x3, {128, 1, 8}}, {MathMode::TF32, {128, 1, 1}},   {MathMode::TF32, {128, 2, 1}},
+          {MathMode::TF32, {256, 1, 1}},   {MathMode::TF32, {256, 2, 1}},   {MathMode::TF32, {128, 1, 2}},
+          {MathMode::TF32, {128, 1, 6}}};
 }
 
 TEST(Gemm, Wgmma_OddShapes_EveryConfig) {
@@ -1022,6 +1024,41 @@ TEST(Gemm, Wgmma_TF32x3_WithinTwiceFP32Error) {
   }
 }
 
+// Few 128x128 tiles with a long K (the 256x1024x1024 MLP layer: 16 tiles) in the TF32 modes: the wgmma
+// kernel with K split over a cluster per tile, to about one wave; many tiles stay unsplit. Checked through
+// mt::gemm's public path as well.
+TEST(Gemm, Wgmma_Dispatch_SplitsFewTiles) {
+  MT_REQUIRE_SM90();
+  using namespace detail::gemm;
+  const int sms = current_sm_count();
+  auto dense = [](int m, int n, int k) {
+    Problem p;
+    p.m = m, p.n = n, p.k = k;
+    p.a_sm = k, p.a_sk = 1, p.b_sk = n, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
+    return p;
+  };
+  for (MathMode math : {MathMode::TF32x3, MathMode::TF32}) {
+    const Config few = choose(dense(256, 1024, 1024), math);
+    EXPECT_EQ(few.kernel, Kernel::Wgmma);
+    EXPECT_EQ(few.reduce, SplitReduce::Cluster);
+    EXPECT_GT(few.split_k, 1);
+    EXPECT_LE(16 * few.split_k, sms);
+    EXPECT_EQ(choose(dense(4096, 4096, 4096), math).split_k, 1);
+    EXPECT_EQ(choose(dense(256, 1024, 64), math).split_k, 1);  // two k tiles: nothing to split
+  }
+  for (MathMode math : {MathMode::TF32x3, MathMode::TF32}) {
+    GemmCase c{256, 1024, 1024};
+    c.math = math, c.bias = true, c.act = Activation::Gelu, c.beta = -1.5f;
+    c.c_factor = wg_c_factor(math, c.k);
+    const ErrorStats e = run_gemm_case(c, Device::cuda(0));
+    if (math == MathMode::TF32x3) {
+      GemmCase c32 = c;
+      c32.math = MathMode::FP32, c32.c_factor = 1.0;
+      EXPECT_LE(e.rms_norm, 2.0 * run_gemm_case(c32, Device::cuda(0)).rms_norm);
+    }
+  }
+}
+
 // Two launches on one stream in a row (the workspace is released and reused stream-ordered) give
 // bit-identical results.
 TEST(Gemm, Wgmma_RepeatedLaunches_Deterministic) {
@@ -1072,6 +1109,10 @@ TEST(Gemm, Wgmma_Errors) {
           launch_wgmma(p, MathMode::TF32, WgmmaConfig{128, 4}, nullptr);
         },
         {"no wgmma kernel"});
+    // Split K: clusters of at most 8 CTAs, 128-wide tiles only, no multicast pairs.
+    for (const WgmmaConfig& bad : {WgmmaConfig{128, 1, 9}, WgmmaConfig{256, 1, 2}, WgmmaConfig{128, 2, 2}})
+      expect_error<InvalidArgument>([&] { launch_wgmma(p, MathMode::TF32, bad, nullptr); },
+                                    {"no wgmma kernel", "splitk"});
   } else {
     expect_error<InvalidArgument>([&] { launch_wgmma(p, MathMode::TF32x3, nullptr); },
                                   {"compute capability 9.0"});
