@@ -20,8 +20,8 @@
 #include <map>
 #include <mutex>
 #include <tuple>
-#include <vector>
 #include <type_traits>
+#include <vector>
 
 #include "memory/allocator.h"
 #include "ops/gemm_device.cuh"
@@ -391,8 +391,8 @@ Problem pack_shape(const Problem& p) {
 namespace {
 void launch_pack(const float* src, std::int64_t s_b, const PackedLayout& l, int batches, float* dst,
                  cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((l.ld + 31) / 32), static_cast<unsigned>(std::min(65535, (l.rows + 31) / 32)),
-                  static_cast<unsigned>(batches));
+  const dim3 grid(static_cast<unsigned>((l.ld + 31) / 32),
+                  static_cast<unsigned>(std::min(65535, (l.rows + 31) / 32)), static_cast<unsigned>(batches));
   gemm_pack_operand<<<grid, dim3(32, 8), 0, stream>>>(src, l.s_r, l.s_c, s_b, l.rows, l.cols,
                                                       static_cast<int>(l.ld), dst, l.rows * l.ld);
   MT_CUDA_CHECK_LAUNCH();
@@ -653,11 +653,13 @@ Config choose(const Problem& p, MathMode math) {
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   Config c;
   c.math = math;
-  if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 &&
+  if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 && (blocks(128, 128) >= 64 || p.k >= 1024) &&
       can_implement(p, Config{Kernel::Wgmma, 1, math})) {
-    // At least one whole 128x128 tile: the Hopper wgmma kernel (1024^3 and up, 4095x4097x1023, 64 x 256^3:
-    // 3xTF32 1.2-2.3x cuBLAS fp32), with K split over a cluster per tile under a wave of tiles (its own
-    // rule, wgmma_choose). Small and skinny shapes stay on mma.sync with split K, which wins there.
+    // Enough 128x128 tiles, or a long K, for the Hopper wgmma kernel (1024^3 and up, 4095x4097x1023, 64 x
+    // 256^3: 3xTF32 1.2-2.3x cuBLAS fp32), with K split over a cluster per tile under a wave of tiles (its
+    // own rule, wgmma_choose; 256x1024x1024 3xTF32: 22.4 TFLOP/s split 6, where mma.sync gave 20.1). Small,
+    // skinny and short-K few-tile shapes stay on mma.sync with split K, which wins there (512^3: 15.0
+    // against 14.0).
     c.kernel = Kernel::Wgmma;
     c.split_k = wgmma_choose(p, math).split;
     if (c.split_k > 1) c.reduce = SplitReduce::Cluster;
@@ -665,8 +667,10 @@ Config choose(const Problem& p, MathMode math) {
     c.kernel = blocks(128, 128) >= sms  ? Kernel::Tensor128x128
                : blocks(128, 64) >= sms ? Kernel::Tensor128x64
                                         : Kernel::Tensor64x64;
+    // K split to about two blocks per SM, down to 32 of K per split (64x512x512 3xTF32: split 16 3.6
+    // TFLOP/s, where split 2 gave 2.0; 512^3 split 4: 15.0 against 13.8).
     const TileInfo t = tile_of(c.kernel);
-    c.split_k = split_for(blocks(t.bm, t.bn), sms, 256);
+    c.split_k = split_for(blocks(t.bm, t.bn), 2 * sms, 32);
   } else if (p.m <= 64) {
     // Small M. Few output tiles (the 64x512x512 MLP layer: 16 tiles of 32x64) take the 64-thread tile with K
     // split until about two blocks per SM; wide N the 32x128 tile, split 8. M of 33-64 with a long K

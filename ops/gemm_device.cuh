@@ -374,9 +374,9 @@ __device__ __forceinline__ void store_run(const Problem& p, float* cb, int i, in
 // kMaxClusterSplit) each park their raw BM x BN sums in their own shared memory (`red`, row stride LD) and
 // meet at a cluster barrier; then each block reduces a 1/splits slice of the tile, reading every block's sums
 // through distributed shared memory in split order 0, 1, ... (deterministic: the order never depends on
-// timing), and runs the epilogue into C. Called by the NT threads `tid` of each block that hold no other work;
-// the caller puts a cluster barrier before (every block's sums written) and after (no block leaves while a
-// peer may still read its shared memory). No global workspace, no atomics, no serial tail through L2.
+// timing), and runs the epilogue into C. Called by the NT threads `tid` of each block that hold no other
+// work; the caller puts a cluster barrier before (every block's sums written) and after (no block leaves
+// while a peer may still read its shared memory). No global workspace, no atomics, no serial tail through L2.
 template <int BM, int BN, int LD, int NT>
 __device__ __forceinline__ void cluster_reduce_store(const Problem& p, float* C, const float* red, int m0,
                                                      int n0, bool c_vec, int tid) {
@@ -385,8 +385,7 @@ __device__ __forceinline__ void cluster_reduce_store(const Problem& p, float* C,
   const int splits = static_cast<int>(gridDim.z);
   const float* peers[kMaxClusterSplit];
 #pragma unroll
-  for (int s = 0; s < kMaxClusterSplit; ++s)
-    peers[s] = cluster.map_shared_rank(red, s < splits ? s : 0);
+  for (int s = 0; s < kMaxClusterSplit; ++s) peers[s] = cluster.map_shared_rank(red, s < splits ? s : 0);
   constexpr int kRuns = BM * BN / 4;  // float4 runs of the tile
   for (int e = static_cast<int>(cluster.block_rank()) * NT + tid; e < kRuns; e += splits * NT) {
     const int row = e / (BN / 4), col = (e % (BN / 4)) * 4;

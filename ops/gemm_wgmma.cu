@@ -42,9 +42,11 @@
 // kernel bodies are empty in any other device pass, and the launcher runs only on compute capability 9.0.
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "ops/gemm_device.cuh"
@@ -98,7 +100,7 @@ struct WgArgs {
   std::int64_t a_batch_bytes = 0, b_batch_bytes = 0;  // 0: the operand is broadcast over the batch
   int tiles_m = 0, tiles_n = 0, k_tiles = 0;          // tiles_m is a multiple of CM
   int k_tiles_per_split = 0;  // split K (gridDim.z > 1): split z runs k tiles [z, z + 1) * this
-  bool c_vec4 = false;  // C rows contiguous along n, 16-byte aligned: float4 loads and stores
+  bool c_vec4 = false;        // C rows contiguous along n, 16-byte aligned: float4 loads and stores
 };
 
 #if defined(MT_WGMMA_DEVICE)
@@ -289,19 +291,37 @@ __device__ __forceinline__ void store16(float* dst, const float (&v)[4]) {
 
 // ---------------------------------------------------------------- pack
 
-// One block packs 64 rows x 32 k of one operand (a quarter or half of a tile's k tile): it reads them
-// through the strides into shared memory (coalesced along whichever of x and k is contiguous), then writes
-// 16-byte chunks, swizzled, as big (and small) parts. Memory bound: 4 bytes read and 4 * PARTS written per
-// element. src(x, k) = src[batch * sb + x * sx + k * sk]; rows >= n_x and k >= n_k are written as zeros.
+// One operand for the pack kernel: src(x, k) = src[batch * sb + x * sx + k * sk], x < n_x, written to `dst`
+// in tiles of `tile_rows` rows (dst_batch_elems floats per batch entry; `batches` 1 for a broadcast one).
+struct PackOperand {
+  const float* src = nullptr;
+  std::int64_t sx = 0, sk = 0, sb = 0;
+  int n_x = 0, tile_rows = 0, batches = 0;
+  int blocks = 0;       // grid blocks along x: padded rows / kPackRows
+  bool k_fast = false;  // lanes walk k (the smaller stride) when reading
+  float* dst = nullptr;
+  std::int64_t dst_batch_elems = 0;
+};
+
+// Packs both operands in one launch: blocks [0, a.blocks) of the grid's x take A, the rest B. One block
+// packs 64 rows x 32 k of one operand (a quarter or half of a tile's k tile): it reads them through the
+// strides into shared memory (coalesced along whichever of x and k is contiguous), then writes 16-byte
+// chunks, swizzled, as big (and small) parts. Memory bound: 4 bytes read and 4 * PARTS written per element.
+// Rows >= n_x and k >= n_k are written as zeros.
 template <int PARTS>
-__global__ void __launch_bounds__(256)
-    wgmma_pack(const float* src, std::int64_t sx, std::int64_t sk, std::int64_t sb, int n_x, int n_k,
-               int k_tiles, int batches, int tile_rows, bool k_fast, float* dst,
-               std::int64_t dst_batch_elems) {
+__global__ void __launch_bounds__(256) wgmma_pack(PackOperand a, PackOperand b, int n_k, int k_tiles) {
 #if defined(MT_WGMMA_DEVICE)
   __shared__ float tile[kPackRows][kBK + 1];
+  const bool is_a = static_cast<int>(blockIdx.x) < a.blocks;
+  const PackOperand& op = is_a ? a : b;
+  const float* src = op.src;
+  const std::int64_t sx = op.sx, sk = op.sk, sb = op.sb;
+  const int n_x = op.n_x, tile_rows = op.tile_rows, batches = op.batches;
+  const bool k_fast = op.k_fast;
+  float* dst = op.dst;
+  const std::int64_t dst_batch_elems = op.dst_batch_elems;
   const int t = threadIdx.x;
-  const int r0 = blockIdx.x * kPackRows;  // first row of this block among the padded rows
+  const int r0 = (static_cast<int>(blockIdx.x) - (is_a ? 0 : a.blocks)) * kPackRows;  // first padded row
   const int x_tile = r0 / tile_rows;
   for (int b = blockIdx.z; b < batches; b += gridDim.z) {
     const float* s = src + b * sb;
@@ -580,12 +600,23 @@ bool walk_k(std::int64_t sx, std::int64_t sk) {
 }
 
 template <int PARTS>
-void launch_pack(const float* src, std::int64_t sx, std::int64_t sk, std::int64_t sb, int n_x, int n_k,
-                 int tiles, int tile_rows, int k_tiles, int batches, float* dst, cudaStream_t stream) {
-  const std::int64_t per_batch = static_cast<std::int64_t>(tiles) * tile_rows * k_tiles * kBK * PARTS;
-  const dim3 grid(tiles * (tile_rows / kPackRows), std::min(k_tiles, 65535), std::min(batches, 65535));
-  wgmma_pack<PARTS><<<grid, 256, 0, stream>>>(src, sx, sk, sb, n_x, n_k, k_tiles, batches, tile_rows,
-                                              walk_k(sx, sk), dst, per_batch);
+PackOperand pack_operand(const float* src, std::int64_t sx, std::int64_t sk, std::int64_t sb, int n_x,
+                         int tiles, int tile_rows, int k_tiles, int batches, float* dst) {
+  PackOperand op;
+  op.src = src, op.sx = sx, op.sk = sk, op.sb = sb;
+  op.n_x = n_x, op.tile_rows = tile_rows, op.batches = batches;
+  op.blocks = tiles * (tile_rows / kPackRows);
+  op.k_fast = walk_k(sx, sk);
+  op.dst = dst;
+  op.dst_batch_elems = static_cast<std::int64_t>(tiles) * tile_rows * k_tiles * kBK * PARTS;
+  return op;
+}
+
+template <int PARTS>
+void launch_pack(const PackOperand& a, const PackOperand& b, int n_k, int k_tiles, cudaStream_t stream) {
+  const dim3 grid(a.blocks + b.blocks, std::min(k_tiles, 65535),
+                  std::min(std::max(a.batches, b.batches), 65535));
+  wgmma_pack<PARTS><<<grid, 256, 0, stream>>>(a, b, n_k, k_tiles);
   MT_CUDA_CHECK_LAUNCH();
 }
 
@@ -619,16 +650,42 @@ void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
   const std::uintptr_t c_addr = reinterpret_cast<std::uintptr_t>(p.c);
   args.c_vec4 = p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && c_addr % 16 == 0;
 
-  if (args.k_tiles > 0) {
-    launch_pack<S::kParts>(p.a, p.a_sm, p.a_sk, p.a_sb, p.m, p.k, args.tiles_m, kBM, args.k_tiles, batches_a,
-                           reinterpret_cast<float*>(base), stream);
-    launch_pack<S::kParts>(p.b, p.b_sn, p.b_sk, p.b_sb, p.n, p.k, args.tiles_n, BN, args.k_tiles, batches_b,
-                           reinterpret_cast<float*>(base + a_bytes * batches_a), stream);
-  }
+  if (args.k_tiles > 0)
+    launch_pack<S::kParts>(
+        pack_operand<S::kParts>(p.a, p.a_sm, p.a_sk, p.a_sb, p.m, args.tiles_m, kBM, args.k_tiles, batches_a,
+                                reinterpret_cast<float*>(base)),
+        pack_operand<S::kParts>(p.b, p.b_sn, p.b_sk, p.b_sb, p.n, args.tiles_n, BN, args.k_tiles, batches_b,
+                                reinterpret_cast<float*>(base + a_bytes * batches_a)),
+        p.k, args.k_tiles, stream);
 
   const LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, split), dim3(kThreads, 1, 1),
                             S::kSmemBytes, stream, split > 1 ? dim3(1, 1, split) : dim3(CM, 1, 1));
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, args));
+}
+
+// How many clusters of `split` 3xTF32 / TF32 128 x 128 CTAs (split along z) the current device keeps
+// resident at once (cached per device, mode and split). A cluster's CTAs must share a GPC, so this is not
+// simply SMs / split (on the H200, 15 clusters of 8 against 16 of 6).
+std::int64_t resident_split_clusters(int device, bool x3, int split) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, bool, int>, std::int64_t> cache;
+  const auto key = std::make_tuple(device, x3, split);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  auto query = [&](auto kernel, std::size_t smem) {
+    allow_smem_once(kernel, smem, device);
+    const LaunchConfig launch(dim3(1, 1, split), dim3(kThreads, 1, 1), smem, nullptr, dim3(1, 1, split));
+    int clusters = 0;
+    MT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg));
+    return static_cast<std::int64_t>(clusters);
+  };
+  const std::int64_t n = x3 ? query(gemm_wgmma<128, true, 3, 1>, WgShape<128, true, 3, 1>::kSmemBytes)
+                            : query(gemm_wgmma<128, false, 6, 1>, WgShape<128, false, 6, 1>::kSmemBytes);
+  std::lock_guard<std::mutex> lock(mutex);
+  cache.emplace(key, n);
+  return n;
 }
 
 // The built configurations.
@@ -679,34 +736,39 @@ WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
   // three quarters of a wave of CTAs (2048^3: 209 vs 196 TFLOP/s, 8192^3: 351 vs 295), else 128 x 128 for
   // more CTAs; 3xTF32 has only 128 x 128 (three accumulator sets). The multicast pairs (cluster_m = 2)
   // measured equal or slower in every case, so they are never chosen. Under a wave of 128 x 128 tiles
-  // (the 256x1024x1024 MLP layer: 16), K is split over a cluster of up to 8 CTAs per tile, to about one wave
-  // with at least kMinSplitKTiles k tiles each.
+  // (the 256x1024x1024 MLP layer: 16), K is split over a cluster of up to 8 CTAs per tile: the largest split
+  // whose clusters are all resident at once, with at least kMinSplitKTiles k tiles each (256x1024x1024
+  // 3xTF32: unsplit 11.3, split 6 22.4 TFLOP/s, split 8 17.7 as 16 clusters of 8 do not fit; 1024^3 split 2:
+  // 57.0 against 42.3).
   WgmmaConfig c{128, 1, 1};
   int sms = 132;
   int device = 0;
-  if (cudaGetDevice(&device) == cudaSuccess)
+  if (cudaGetDevice(&device) == cudaSuccess) {
     sms = device_properties(device).sm_count;
-  else
+  } else {
     (void)cudaGetLastError();
+    return c;
+  }
   const std::int64_t tiles_m = (p.m + kBM - 1) / kBM;
   if (math == MathMode::TF32) {
     const std::int64_t ctas = tiles_m * ((p.n + 255) / 256) * p.batch;
     // N >= 256: a 256-wide tile on narrower N is mostly padding (16384x64x4096: 28.6 vs 30.7 TFLOP/s).
     if (p.n >= 256 && 4 * ctas >= 3 * static_cast<std::int64_t>(sms)) c.bn = 256;
   }
-  if (c.bn == 128) {
+  if (c.bn == 128 && wgmma_can_implement(p, math)) {
     const std::int64_t ctas = tiles_m * ((p.n + 127) / 128) * p.batch;
     const int k_tiles = (p.k + kBK - 1) / kBK;
     for (int s : {2, 3, 4, 6, 8})
-      if (ctas * s <= sms && k_tiles / s >= kMinSplitKTiles) c.split = s;
+      if (ctas * s <= sms && k_tiles / s >= kMinSplitKTiles &&
+          ctas <= resident_split_clusters(device, math == MathMode::TF32x3, s))
+        c.split = s;
   }
   return c;
 }
 
 std::string wgmma_config_name(const WgmmaConfig& c, MathMode math) {
   return "wgmma_128x" + std::to_string(c.bn) + "x32" + (c.cluster_m > 1 ? "_cluster2x1" : "") +
-         (c.split > 1 ? "_splitk" + std::to_string(c.split) + "_dsmem" : "") + "_" +
-         math_mode_name(math);
+         (c.split > 1 ? "_splitk" + std::to_string(c.split) + "_dsmem" : "") + "_" + math_mode_name(math);
 }
 
 void launch_wgmma(const Problem& p, MathMode math, cudaStream_t stream) {

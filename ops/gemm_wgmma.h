@@ -19,7 +19,7 @@ namespace mt::detail::gemm {
 struct WgmmaConfig {
   int bn = 0;         // CTA tile N: 128 or 256 (256: TF32 only; 3xTF32 holds three accumulator sets)
   int cluster_m = 0;  // 1, or 2: two CTAs along M share (multicast) their B tiles
-  int split = 0;      // K split over a cluster of this many CTAs per tile (1-8; only with bn 128, cluster_m 1)
+  int split = 0;  // K split over a cluster of this many CTAs per tile (1-8; only with bn 128, cluster_m 1)
 };
 
 // Whether the wgmma kernels can run `p` in `math` on the current device: a TF32 mode, a compute capability
