@@ -84,7 +84,7 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
       o.beta = n.has_c ? n.gemm.beta : 0.0f;
       o.activation = n.gemm.activation;
       const Tensor bias = n.has_bias ? ins[n.has_c ? 3 : 2] : Tensor();
-      gemm(ins[0], ins[1], c, n.gemm.trans_a, n.gemm.trans_b, o, bias);
+      mt::gemm(ins[0], ins[1], c, n.gemm.trans_a, n.gemm.trans_b, o, bias);
       return c;
     }
   }

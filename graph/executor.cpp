@@ -175,6 +175,25 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
         break;
     }
   }
+  // TF32 modes: the constant B of each GEMM (a parameter or constant matrix: the weights) packed once, here.
+  m_packed_b.assign(m_prog.steps.size(), nullptr);
+  const MathMode math = m_opt.math.value_or(default_math_mode());
+  for (size_t i = 0; i < m_prog.steps.size() && m_opt.pack_weights && math != MathMode::FP32; ++i) {
+    const Step& s = m_prog.steps[i];
+    const NodeData& n = m_prog.g.at(s.root);
+    if (s.kind == Step::Kind::Fused ||
+        (n.kind != OpKind::Linear && n.kind != OpKind::Gemm && n.kind != OpKind::Matmul))
+      continue;
+    const int b_id = n.inputs[1];
+    const OpKind leaf = m_prog.g.at(b_id).kind;
+    Tensor b = m_static[static_cast<size_t>(b_id)];
+    if ((leaf != OpKind::Parameter && leaf != OpKind::Constant) || b.dim() != 2) continue;
+    if (n.kind == OpKind::Gemm && n.gemm.trans_b) b = b.transpose(0, 1);
+    // Rows of one product: a Gemm's batch dims stay a batch, Linear and Matmul fold them into rows.
+    const std::int64_t m = n.kind == OpKind::Gemm ? n.shape[n.shape.rank() - 2]
+                                                  : n.shape.numel() / std::max<std::int64_t>(1, b.size(1));
+    m_packed_b[i] = pack_b(b, m, math);
+  }
   synchronize_stream(origin);  // parameters are on the device before any other stream reads them
   m_bound.assign(n_nodes, Tensor());
   m_staging_device.assign(n_nodes, Tensor());
@@ -282,7 +301,8 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       }
       GemmOptions o;
       o.math = m_opt.math;
-      gemm(a, b, c, false, false, o);
+      if (b.dim() == 2) o.packed_b = m_packed_b[static_cast<size_t>(i)];
+      mt::gemm(a, b, c, false, false, o);
       break;
     }
     case OpKind::Linear: {
@@ -293,7 +313,8 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       GemmOptions o;
       o.activation = n.gemm.activation;
       o.math = m_opt.math;
-      gemm(x2, w, c, false, false, o, bias);
+      o.packed_b = m_packed_b[static_cast<size_t>(i)];
+      mt::gemm(x2, w, c, false, false, o, bias);
       break;
     }
     case OpKind::Gemm: {
@@ -307,7 +328,8 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
         launch_copy_strided(out.data_ptr(), out.layout(), c.data_ptr(), c.layout(), 4, c.numel(), stream);
       }
       const Tensor bias = n.has_bias ? in(n.has_c ? 3 : 2) : Tensor();
-      gemm(in(0), in(1), out, n.gemm.trans_a, n.gemm.trans_b, o, bias);
+      o.packed_b = m_packed_b[static_cast<size_t>(i)];
+      mt::gemm(in(0), in(1), out, n.gemm.trans_a, n.gemm.trans_b, o, bias);
       break;
     }
     default:

@@ -63,7 +63,8 @@ class ExecutorImpl {
   bool m_pipeline_ok = false;
 
   std::shared_ptr<Storage> m_arena, m_persistent;
-  std::vector<Tensor> m_static;          // per node: leaves (on device), arena and persistent views
+  std::vector<Tensor> m_static;  // per node: leaves (on device), arena and persistent views
+  std::vector<std::shared_ptr<const PackedOperand>> m_packed_b;  // per step: its GEMM's packed constant B
   std::vector<Tensor> m_bound;           // per node: this run's input tensors (device), and their views
   std::vector<Tensor> m_staging_device;  // per input node: device copy of a host or strided input
   std::vector<Tensor> m_staging_host;    // per input node: pinned copy of an unpinned host input

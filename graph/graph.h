@@ -181,9 +181,13 @@ struct ExecOptions {
   bool multi_stream = true;        // false: everything on one stream (debugging)
   int max_streams = 4;
   std::optional<MathMode> math;  // the GEMMs' math mode; unset: default_math_mode()
-  bool cuda_graph = true;        // capture a run and replay it while input pointers stay the same
-  bool profile = false;          // per-node CUDA event timing (turns CUDA graph replay off)
-  bool host_pipeline = true;     // host inputs to an elementwise graph: chunked, overlapped copies
+  // TF32 modes: a GEMM whose B is a parameter or constant (2-D) gets it packed once, when the executor is
+  // built, instead of at every run (pack_b). The packed copy is a snapshot: parameters changed in place
+  // afterwards are not seen by those GEMMs (set false, or build a new executor).
+  bool pack_weights = true;
+  bool cuda_graph = true;     // capture a run and replay it while input pointers stay the same
+  bool profile = false;       // per-node CUDA event timing (turns CUDA graph replay off)
+  bool host_pipeline = true;  // host inputs to an elementwise graph: chunked, overlapped copies
   std::int64_t pipeline_chunk = std::int64_t(1) << 22;  // elements per chunk
   int pipeline_streams = 4;
   bool keep_intermediates = false;  // every node keeps its value after run() (check() uses it)

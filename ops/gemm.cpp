@@ -7,6 +7,7 @@
 
 #include "ops/gemm.h"
 #include "ops/gemm_launch.h"
+#include "ops/gemm_wgmma.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 
@@ -129,6 +130,13 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
   p.alpha = o.alpha, p.beta = o.beta, p.act = o.activation;
   if (bias.defined()) p.bias = bias.data<float>(), p.bias_s = bias.stride(0);
   const MathMode math = o.math.value_or(default_math_mode());
+  if (o.packed_b) {
+    const PackedOperand& pb = *o.packed_b;
+    MT_CHECK(pb.b == b.data<float>() && pb.b_sk == p.b_sk && pb.b_sn == p.b_sn && pb.k == p.k && pb.n == p.n,
+             InvalidArgument, op, ": packed_b was packed from another b (", pb.k, "x", pb.n, ", strides (",
+             pb.b_sk, ", ", pb.b_sn, ")) than op(b) ", b.shape(), " with strides ", b.strides());
+    if (outer == 1) p.b_packed = &pb;
+  }
 
   const float* a0 = a.data<float>();
   const float* b0 = b.data<float>();
@@ -223,6 +231,26 @@ Tensor& gemm(const Tensor& a_in, const Tensor& b_in, Tensor& c, bool trans_a, bo
   }
   run(a, b, c, options, bias, op);
   return c;
+}
+
+std::shared_ptr<const PackedOperand> pack_b(const Tensor& b, std::int64_t m, MathMode math) {
+  constexpr const char* op = "pack_b";
+  check_operand(b, op, "b", 2);
+  MT_CHECK(b.dim() == 2, ShapeError, op, ": b must be a (k, n) matrix, got shape ", b.shape());
+  MT_CHECK(m >= 0, InvalidArgument, op, ": m = ", m, " must not be negative");
+  if (!b.is_cuda() || math == MathMode::FP32 || b.numel() == 0) return nullptr;
+  Problem p;
+  p.m = to_int(m, "m", op);
+  p.k = to_int(b.size(0), "k", op);
+  p.n = to_int(b.size(1), "n", op);
+  p.b = b.data<float>(), p.b_sk = b.stride(0), p.b_sn = b.stride(1);
+  p.a_sm = p.k, p.a_sk = 1, p.c_sm = p.n, p.c_sn = 1;  // a and c as the common row-major case
+  // The kernel the dispatcher picks for (m, n, k) in `math`: only the wgmma kernel reads a packed b.
+  if (detail::gemm::choose(p, math).kernel != detail::gemm::Kernel::Wgmma) return nullptr;
+  DeviceGuard guard(b.device());
+  const cudaStream_t stream = detail::stream_for(b.device());
+  detail::record_stream(b, stream);
+  return detail::gemm::wgmma_pack_b(p, math, stream);
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& w, const Tensor& bias, Activation activation,

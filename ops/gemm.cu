@@ -653,13 +653,12 @@ Config choose(const Problem& p, MathMode math) {
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   Config c;
   c.math = math;
-  if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 && (blocks(128, 128) >= 64 || p.k >= 1024) &&
+  if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 &&
       can_implement(p, Config{Kernel::Wgmma, 1, math})) {
-    // Enough 128x128 tiles, or a long K, for the Hopper wgmma kernel (1024^3 and up, 4095x4097x1023, 64 x
-    // 256^3: 3xTF32 1.2-2.3x cuBLAS fp32), with K split over a cluster per tile under a wave of tiles (its
-    // own rule, wgmma_choose; 256x1024x1024 3xTF32: 22.4 TFLOP/s split 6, where mma.sync gave 20.1). Small,
-    // skinny and short-K few-tile shapes stay on mma.sync with split K, which wins there (512^3: 15.0
-    // against 14.0).
+    // At least one whole 128x128 tile: the Hopper wgmma kernel (1024^3 and up, 4095x4097x1023, 64 x 256^3:
+    // 3xTF32 1.2-2.3x cuBLAS fp32), with K split over a cluster per tile under a wave of tiles (its own rule,
+    // wgmma_choose; 3xTF32 256x1024x1024: 25.1 TFLOP/s split 6 and 512^3: 17.6 split 6, where mma.sync gave
+    // 20.1 and 15.1). Small and skinny shapes stay on mma.sync with split K, which wins there.
     c.kernel = Kernel::Wgmma;
     c.split_k = wgmma_choose(p, math).split;
     if (c.split_k > 1) c.reduce = SplitReduce::Cluster;

@@ -2,11 +2,19 @@
 // dimensions taken from the tensors' strides (strided and transposed views need no copy), batched.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "tensor/tensor.h"
 
 namespace mt {
+
+namespace detail::gemm {
+struct WgmmaPackedB;
+}
+// A B operand packed once for the TF32 modes' Hopper kernels (pack_b).
+using PackedOperand = detail::gemm::WgmmaPackedB;
 
 enum class Activation { None, Relu, Gelu };
 enum class MathMode {
@@ -25,6 +33,9 @@ struct GemmOptions {
   float beta = 0.0f;             // beta == 0: C is not read (NaN in C does not leak into the result)
   std::optional<MathMode> math;  // unset: default_math_mode()
   Activation activation = Activation::None;  // applied after alpha*AB + beta*C (+ bias)
+  // op(b) packed ahead of time (pack_b, from this very b): the TF32 modes' Hopper kernels then pack only a.
+  // Ignored where the launch does not use it (another math mode or kernel, another tile width).
+  std::shared_ptr<const PackedOperand> packed_b;
 };
 
 // a: (..., m, k), b: (..., k, n) -> (..., m, n); NumPy matmul semantics for the batch dims (broadcast); 1-D
@@ -36,6 +47,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, std::optional<MathMode> math = s
 // bias, when defined, has shape (n) and is broadcast over rows. Returns c.
 Tensor& gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a = false, bool trans_b = false,
              const GemmOptions& options = {}, const Tensor& bias = Tensor());
+
+// Packs b (k, n), a CUDA float32 matrix, for GEMMs with `m` rows in `math` (a TF32 mode), on the current
+// stream of b's device: a weight used by many calls then skips its pack pass at each one
+// (GemmOptions::packed_b). The packed copy is a snapshot: changes made to b afterwards are not seen.
+// Null where those GEMMs would not use a packed b (FP32, no compute capability 9.0 device, a CPU tensor,
+// m < 128 or n < 128, an empty b).
+std::shared_ptr<const PackedOperand> pack_b(const Tensor& b, std::int64_t m, MathMode math);
 
 // y = act(x * w + bias): x (..., in), w (in, out), bias (out) or undefined. The bias add and the activation
 // run in the GEMM's epilogue.

@@ -21,6 +21,8 @@
 
 namespace mt::detail::gemm {
 
+struct WgmmaPackedB;  // ops/gemm_wgmma.h
+
 // The epilogue's activation, shared by the kernels and the CPU reference (the math is ops/functors.h's).
 MT_FN float activate(float v, Activation act) {
   switch (act) {
@@ -48,6 +50,9 @@ struct Problem {
   // A contiguous along m (B along n) whose rows are readable up to the next multiple of 4 elements, as in a
   // packed copy (Config::pack): a run straddling the matrix's edge may still be loaded whole.
   bool a_padded = false, b_padded = false;
+  // B already packed for the wgmma kernels (wgmma_pack_b): a wgmma launch whose layout it matches reads it
+  // instead of packing B; every other kernel ignores it (b stays the operand).
+  const WgmmaPackedB* b_packed = nullptr;
 };
 
 // Calls fn(q) for each chunk of at most 65535 batch entries (the grid's y limit), q being `p` narrowed to the
@@ -120,8 +125,8 @@ struct Config {
 std::string config_name(const Config& c);
 
 // Whether packing would copy an operand of `p` (Config::pack), and `p` as the kernel sees it after packing
-// (the copied operands' pointers null): each copied operand keeps its contiguous dim (k for an operand strided
-// both ways, n for B), in rows padded to a multiple of 4 floats.
+// (the copied operands' pointers null): each copied operand keeps its contiguous dim (k for an operand
+// strided both ways, n for B), in rows padded to a multiple of 4 floats.
 bool needs_pack(const Problem& p);
 Problem pack_shape(const Problem& p);
 

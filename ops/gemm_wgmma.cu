@@ -43,6 +43,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -71,7 +72,7 @@ constexpr int kThreads = 384;       // producer warpgroup + two consumer warpgro
 constexpr int kPackRows = 64;       // rows per pack block
 constexpr int kProducerRegs = 40;   // setmaxnreg: the producer needs few registers...
 constexpr int kConsumerRegs = 232;  // ...so the consumers get 232 (128*40 + 256*232 <= 64K registers)
-constexpr int kMinSplitKTiles = 4;  // the dispatcher splits K only into shares of at least this many k tiles
+constexpr int kMinSplitKTiles = 2;  // the dispatcher splits K only into shares of at least this many k tiles
 
 // Tiling parameters of gemm_wgmma:
 //   BN      CTA tile N (the wgmma N); BM = 128, BK = 32 are fixed (kBM, kBK)
@@ -640,11 +641,14 @@ void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
   const int batches_a = p.a_sb == 0 ? 1 : p.batch, batches_b = p.b_sb == 0 ? 1 : p.batch;
   const std::int64_t a_bytes = static_cast<std::int64_t>(args.tiles_m) * args.k_tiles * S::kABytes;
   const std::int64_t b_bytes = static_cast<std::int64_t>(args.tiles_n) * args.k_tiles * S::kBBytes;
+  const WgmmaPackedB* pb = p.b_packed;
+  const bool b_ready = pb != nullptr && pb->b == p.b && pb->b_sk == p.b_sk && pb->b_sn == p.b_sn &&
+                       pb->n == p.n && pb->k == p.k && pb->bn == BN && pb->x3 == X3 && batches_b == 1;
   // The stream's pack scratch (kept per stream, and apart for launches being captured into a CUDA graph).
-  char* base = reinterpret_cast<char*>(
-      pack_scratch(static_cast<std::size_t>(a_bytes * batches_a + b_bytes * batches_b), stream));
+  char* base = reinterpret_cast<char*>(pack_scratch(
+      static_cast<std::size_t>(a_bytes * batches_a + (b_ready ? 0 : b_bytes * batches_b)), stream));
   args.a_pack = base;
-  args.b_pack = base + a_bytes * batches_a;
+  args.b_pack = b_ready ? static_cast<const char*>(pb->storage.data()) : base + a_bytes * batches_a;
   args.a_batch_bytes = batches_a > 1 ? a_bytes : 0;
   args.b_batch_bytes = batches_b > 1 ? b_bytes : 0;
   const std::uintptr_t c_addr = reinterpret_cast<std::uintptr_t>(p.c);
@@ -654,8 +658,9 @@ void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
     launch_pack<S::kParts>(
         pack_operand<S::kParts>(p.a, p.a_sm, p.a_sk, p.a_sb, p.m, args.tiles_m, kBM, args.k_tiles, batches_a,
                                 reinterpret_cast<float*>(base)),
-        pack_operand<S::kParts>(p.b, p.b_sn, p.b_sk, p.b_sb, p.n, args.tiles_n, BN, args.k_tiles, batches_b,
-                                reinterpret_cast<float*>(base + a_bytes * batches_a)),
+        b_ready ? PackOperand{}
+                : pack_operand<S::kParts>(p.b, p.b_sn, p.b_sk, p.b_sb, p.n, args.tiles_n, BN, args.k_tiles,
+                                          batches_b, reinterpret_cast<float*>(base + a_bytes * batches_a)),
         p.k, args.k_tiles, stream);
 
   const LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, split), dim3(kThreads, 1, 1),
@@ -737,9 +742,9 @@ WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
   // more CTAs; 3xTF32 has only 128 x 128 (three accumulator sets). The multicast pairs (cluster_m = 2)
   // measured equal or slower in every case, so they are never chosen. Under a wave of 128 x 128 tiles
   // (the 256x1024x1024 MLP layer: 16), K is split over a cluster of up to 8 CTAs per tile: the largest split
-  // whose clusters are all resident at once, with at least kMinSplitKTiles k tiles each (256x1024x1024
-  // 3xTF32: unsplit 11.3, split 6 22.4 TFLOP/s, split 8 17.7 as 16 clusters of 8 do not fit; 1024^3 split 2:
-  // 57.0 against 42.3).
+  // whose clusters are all resident at once, with at least kMinSplitKTiles k tiles each (3xTF32:
+  // 256x1024x1024 unsplit 11.3, split 6 25.1 TFLOP/s, split 8 17.7 as 16 clusters of 8 do not fit; 512^3
+  // split 6 17.6 against split 4 17.0; 1024^3 split 2 57.0 against 42.3 unsplit).
   WgmmaConfig c{128, 1, 1};
   int sms = 132;
   int device = 0;
@@ -787,6 +792,30 @@ void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cu
   MT_CHECK(built(c, math), InvalidArgument, "gemm: no wgmma kernel for ", wgmma_config_name(c, math));
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
   for_each_batch_chunk(p, [&](const Problem& q) { launch_chunk(q, math, c, stream); });
+}
+
+std::shared_ptr<WgmmaPackedB> wgmma_pack_b(const Problem& p, MathMode math, cudaStream_t stream) {
+  if (!wgmma_can_implement(p, math) || (p.batch > 1 && p.b_sb != 0) || p.n <= 0 || p.k <= 0) return nullptr;
+  const WgmmaConfig c = wgmma_choose(p, math);
+  auto out = std::make_shared<WgmmaPackedB>();
+  out->b = p.b, out->b_sk = p.b_sk, out->b_sn = p.b_sn, out->n = p.n, out->k = p.k;
+  out->bn = c.bn, out->x3 = math == MathMode::TF32x3;
+  const int parts = out->x3 ? 2 : 1;
+  const int tiles_n = (p.n + c.bn - 1) / c.bn, k_tiles = (p.k + kBK - 1) / kBK;
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device));
+  out->storage = cuda_allocator(device).allocate(
+      static_cast<std::size_t>(tiles_n) * k_tiles * parts * c.bn * kRowBytes, stream);
+  float* dst = static_cast<float*>(out->storage.data());
+  if (out->x3)
+    launch_pack<2>(PackOperand{},
+                   pack_operand<2>(p.b, p.b_sn, p.b_sk, 0, p.n, tiles_n, c.bn, k_tiles, 1, dst), p.k, k_tiles,
+                   stream);
+  else
+    launch_pack<1>(PackOperand{},
+                   pack_operand<1>(p.b, p.b_sn, p.b_sk, 0, p.n, tiles_n, c.bn, k_tiles, 1, dst), p.k, k_tiles,
+                   stream);
+  return out;
 }
 
 }  // namespace mt::detail::gemm

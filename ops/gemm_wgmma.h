@@ -6,8 +6,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 
+#include "memory/allocator.h"
 #include "ops/gemm.h"
 #include "ops/gemm_launch.h"
 
@@ -20,6 +23,18 @@ struct WgmmaConfig {
   int bn = 0;         // CTA tile N: 128 or 256 (256: TF32 only; 3xTF32 holds three accumulator sets)
   int cluster_m = 0;  // 1, or 2: two CTAs along M share (multicast) their B tiles
   int split = 0;  // K split over a cluster of this many CTAs per tile (1-8; only with bn 128, cluster_m 1)
+};
+
+// B packed ahead of time (a weight used by many launches): a snapshot of B in the layout the kernel reads,
+// for one tile width and mode. A launch uses it where its B is the same (pointer, strides, n, k) and its
+// configuration has the same tile width and mode, and then packs only A.
+struct WgmmaPackedB {
+  Allocation storage;
+  const float* b = nullptr;  // the operand it was made from
+  std::int64_t b_sk = 0, b_sn = 0;
+  int n = 0, k = 0;
+  int bn = 0;       // the tile width it is laid out for
+  bool x3 = false;  // big and small parts (TF32x3)
 };
 
 // Whether the wgmma kernels can run `p` in `math` on the current device: a TF32 mode, a compute capability
@@ -35,5 +50,10 @@ std::string wgmma_config_name(const WgmmaConfig& c, MathMode math);
 // is not one of the built ones.
 void launch_wgmma(const Problem& p, MathMode math, cudaStream_t stream);
 void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cudaStream_t stream);
+
+// Packs B of `p` on `stream` (of the current device) for the configuration launch_wgmma(p, math) picks.
+// Null where that would not use it: the wgmma kernels cannot run `p` in `math`, B differs across the batch,
+// or n or k is 0.
+std::shared_ptr<WgmmaPackedB> wgmma_pack_b(const Problem& p, MathMode math, cudaStream_t stream);
 
 }  // namespace mt::detail::gemm

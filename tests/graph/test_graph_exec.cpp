@@ -268,6 +268,33 @@ TEST(GraphCuda, CheckReportOnMlpTf32x3) {
   EXPECT_TRUE(r.ok) << r;
 }
 
+// TF32 modes pack each GEMM's constant B once (ExecOptions::pack_weights): the results are bit-identical to
+// packing it at every run, in plain runs and CUDA-graph replays with new data, for linear (matmul + bias),
+// matmul and gemm with a transposed constant.
+TEST(GraphCuda, PackedWeightsEqualPackingEveryRun) {
+  MT_REQUIRE_GPU();
+  Mlp m = make_mlp(256, 256);
+  const Tensor wt = uniform({200, 256}, 15, -0.1, 0.1);  // used transposed: (256, 200)
+  {
+    auto y = m.g.gemm(m.g.input("u", {130, 256}), m.g.constant(wt, "wt"), GemmNodeOptions{false, true});
+    m.g.output("z", y);
+  }
+  for (MathMode math : {MathMode::TF32x3, MathMode::TF32}) {
+    ExecOptions packed = gpu_options(), unpacked = gpu_options();
+    packed.math = unpacked.math = math;
+    unpacked.pack_weights = false;
+    Executor ep(m.g, packed), eu(m.g, unpacked);
+    Tensor x = uniform({256, 256}, 6).cuda(), u = uniform({130, 256}, 8).cuda();
+    for (int rep = 0; rep < 3; ++rep) {
+      x.copy_(uniform({256, 256}, 200 + rep));
+      const TensorMap a = ep.run({{"x", x}, {"u", u}}), b = eu.run({{"x", x}, {"u", u}});
+      EXPECT_EQ(max_diff(a.at("y"), b.at("y")), 0.0) << math_mode_name(math) << " rep " << rep;
+      EXPECT_EQ(max_diff(a.at("z"), b.at("z")), 0.0) << math_mode_name(math) << " rep " << rep;
+    }
+    EXPECT_GT(ep.stats().n_replays, 0);
+  }
+}
+
 TEST(GraphCuda, CheckMatchesNanPositions) {
   MT_REQUIRE_GPU();
   // log of negative numbers is NaN on both sides: the report passes because the NaN positions match.

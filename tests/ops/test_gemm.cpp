@@ -1044,7 +1044,9 @@ TEST(Gemm, Wgmma_Dispatch_SplitsFewTiles) {
     EXPECT_GT(few.split_k, 1);
     EXPECT_LE(16 * few.split_k, sms);
     EXPECT_EQ(choose(dense(4096, 4096, 4096), math).split_k, 1);
-    EXPECT_EQ(choose(dense(256, 1024, 64), math).split_k, 1);  // two k tiles: nothing to split
+    const Config short_k = choose(dense(256, 1024, 32), math);  // one k tile: nothing to split
+    EXPECT_EQ(short_k.kernel, Kernel::Wgmma);
+    EXPECT_EQ(short_k.split_k, 1);
   }
   for (MathMode math : {MathMode::TF32x3, MathMode::TF32}) {
     GemmCase c{256, 1024, 1024};
@@ -1057,6 +1059,80 @@ TEST(Gemm, Wgmma_Dispatch_SplitsFewTiles) {
       EXPECT_LE(e.rms_norm, 2.0 * run_gemm_case(c32, Device::cuda(0)).rms_norm);
     }
   }
+}
+
+// pack_b: a packed B gives bit-identical results to packing it at every call (same kernel, same packed
+// bytes), for split and unsplit launches, a transposed B, and the epilogue; shapes it does not apply to get
+// no packed copy.
+TEST(Gemm, PackB_SameResultsAsPackingEachCall) {
+  MT_REQUIRE_SM90();
+  const Device dev = Device::cuda(0);
+  struct Case {
+    std::int64_t m, n, k;
+    bool trans_b;
+  };
+  for (MathMode math : {MathMode::TF32x3, MathMode::TF32})
+    for (const Case& cs : {Case{256, 1024, 1024, false}, Case{300, 260, 700, true}, Case{129, 257, 33, false},
+                           Case{2048, 512, 256, true}}) {
+      SCOPED_TRACE(std::string(math_mode_name(math)) + " " + std::to_string(cs.m) + "x" +
+                   std::to_string(cs.n) + "x" + std::to_string(cs.k));
+      const Tensor a = test::make_input(InputSpec{Shape{cs.m, cs.k}}, 5, dev);
+      const Tensor b =
+          test::make_input(InputSpec{cs.trans_b ? Shape{cs.n, cs.k} : Shape{cs.k, cs.n}}, 6, dev);
+      const Tensor bias = test::make_input(InputSpec{Shape{cs.n}}, 7, dev);
+      const Tensor c0 = test::make_input(InputSpec{Shape{cs.m, cs.n}}, 8, dev);
+      GemmOptions o;
+      o.math = math, o.beta = -1.5f, o.activation = Activation::Gelu;
+      Tensor want = c0.clone();
+      gemm(a, b, want, false, cs.trans_b, o, bias);
+      o.packed_b = pack_b(cs.trans_b ? b.transpose(0, 1) : b, cs.m, math);
+      ASSERT_TRUE(o.packed_b);
+      for (int rep = 0; rep < 2; ++rep) {
+        Tensor got = c0.clone();
+        gemm(a, b, got, false, cs.trans_b, o, bias);
+        const std::vector<float> w = want.to_vector<float>(), g = got.to_vector<float>();
+        EXPECT_EQ(std::memcmp(w.data(), g.data(), sizeof(float) * w.size()), 0) << "rep " << rep;
+      }
+    }
+  const Tensor b = test::make_input(InputSpec{Shape{512, 512}}, 6, dev);
+  EXPECT_FALSE(pack_b(b, 64, MathMode::TF32x3));  // m < 128: the mma.sync kernels read b as it is
+  EXPECT_FALSE(pack_b(b, 512, MathMode::FP32));
+}
+
+TEST(Gemm, PackB_Errors) {
+  const Tensor b3 = zeros(Shape{2, 8, 8});
+  expect_error<ShapeError>([&] { pack_b(b3, 8, MathMode::TF32x3); }, {"pack_b", "(k, n)", "(2, 8, 8)"});
+  expect_error<InvalidArgument>(
+      [&] {
+        pack_b(zeros(Shape{8, 8}), -1, MathMode::TF32x3);
+      },
+      {"pack_b", "m = -1"});
+  expect_error<DTypeError>(
+      [&] {
+        pack_b(zeros(Shape{8, 8}, DType::I32), 8, MathMode::TF32x3);
+      },
+      {"pack_b", "float32"});
+  EXPECT_FALSE(pack_b(zeros(Shape{8, 8}), 8, MathMode::TF32x3));  // a CPU tensor: nothing to pack
+  if (!(cuda_available() && device_properties(0).cc_major == 9 && device_properties(0).cc_minor == 0)) return;
+  // A packed copy of another b is refused, naming both, and the next call works.
+  const Device dev = Device::cuda(0);
+  const Tensor a = test::make_input(InputSpec{Shape{256, 384}}, 1, dev);
+  const Tensor b = test::make_input(InputSpec{Shape{384, 256}}, 2, dev);
+  const Tensor other = test::make_input(InputSpec{Shape{384, 256}}, 3, dev);
+  GemmOptions o;
+  o.math = MathMode::TF32x3;
+  o.packed_b = pack_b(other, 256, MathMode::TF32x3);
+  ASSERT_TRUE(o.packed_b);
+  Tensor c = zeros(Shape{256, 256}, DType::F32, dev);
+  expect_error<InvalidArgument>([&] { gemm(a, b, c, false, false, o); },
+                                {"packed_b", "another b", "(384, 256)"});
+  o.packed_b = pack_b(b, 256, MathMode::TF32x3);
+  gemm(a, b, c, false, false, o);
+  Tensor want = zeros(Shape{256, 256}, DType::F32, dev);
+  o.packed_b = nullptr;
+  gemm(a, b, want, false, false, o);
+  const std::vector<float> w = want.to_vector<float>(), g = c.to_vector<float>();
+  EXPECT_EQ(std::memcmp(w.data(), g.data(), sizeof(float) * w.size()), 0);
 }
 
 // Two launches on one stream in a row (the workspace is released and reused stream-ordered) give
