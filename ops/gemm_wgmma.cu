@@ -670,7 +670,7 @@ void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
 
 // How many clusters of `split` 3xTF32 / TF32 128 x 128 CTAs (split along z) the current device keeps
 // resident at once (cached per device, mode and split). A cluster's CTAs must share a GPC, so this is not
-// simply SMs / split (on the H200, 15 clusters of 8 against 16 of 6).
+// simply SMs / split (on the H200, fewer than 16 clusters of 8 where 132 SMs would hold 16).
 std::int64_t resident_split_clusters(int device, bool x3, int split) {
   static std::mutex mutex;
   static std::map<std::tuple<int, bool, int>, std::int64_t> cache;

@@ -264,6 +264,7 @@ void bm_gemm(benchmark::State& state, GemmShape s, Impl impl, WgmmaConfig wc) {
     const WgmmaConfig chosen = wgmma_choose(p0, wgmma_math(impl));
     if (wc.bn == 0) wc.bn = chosen.bn;
     if (wc.cluster_m == 0) wc.cluster_m = chosen.cluster_m;
+    if (wc.split == 0) wc.split = wc.bn == chosen.bn && wc.cluster_m == chosen.cluster_m ? chosen.split : 1;
   }
   auto fn = [&](const Problem& p) { run_impl(impl, p, cfg, wc); };
   const bool tf32 = impl == Impl::TF32 || impl == Impl::TF32x3 || impl == Impl::CublasTF32 || is_wgmma(impl);
