@@ -662,12 +662,17 @@ Config choose(const Problem& p, MathMode math) {
     c.kernel = Kernel::Wgmma;
     c.split_k = wgmma_choose(p, math).split;
     if (c.split_k > 1) c.reduce = SplitReduce::Cluster;
+  } else if (math == MathMode::TF32x3) {
+    // No whole 128x128 tile: the fp32 SIMT kernels beat 3xTF32 on mma.sync at every such shape measured
+    // (64x4096x4096: 29.4 against 27.6 TFLOP/s, 16384x64x4096: 36.2 against 33.2, 64x512x512: 4.6 against
+    // 3.7, 127x129x255: 1.03 against 0.81) and are at least as accurate, so TF32x3 runs them there.
+    return choose(p, MathMode::FP32);
   } else if (math != MathMode::FP32) {
     c.kernel = blocks(128, 128) >= sms  ? Kernel::Tensor128x128
                : blocks(128, 64) >= sms ? Kernel::Tensor128x64
                                         : Kernel::Tensor64x64;
-    // K split to about two blocks per SM, down to 32 of K per split (64x512x512 3xTF32: split 16 3.6
-    // TFLOP/s, where split 2 gave 2.0; 512^3 split 4: 15.0 against 13.8).
+    // TF32 without a whole 128x128 tile: mma.sync, K split to about two blocks per SM, down to 32 of K per
+    // split (64x512x512 3xTF32: split 16 3.6 TFLOP/s, where split 2 gave 2.0; TF32 split 16 3.9).
     const TileInfo t = tile_of(c.kernel);
     c.split_k = split_for(blocks(t.bm, t.bn), 2 * sms, 32);
   } else if (p.m <= 64) {

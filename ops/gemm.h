@@ -21,6 +21,7 @@ enum class MathMode {
   FP32,    // CUDA-core FMA, full float32 (the default)
   TF32,    // tensor cores, TF32 inputs (about 1e-3 relative error)
   TF32x3,  // tensor cores, each operand split into TF32 big + small parts, 3 products: float32-class accuracy
+           // (shapes without a whole 128x128 tile run the FP32 kernels: faster there, and as accurate)
 };
 const char* math_mode_name(MathMode m);
 

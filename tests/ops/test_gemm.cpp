@@ -255,7 +255,8 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
   for (Kernel k : tensor_kernels())
     for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) {
       configs.push_back({k, 1, m});
-      if (k != Kernel::Wgmma) configs.push_back({k, 2, m});  // the wgmma kernel does not split K
+      // The wgmma kernel reduces split K in a cluster, the mma.sync kernels through a workspace.
+      configs.push_back({k, 2, m, k == Kernel::Wgmma ? SplitReduce::Cluster : SplitReduce::Global});
     }
   // Both operands contiguous along k or along m / n, 16-byte aligned or at offset 1 (the register-staged
   // loaders' vector and scalar paths, transposing or not).
@@ -1048,6 +1049,13 @@ TEST(Gemm, Wgmma_Dispatch_SplitsFewTiles) {
     EXPECT_EQ(short_k.kernel, Kernel::Wgmma);
     EXPECT_EQ(short_k.split_k, 1);
   }
+  // No whole 128x128 tile: TF32 takes mma.sync, TF32x3 the fp32 kernels (faster there, and as accurate).
+  for (const Problem& small : {dense(64, 512, 512), dense(16384, 64, 4096), dense(127, 129, 255)}) {
+    EXPECT_EQ(choose(small, MathMode::TF32).math, MathMode::TF32);
+    const Config c = choose(small, MathMode::TF32x3);
+    EXPECT_EQ(c.math, MathMode::FP32);
+    EXPECT_EQ(c.kernel, choose(small, MathMode::FP32).kernel);
+  }
   for (MathMode math : {MathMode::TF32x3, MathMode::TF32}) {
     GemmCase c{256, 1024, 1024};
     c.math = math, c.bias = true, c.act = Activation::Gelu, c.beta = -1.5f;
@@ -1095,7 +1103,7 @@ TEST(Gemm, PackB_SameResultsAsPackingEachCall) {
       }
     }
   const Tensor b = test::make_input(InputSpec{Shape{512, 512}}, 6, dev);
-  EXPECT_FALSE(pack_b(b, 64, MathMode::TF32x3));  // m < 128: the mma.sync kernels read b as it is
+  EXPECT_FALSE(pack_b(b, 64, MathMode::TF32x3));  // m < 128: no wgmma tile, so nothing reads a packed b
   EXPECT_FALSE(pack_b(b, 512, MathMode::FP32));
 }
 
