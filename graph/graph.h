@@ -182,8 +182,9 @@ struct ExecOptions {
   int max_streams = 4;
   std::optional<MathMode> math;  // the GEMMs' math mode; unset: default_math_mode()
   // TF32 modes: a GEMM whose B is a parameter or constant (2-D) gets it packed once, when the executor is
-  // built, instead of at every run (pack_b). The packed copy is a snapshot: parameters changed in place
-  // afterwards are not seen by those GEMMs (set false, or build a new executor).
+  // built, instead of at every run (pack_b). The packed copy is a snapshot: a device parameter changed in
+  // place afterwards is not seen by those GEMMs (set false to read it at every run, or build a new executor;
+  // host parameters are copied to the device when the executor is built either way).
   bool pack_weights = true;
   bool cuda_graph = true;     // capture a run and replay it while input pointers stay the same
   bool profile = false;       // per-node CUDA event timing (turns CUDA graph replay off)
