@@ -9,3 +9,12 @@
   do {                                                                                        \
     if (!::mt::cuda_available()) GTEST_SKIP() << "no CUDA device: " << ::mt::device_report(); \
   } while (0)
+
+// The Hopper wgmma kernels (the TF32 modes' GEMMs, packed weights) run only on compute capability 9.0.
+#define MT_REQUIRE_SM90()                                                                           \
+  do {                                                                                              \
+    MT_REQUIRE_GPU();                                                                               \
+    const ::mt::DeviceProperties& props_ = ::mt::device_properties(0);                              \
+    if (props_.cc_major != 9 || props_.cc_minor != 0)                                               \
+      GTEST_SKIP() << "the wgmma kernels need compute capability 9.0, device 0 is " << props_.name; \
+  } while (0)

@@ -295,6 +295,27 @@ TEST(GraphCuda, PackedWeightsEqualPackingEveryRun) {
   }
 }
 
+// The packed weight is a snapshot of a device parameter: with pack_weights on, a parameter changed in place
+// is not seen; with it off, the next run reads the new values.
+TEST(GraphCuda, PackWeightsSnapshotsDeviceParameters) {
+  MT_REQUIRE_SM90();
+  Graph g;
+  Tensor w = uniform({256, 192}, 21).cuda();
+  g.output("y", g.matmul(g.input("x", {256, 256}), g.parameter("w", w)));
+  ExecOptions on = gpu_options(), off = gpu_options();
+  on.math = off.math = MathMode::TF32x3;
+  off.pack_weights = false;
+  Executor e_on(g, on), e_off(g, off);
+  const Tensor x = uniform({256, 256}, 22).cuda();
+  const Tensor before = e_on.run({{"x", x}}).at("y").clone();
+  EXPECT_EQ(max_diff(e_off.run({{"x", x}}).at("y"), before), 0.0);
+  w.copy_(uniform({256, 192}, 23));
+  EXPECT_EQ(max_diff(e_on.run({{"x", x}}).at("y"), before), 0.0);
+  const Tensor after = e_off.run({{"x", x}}).at("y").clone();
+  EXPECT_GT(max_diff(after, before), 0.1);
+  EXPECT_LT(max_diff(after, matmul(x, w, MathMode::TF32x3)), 1e-5);
+}
+
 TEST(GraphCuda, CheckMatchesNanPositions) {
   MT_REQUIRE_GPU();
   // log of negative numbers is NaN on both sides: the report passes because the NaN positions match.

@@ -829,15 +829,6 @@ TEST(Gemm, DefaultMathMode_IsFP32AndSettable) {
 
 // ---------------------------------------------------------------- Hopper wgmma kernels (launched directly)
 
-// The wgmma kernels run only on compute capability 9.0 devices.
-#define MT_REQUIRE_SM90()                                                                           \
-  do {                                                                                              \
-    MT_REQUIRE_GPU();                                                                               \
-    const DeviceProperties& props_ = device_properties(0);                                          \
-    if (props_.cc_major != 9 || props_.cc_minor != 0)                                               \
-      GTEST_SKIP() << "the wgmma kernels need compute capability 9.0, device 0 is " << props_.name; \
-  } while (0)
-
 struct WgCase {
   WgCase(std::int64_t m_, std::int64_t n_, std::int64_t k_) : m(m_), n(n_), k(k_) {}
   std::int64_t m, n, k, batch = 1;
