@@ -178,7 +178,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   // TF32 modes: the constant B of each GEMM (a parameter or constant matrix: the weights) packed once, here.
   m_packed_b.assign(m_prog.steps.size(), nullptr);
   const MathMode math = m_opt.math.value_or(default_math_mode());
-  for (size_t i = 0; i < m_prog.steps.size() && m_opt.pack_weights && math != MathMode::FP32; ++i) {
+  for (size_t i = 0; m_opt.pack_weights && math != MathMode::FP32 && i < m_prog.steps.size(); ++i) {
     const Step& s = m_prog.steps[i];
     const NodeData& n = m_prog.g.at(s.root);
     if (s.kind == Step::Kind::Fused ||
@@ -301,7 +301,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       }
       GemmOptions o;
       o.math = m_opt.math;
-      if (b.dim() == 2) o.packed_b = m_packed_b[static_cast<size_t>(i)];
+      o.packed_b = m_packed_b[static_cast<size_t>(i)];  // set for a 2-D constant b only
       mt::gemm(a, b, c, false, false, o);
       break;
     }
