@@ -313,6 +313,77 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
           }
 }
 
+// C in rows without float4 runs (a view at offset 1 into rows of n + 3) and C transposed (rows of stride 1)
+// through every SIMT kernel, unsplit (the compact epilogue's scalar stores on interior tiles) and split, with
+// B aligned or not (the cp.async ring's scalar-B variant). 300x260x40 leaves interior and edge tiles for
+// every tile size. The columns around the view must stay untouched; beta = 0 must not read the NaN-filled C.
+TEST(Gemm, F32_EveryKernel_COddRowsAndTransposed) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const std::int64_t m = 300, n = 260, k = 40;
+  const Tensor a = test::make_input(InputSpec{Shape{m, k}}, 11, Device::cuda(0));
+  const Tensor bias = test::make_input(InputSpec{Shape{n}}, 13, Device::cuda(0));
+  const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 14, Device::cuda(0));
+  const MatD cd = to_double(c0);
+  const std::vector<float> bv = bias.to_vector<float>();
+  struct Epi {
+    float beta;
+    Activation act;
+    bool bias;
+  };
+  const Epi epis[] = {
+      {0.f, Activation::None, false}, {1.f, Activation::Relu, true}, {-1.5f, Activation::Gelu, true}};
+  std::vector<Config> configs;
+  for (Kernel kern : simt_kernels())
+    for (Staging st : {Staging::Registers, Staging::CpAsync})
+      for (int split : {1, 3}) configs.push_back({kern, split, MathMode::FP32, SplitReduce::Cluster, st});
+  // B aligned (the float4 loaders) or at offset 1 (the ring's scalar-B variant, built for one block per SM).
+  for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
+    const Tensor b = test::make_input(InputSpec{Shape{k, n}, lb}, 12, Device::cuda(0));
+    for (const Config& cfg : configs)
+      for (bool transposed : {false, true})
+        for (const Epi& e : epis) {
+          SCOPED_TRACE(config_name(cfg) + " b=" + test::layout_name(lb) +
+                       (transposed ? " C transposed" : " C in rows of n + 3, offset 1") +
+                       " beta=" + std::to_string(e.beta) + " act=" + std::to_string(static_cast<int>(e.act)));
+          // Rows of n + 3 with the view at column 1, or C = (n x m)^T.
+          Guarded g(transposed ? Shape{n, m} : Shape{m, n + 3}, DType::F32, Device::cuda(0));
+          g.view().fill_(7.25);
+          Tensor c = transposed ? g.view().t() : g.view().narrow(1, 1, n);
+          if (e.beta != 0.f)
+            c.copy_(c0);
+          else
+            c.fill_(std::numeric_limits<double>::quiet_NaN());
+          Problem p;
+          p.m = m, p.n = n, p.k = k;
+          p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
+          p.b = b.data<float>(), p.b_sk = b.stride(0), p.b_sn = b.stride(1);
+          p.c = c.data<float>(), p.c_sm = c.stride(0), p.c_sn = c.stride(1);
+          p.bias = e.bias ? bias.data<float>() : nullptr;
+          p.alpha = -1.5f, p.beta = e.beta, p.act = e.act;
+          if (!can_implement(p, cfg)) {
+            // A register-staged-only tile, or the whole-run tile with B at offset 1.
+            EXPECT_TRUE(cfg.staging == Staging::CpAsync ||
+                        (cfg.kernel == Kernel::Simt64x256 && lb == Layout::Offset1));
+            continue;
+          }
+          launch(p, cfg, detail::stream_for(Device::cuda(0)));
+          EXPECT_EQ(g.check(), "");
+          if (!transposed) {
+            const MatD wide = to_double(g.view());
+            for (Eigen::Index i = 0; i < m; ++i)
+              for (Eigen::Index j : {Eigen::Index{0}, Eigen::Index{n + 1}, Eigen::Index{n + 2}})
+                ASSERT_EQ(wide(i, j), 7.25) << "column " << j << " of row " << i << " outside C was written";
+          }
+          ErrorStats s;
+          double e2 = 0, s2 = 0;
+          accumulate_errors(to_double(c), to_double(a), to_double(b), &cd, e.bias ? &bv : nullptr, p.alpha,
+                            p.beta, p.act, 1.0, s, e2, s2);
+          EXPECT_EQ(s.n_bad, 0) << s.str();
+        }
+  }
+}
+
 // The register-staged loaders need each operand contiguous along one of its dims; the cp.async ring takes
 // any strides, and the dispatcher falls back to it.
 TEST(Gemm, Staging_Registers_NeedsAContiguousDim) {
