@@ -191,8 +191,8 @@ const char* kernel_name(Kernel k) {
       return "simt_64x128x8_w64x32_t8x8_s4";
     case Kernel::Simt64x256:
       return "simt_64x256x8_w64x64_t16x8_s3";
-    case Kernel::Simt256x64:
-      return "simt_256x64x8_w64x64_t16x8_s3";
+    case Kernel::Simt128x64k16:
+      return "simt_128x64x16_w64x32_t8x8";
     case Kernel::Tensor128x128:
       return "mma_128x128x16_w64x32_s4";
     case Kernel::Tensor128x64:
@@ -208,7 +208,7 @@ const char* kernel_name(Kernel k) {
 std::vector<Kernel> simt_kernels() {
   return {Kernel::Simt128x128,    Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
           Kernel::Simt256x128k16, Kernel::Simt128x64,     Kernel::Simt64x64,     Kernel::Simt32x128,
-          Kernel::Simt32x64,      Kernel::Simt64x128,     Kernel::Simt64x256,    Kernel::Simt256x64};
+          Kernel::Simt32x64,      Kernel::Simt64x128,     Kernel::Simt64x256,    Kernel::Simt128x64k16};
 }
 std::vector<Kernel> tensor_kernels() {
   return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64, Kernel::Wgmma};
@@ -227,7 +227,7 @@ bool is_simt(Kernel k) {
 }
 // The SIMT configurations built register-staged only (their cp.async variants would spill).
 bool registers_only(Kernel k) {
-  return k == Kernel::Simt256x128k16 || k == Kernel::Simt64x256 || k == Kernel::Simt256x64;
+  return k == Kernel::Simt256x128k16 || k == Kernel::Simt64x256 || k == Kernel::Simt128x64k16;
 }
 // The SIMT configuration built for whole 16-byte operand runs only (its scalar-run variants would spill).
 bool whole_runs_only(Kernel k) {
@@ -446,8 +446,8 @@ TileInfo tile_of(Kernel k) {
       return {64, 128, 8};
     case Kernel::Simt64x256:
       return {64, 256, 8};
-    case Kernel::Simt256x64:
-      return {256, 64, 8};
+    case Kernel::Simt128x64k16:
+      return {128, 64, 16};
     case Kernel::Tensor128x128:
       return {128, 128, 16};
     case Kernel::Tensor128x64:
@@ -544,8 +544,8 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       return launch_simt_64x128(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt64x256:
       return launch_simt_64x256(p, split, cfg.reduce, cfg.staging, stream);
-    case Kernel::Simt256x64:
-      return launch_simt_256x64(p, split, cfg.reduce, cfg.staging, stream);
+    case Kernel::Simt128x64k16:
+      return launch_simt_128x64k16(p, split, cfg.reduce, cfg.staging, stream);
     default:
       MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
   }
@@ -715,12 +715,12 @@ Config choose(const Problem& p, MathMode math) {
       c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
       c.staging = Staging::CpAsync;
     }
-  } else if (p.n <= 64 && runs16 && 2 * blocks(256, 64) >= 3 * sms / 4) {
-    // Skinny N with tall M (16384x64x4096): 256x64 tiles of 16x8 threads, register-staged, K split to about a
-    // wave and reduced in a cluster (split 2: 0.849x cuBLAS, where 128x64 split 2 on the ring gave 0.800x and
-    // the global fix-up 0.712x).
-    c.kernel = Kernel::Simt256x64;
-    c.split_k = split_for(blocks(256, 64), sms, 256);
+  } else if (p.n <= 64 && runs16 && blocks(128, 64) >= 3 * sms / 4) {
+    // Skinny N with tall M (16384x64x4096, where A streams from DRAM): 128x64 tiles 16 deep, register-staged,
+    // K split to about two blocks per SM and reduced in a cluster (split 2: 0.883x cuBLAS, where 256x64 tiles
+    // of 16x8 threads gave 0.848x, 128x64 8 deep 0.806x and the global fix-up 0.872x).
+    c.kernel = Kernel::Simt128x64k16;
+    c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
     if (c.split_k > 1) c.reduce = SplitReduce::Cluster;
   } else if (p.n <= 64) {
     // Other skinny N: 128x64 split to about two blocks per SM, reduced in a cluster, on the cp.async ring.

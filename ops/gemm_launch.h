@@ -87,7 +87,8 @@ enum class Kernel {
   Simt32x64,      // small M and few output tiles (MLP-sized problems): 64 threads, many blocks per SM
   Simt64x128,     // M of 33-64 with a long K: 8x8 per thread, 3 blocks per SM
   Simt64x256,     // 16x8 per thread in 4 warps, two blocks per SM: short K over many tiles (whole runs only)
-  Simt256x64,     // the same threads for skinny N under a tall M
+  Simt128x64k16,  // skinny N under a tall M: 16 deep, so each tile's loads (A streams from DRAM) hide behind
+                  // twice the math of an 8-deep tile; 8x8 per thread, two blocks per SM
   Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,
   Tensor64x64,

@@ -489,7 +489,7 @@ void launch_simt_64x128(const Problem& p, int split, SplitReduce reduce, Staging
                         cudaStream_t stream);  // gemm_simt_skinny.cu
 void launch_simt_64x256(const Problem& p, int split, SplitReduce reduce, Staging staging,
                         cudaStream_t stream);  // gemm_simt_skinny.cu
-void launch_simt_256x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                        cudaStream_t stream);  // gemm_simt_skinny.cu
+void launch_simt_128x64k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
+                           cudaStream_t stream);  // gemm_simt_skinny.cu
 
 }  // namespace mt::detail::gemm

@@ -677,10 +677,10 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   const Config small_m = choose(dense(48, wide_n, 2048, 1), MathMode::FP32);
   EXPECT_EQ(small_m.kernel, Kernel::Simt64x128);
   EXPECT_GT(small_m.split_k, 1);
-  // (3/8 of a wave of 256-row tiles + 1 row) x 40 x 520: 256x64, split 2 in a cluster.
-  const std::int64_t tall_m = 256 * ((3 * sms + 7) / 8) + 1;
+  // (3/4 of a wave of 128-row tiles + 1 row) x 40 x 520: 128x64 16 deep, split 2 in a cluster.
+  const std::int64_t tall_m = 128 * ((3 * sms + 3) / 4) + 1;
   const Config skinny = choose(dense(tall_m, 40, 520, 1), MathMode::FP32);
-  EXPECT_EQ(skinny.kernel, Kernel::Simt256x64);
+  EXPECT_EQ(skinny.kernel, Kernel::Simt128x64k16);
   EXPECT_EQ(skinny.split_k, 2);
   EXPECT_EQ(skinny.reduce, SplitReduce::Cluster);
   // A batch of 100x260x68 with at least one 64x256 tile per SM: 64x256, unsplit; rows of A not in whole
