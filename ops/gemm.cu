@@ -717,8 +717,9 @@ Config choose(const Problem& p, MathMode math) {
     }
   } else if (p.n <= 64 && runs16 && blocks(128, 64) >= 3 * sms / 4) {
     // Skinny N with tall M (16384x64x4096, where A streams from DRAM): 128x64 tiles 16 deep, register-staged,
-    // K split to about two blocks per SM and reduced in a cluster (split 2: 0.883x cuBLAS, where 256x64 tiles
-    // of 16x8 threads gave 0.848x, 128x64 8 deep 0.806x and the global fix-up 0.872x).
+    // K split to about two blocks per SM and reduced in a cluster (split 2: 0.86-0.92x cuBLAS over four runs;
+    // in the sweep that timed them all, 37.8 TFLOP/s, where 256x64 tiles of 16x8 threads gave 36.3, 128x64
+    // 8 deep 34.5 and the same tile with the global fix-up 37.3).
     c.kernel = Kernel::Simt128x64k16;
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
     if (c.split_k > 1) c.reduce = SplitReduce::Cluster;
