@@ -173,6 +173,16 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
   }
 }
 
+// The Problem of c = a @ b for 2-D tensors of any strides (no epilogue: alpha 1, beta 0).
+detail::gemm::Problem problem_2d(const Tensor& a, const Tensor& b, const Tensor& c) {
+  detail::gemm::Problem p;
+  p.m = static_cast<int>(a.size(0)), p.n = static_cast<int>(b.size(1)), p.k = static_cast<int>(a.size(1));
+  p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
+  p.b = b.data<float>(), p.b_sk = b.stride(0), p.b_sn = b.stride(1);
+  p.c = c.data<float>(), p.c_sm = c.stride(0), p.c_sn = c.stride(1);
+  return p;
+}
+
 void run_both(const GemmCase& c) {
   run_gemm_case(c, Device::cpu());
   if (cuda_available()) run_gemm_case(c, Device::cuda(0));
@@ -281,11 +291,7 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
                            (tb ? " trans_b" : "") + " b=" + test::layout_name(lb));
               Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
               g.view().copy_(c0);
-              Problem p;
-              p.m = m, p.n = n, p.k = k;
-              p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
-              p.b = bt.data<float>(), p.b_sk = bt.stride(0), p.b_sn = bt.stride(1);
-              p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1;
+              Problem p = problem_2d(a, bt, g.view());
               p.bias = bias.data<float>();
               p.alpha = -1.5f, p.beta = 1.f, p.act = Activation::Relu;
               if (!can_implement(p, cfg)) {
@@ -354,11 +360,7 @@ TEST(Gemm, F32_EveryKernel_COddRowsAndTransposed) {
             c.copy_(c0);
           else
             c.fill_(std::numeric_limits<double>::quiet_NaN());
-          Problem p;
-          p.m = m, p.n = n, p.k = k;
-          p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
-          p.b = b.data<float>(), p.b_sk = b.stride(0), p.b_sn = b.stride(1);
-          p.c = c.data<float>(), p.c_sm = c.stride(0), p.c_sn = c.stride(1);
+          Problem p = problem_2d(a, b, c);
           p.bias = e.bias ? bias.data<float>() : nullptr;
           p.alpha = -1.5f, p.beta = e.beta, p.act = e.act;
           if (!can_implement(p, cfg)) {
@@ -538,20 +540,12 @@ TEST(Gemm, CapturedLaunches_KeepTheirScratch) {
   const Device d = Device::cuda(0);
   const Stream stream(0);
   const StreamGuard on_stream(stream, 0);
-  auto problem = [](const Tensor& a, const Tensor& b, const Tensor& c) {
-    Problem p;
-    p.m = static_cast<int>(a.size(0)), p.n = static_cast<int>(b.size(1)), p.k = static_cast<int>(a.size(1));
-    p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
-    p.b = b.data<float>(), p.b_sk = b.stride(0), p.b_sn = b.stride(1);
-    p.c = c.data<float>(), p.c_sm = c.stride(0), p.c_sn = 1;
-    return p;
-  };
   // Packed (A at offset 1) and split 4 with the global fix-up: partials of 640 KB, in 1 MiB buffers.
   const Config cfg{Kernel::Simt64x64, 4, MathMode::FP32, SplitReduce::Global, Staging::Registers, true};
   const Tensor a = test::make_input(InputSpec{Shape{200, 515}, Layout::Offset1}, 81, d);
   const Tensor b = test::make_input(InputSpec{Shape{515, 200}}, 82, d);
   Tensor c = empty(Shape{200, 200}, DType::F32, d);
-  const Problem p = problem(a, b, c);
+  const Problem p = problem_2d(a, b, c);
   ASSERT_TRUE(needs_pack(p));
   launch(p, cfg, stream);  // eager first, as the graph executor does before it captures
   cudaGraph_t graph = nullptr;
@@ -565,7 +559,7 @@ TEST(Gemm, CapturedLaunches_KeepTheirScratch) {
   const Tensor a2 = test::make_input(InputSpec{Shape{512, 1030}, Layout::Offset1}, 83, d);
   const Tensor b2 = test::make_input(InputSpec{Shape{1030, 512}}, 84, d);
   const Tensor c2 = empty(Shape{512, 512}, DType::F32, d);
-  launch(problem(a2, b2, c2), cfg, stream);
+  launch(problem_2d(a2, b2, c2), cfg, stream);
   std::vector<Tensor> fillers;
   for (int i = 0; i < 8; ++i) fillers.push_back(full(Shape{1 << 18}, 7.0, DType::F32, d));  // 1 MiB each
   c.fill_(std::numeric_limits<double>::quiet_NaN());
@@ -709,11 +703,7 @@ TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {
   const Tensor a = test::make_input(InputSpec{Shape{m, k}, Layout::Offset1}, 61, Device::cuda(0));
   const Tensor b = test::make_input(InputSpec{Shape{k, n}}, 62, Device::cuda(0));
   Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
-  Problem p;
-  p.m = m, p.n = n, p.k = k;
-  p.a = a.data<float>(), p.a_sm = a.stride(0), p.a_sk = a.stride(1);
-  p.b = b.data<float>(), p.b_sk = n, p.b_sn = 1;
-  p.c = g.view().data<float>(), p.c_sm = n, p.c_sn = 1;
+  Problem p = problem_2d(a, b, g.view());
   const Config cfg{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers};
   EXPECT_FALSE(can_implement(p, cfg));
   expect_error<InvalidArgument>([&] { launch(p, cfg, detail::stream_for(Device::cuda(0))); },
