@@ -225,7 +225,8 @@ bool is_rung(Kernel k) {
 bool is_simt(Kernel k) {
   return !is_tensor(k) && !is_rung(k);
 }
-// The SIMT configurations built register-staged only (their cp.async variants would spill).
+// The SIMT configurations built without the 4-byte cp.async ring (Staging::CpAsync: its scalar loaders would
+// spill).
 bool registers_only(Kernel k) {
   return k == Kernel::Simt256x128k16 || k == Kernel::Simt64x256 || k == Kernel::Simt128x64k16;
 }
@@ -235,11 +236,20 @@ bool whole_runs_only(Kernel k) {
 }
 }  // namespace
 
+bool has_ring16(Kernel k) {
+  return k == Kernel::Simt64x64 || k == Kernel::Simt32x128 || k == Kernel::Simt32x64;
+}
+bool ring16_ready(const Problem& p) {
+  return p.a_sk == 1 && (p.a_sm % 4 == 0 || p.m == 1) && (p.a_sb % 4 == 0 || p.batch == 1) &&
+         aligned16(p.a) && b_vectorisable(p);
+}
+
 std::string config_name(const Config& c) {
   std::string s = kernel_name(c.kernel);
   if (c.split_k > 1) s += "_splitk" + std::to_string(c.split_k);
   if (c.split_k > 1 && c.reduce == SplitReduce::Cluster) s += "_dsmem";
   if (is_simt(c.kernel) && c.staging == Staging::CpAsync) s += "_cpasync";
+  if (is_simt(c.kernel) && c.staging == Staging::CpAsync16) s += "_cpasync16";
   if (c.pack) s += "_packed";
   if (c.math != MathMode::FP32) s += std::string("_") + math_mode_name(c.math);
   return s;
@@ -571,7 +581,8 @@ bool can_implement(const Problem& p, const Config& cfg) {
     return (cfg.split_k == 1 || cfg.reduce == SplitReduce::Cluster) && wgmma_can_implement(p, cfg.math);
   if (is_simt(cfg.kernel) && cfg.staging == Staging::Registers && !(a_reg_stageable(p) && b_reg_stageable(p)))
     return false;
-  if (registers_only(cfg.kernel) && cfg.staging != Staging::Registers) return false;
+  if (registers_only(cfg.kernel) && cfg.staging == Staging::CpAsync) return false;
+  if (cfg.staging == Staging::CpAsync16 && !(has_ring16(cfg.kernel) && ring16_ready(p))) return false;
   if (whole_runs_only(cfg.kernel) && !vector_runs(p)) return false;
   const TileInfo t = tile_of(cfg.kernel);
   if (!offsets_fit(p.a_sm, p.a_sk, t.bm, t.bk) || !offsets_fit(p.b_sn, p.b_sk, t.bn, t.bk)) return false;
@@ -599,9 +610,9 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
     for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
       // Splitting only pays while the blocks do not fill the GPU a few times over.
       if (split > 1 && (p.k / split < 32 || blocks * split > 4 * sms)) break;
-      for (Staging st : {Staging::Registers, Staging::CpAsync})
+      for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16})
         for (bool pack : {false, true}) {
-          if (math != MathMode::FP32 && st == Staging::CpAsync) continue;
+          if (math != MathMode::FP32 && st != Staging::Registers) continue;
           if (pack && (math != MathMode::FP32 || st == Staging::CpAsync || !needs_pack(p))) continue;
           const Config c{k, split, math, SplitReduce::Global, st, pack};
           if (can_implement(p, c)) out.push_back(c);
@@ -684,8 +695,11 @@ Config choose(const Problem& p, MathMode math) {
     // short, and the ring's deeper prefetch hides more of its latency.
     c.staging = Staging::CpAsync;
     if (blocks(32, 128) < 32) {
+      // A along k and B along n in aligned rows take the 16-byte ring (64x512x512: 4.67-4.70 TFLOP/s, where
+      // the 4-byte ring gave 4.51-4.59).
       c.kernel = Kernel::Simt32x64;
       c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
+      if (ring16_ready(p)) c.staging = Staging::CpAsync16;
     } else if (p.m > 32 && p.k >= 2048) {
       c.kernel = Kernel::Simt64x128;
       c.staging = Staging::Registers;
@@ -701,9 +715,17 @@ Config choose(const Problem& p, MathMode math) {
       // where 64x64 split 8 gave 0.79x).
       c.kernel = Kernel::Simt128x128k16;
       c.split_k = split_to_fill(blocks(128, 128), 3 * sms / 4, 128);
+    } else if (p.m >= 256 && p.n >= 256 && p.k >= 256 && ring16_ready(p)) {
+      // Few output tiles of a mid-sized problem (512^3) with A along k and B along n in aligned rows: 32x64
+      // tiles on the 16-byte ring, K split to about two blocks per SM and reduced in a cluster (split 2: 17.2
+      // and 17.4 TFLOP/s in two runs, where 32x128 on the 4-byte ring gave 16.3 and 16.2).
+      c.kernel = Kernel::Simt32x64;
+      c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
+      c.staging = Staging::CpAsync16;
+      if (c.split_k > 1 && c.split_k <= kMaxClusterSplit) c.reduce = SplitReduce::Cluster;
     } else if (p.m >= 256 && p.n >= 256 && p.k >= 256) {
-      // Few output tiles of a mid-sized problem (512^3): 32x128 tiles, K split to about one wave and reduced
-      // in a cluster, on the cp.async ring (0.93-0.98x cuBLAS, where 64x64 split 8 gave 0.84-0.90x).
+      // The same with other layouts: 32x128 tiles, K split to about one wave and reduced in a cluster, on the
+      // 4-byte cp.async ring (0.93-0.98x cuBLAS, where 64x64 split 8 gave 0.84-0.90x).
       c.kernel = Kernel::Simt32x128;
       c.split_k = split_for(blocks(32, 128), sms, 64);
       c.staging = Staging::CpAsync;

@@ -159,6 +159,51 @@ struct VecLoader {
   }
 };
 
+// k-major vector loader: 16-byte cp.async of 4 consecutive k, for an operand contiguous along k (row-major
+// A) whose rows, batches and base are 16-byte aligned (checked on the host). The tile stays k-major in shared
+// memory, [BX][BK + PAD], so no copy transposes; the kernel reads it one float4 (4 k-steps of one row) at a
+// time. Runs past k_end copy only their in-range bytes and zero-fill the rest; rows past n_x read as 0.
+template <int BX, int BK, int PAD, int NT>
+struct KVecLoader {
+  static constexpr int kRuns = BX * BK / 4;
+  static constexpr int kVecs = (kRuns + NT - 1) / NT;  // the last may be idle in some threads
+  static constexpr bool kEven = kRuns % NT == 0;
+  static_assert(BK % 4 == 0 && PAD % 4 == 0, "16-byte runs along k; 16-byte shared rows");
+
+  const float* base;  // element (x0, first k of the next tile)
+  const float* valid;
+  int goff[kVecs];  // x * sx + k within the tile (32-bit: can_implement checks it fits)
+  int soff[kVecs];
+  int kpos[kVecs];
+  unsigned live;  // bit i: slot i owns a run whose row is inside the matrix
+
+  __device__ __forceinline__ void init(const float* g, std::int64_t sx, std::int64_t /*sk*/, int x0, int n_x,
+                                       int k0, bool /*k_fast*/, int tid) {
+    valid = g;
+    base = g + static_cast<std::int64_t>(x0) * sx + k0;
+    live = 0;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int f = min(tid + i * NT, kRuns - 1);
+      const int x = f / (BK / 4), k = (f % (BK / 4)) * 4;
+      goff[i] = static_cast<int>(x * sx + k);
+      soff[i] = x * (BK + PAD) + k;
+      kpos[i] = k;
+      live |= ((kEven || tid + i * NT < kRuns) && x0 + x < n_x ? 1u : 0u) << i;
+    }
+  }
+
+  __device__ __forceinline__ void load(float* s, int k0, int k_end, int tid) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      if (!kEven && tid + i * NT >= kRuns) break;  // an idle slot stores nothing
+      const int nb = (live >> i) & 1u ? 4 * max(0, min(4, k_end - k0 - kpos[i])) : 0;
+      cp_async16(s + soff[i], nb ? base + goff[i] : valid, nb);
+    }
+    base += BK;
+  }
+};
+
 // Register-staged loader: the operand must be contiguous along k (`k_contig`: row-major A, transposed B) or
 // along x (transposed A, row-major B). Each thread owns kVecs runs of 4 elements along the contiguous
 // dimension; load_whole() (tiles inside the matrix along k) or load() (any tile) brings the next tile's runs

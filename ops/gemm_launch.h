@@ -107,6 +107,8 @@ enum class SplitReduce {
 enum class Staging {
   Registers,  // through registers, one tile ahead (needs each operand contiguous along k or its other dim)
   CpAsync,    // a multi-stage cp.async ring (any strides)
+  CpAsync16,  // the ring with 16-byte copies only: A contiguous along k, kept k-major in shared memory, and B
+              // contiguous along n, in 16-byte aligned rows (the configurations built for it)
 };
 
 // A cluster holds at most the portable cluster size of blocks.
@@ -124,6 +126,11 @@ struct Config {
   bool pack = false;
 };
 std::string config_name(const Config& c);
+
+// The SIMT configurations built with the 16-byte cp.async ring, and the problems it takes
+// (Staging::CpAsync16: A contiguous along k and B along n, in 16-byte aligned rows and batches).
+bool has_ring16(Kernel k);
+bool ring16_ready(const Problem& p);
 
 // Whether packing would copy an operand of `p` (Config::pack), and `p` as the kernel sees it after packing
 // (the copied operands' pointers null): each copied operand keeps its contiguous dim (k for an operand

@@ -85,6 +85,10 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //             reads are broadcast-friendly float4 loads and its stores write float4 runs
 //   STAGES    cp.async ring depth: STAGES-1 tiles in flight while one is computed
 // LOAD picks how tiles reach shared memory:
+//   kLoadKMajorA  the ring with 16-byte copies only (Staging::CpAsync16): A, contiguous along k, stays
+//   k-major
+//                 in shared memory ([BM][BK + kSimtPad]; the thread reads one float4 = 4 k-steps of a row and
+//                 loads the next 4 k-steps' rows while the current ones are used), B takes float4 loads
 //   kLoadRegs + layout bits (bit 0: A contiguous along k, bit 1: B contiguous along k) [+ kScalarRuns]
 //                 (the default) both operands through registers (RegLoader), with the layout fixed at compile
 //                 time; needs each operand contiguous along k or along x. Tile t + 1 is stored to the other
@@ -93,9 +97,12 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //                 issued right after the barrier, fixed stores (per-run branches had cost ~16 % of the time
 //                 at 4096^3); the last tiles take a general loop that loads before the math and predicates
 //                 on k. Runs are one 16-byte load each (vector_runs), or with kScalarRuns 4 scalar loads.
-// Shared memory per block: STAGES (2 for kLoadRegs) * BK * (BM + BN + 2 * kPad) * 4 bytes.
-constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadRegs = 4, kScalarRuns = 4;
-constexpr int kSimtPad = 4;  // rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks
+// Shared memory per block: STAGES (2 for kLoadRegs) * BK * (BM + BN + 2 * kPad) * 4 bytes, with A's stage
+// BM * (BK + kPad) for kLoadKMajorA.
+constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadRegs = 4, kScalarRuns = 4;
+// Rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks. k-major A rows of BK + 4
+// (12 or 20 floats, an odd number of float4s): the rows a quarter-warp reads sit in distinct bank quads.
+constexpr int kSimtPad = 4;
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
 struct SimtShape {
@@ -103,11 +110,20 @@ struct SimtShape {
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kLanesM = WM / TM, kLanesN = WN / TN;  // lanes of a warp along m and n
   static constexpr int kStageA = BK * (BM + kSimtPad), kStageB = BK * (BN + kSimtPad);
-  static constexpr std::size_t kSmemBytes = sizeof(float) * STAGES * (kStageA + kStageB);
-  static constexpr std::size_t kRegSmemBytes = sizeof(float) * 2 * (kStageA + kStageB);
+  static constexpr int kStageAK = BM * (BK + kSimtPad);  // k-major A (kLoadKMajorA)
+  static constexpr std::size_t pipe_bytes(Staging st) {
+    switch (st) {
+      case Staging::Registers:
+        return sizeof(float) * 2 * (kStageA + kStageB);
+      case Staging::CpAsync16:
+        return sizeof(float) * STAGES * (kStageAK + kStageB);
+      default:
+        return sizeof(float) * STAGES * (kStageA + kStageB);
+    }
+  }
   // The cluster split-K variant reuses the pipeline's buffers for the BM x BN tile of partial sums.
-  static constexpr std::size_t smem_bytes(bool regs, bool cluster_split) {
-    const std::size_t pipe = regs ? kRegSmemBytes : kSmemBytes;
+  static constexpr std::size_t smem_bytes(Staging st, bool cluster_split) {
+    const std::size_t pipe = pipe_bytes(st);
     const std::size_t tile = sizeof(float) * BM * BN;
     return cluster_split && tile > pipe ? tile : pipe;
   }
@@ -141,7 +157,9 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   float* sA = smem;
   constexpr bool kRegs = LOAD >= kLoadRegs;
   constexpr bool kVecRuns = LOAD < kLoadRegs + kScalarRuns;  // kRegs: one 16-byte load per run
-  float* sB = smem + (kRegs ? 2 : STAGES) * S::kStageA;      // register staging: two buffers
+  constexpr bool kKMajorA = LOAD == kLoadKMajorA;
+  constexpr int kStageA = kKMajorA ? S::kStageAK : S::kStageA;
+  float* sB = smem + (kRegs ? 2 : STAGES) * kStageA;  // register staging: two buffers
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / S::kWarpsN, warp_n = warp % S::kWarpsN;
@@ -157,6 +175,15 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
   const int a_col = warp_m * WM + lane_m * 4;  // + g * kLanesM * 4 for fragment g
+  // Row i of the thread tile within the block tile. m-major A: fragments of 4 consecutive rows, each one
+  // float4 read. k-major A: the lanes along m take consecutive rows, so the kLanesM rows a warp reads at once
+  // (one float4 each, rows BK + 4 floats apart: an odd number of float4s) fall in distinct bank quads.
+  auto trow = [&](int i) {
+    if constexpr (kKMajorA)
+      return warp_m * WM + (i / 4) * S::kLanesM * 4 + (i % 4) * S::kLanesM + lane_m;
+    else
+      return a_col + (i / 4) * S::kLanesM * 4 + i % 4;
+  };
   const int b_col = warp_n * WN + lane_n * 4;
   // The outer products of one BK-deep tile, with register double buffering: fragments of k-row q+1 load
   // while row q's outer product runs.
@@ -184,6 +211,38 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(ra[q & 1][i], rb[q & 1][j], acc[i][j]);
+    }
+  };
+
+  // The same with A k-major in shared memory (kLoadKMajorA): row trow(i) of the thread is read as a float4 of
+  // 4 k-steps; the next 4 k-steps' rows load while these are used, B's fragments one k-step ahead.
+  auto compute_tile_kmajor = [&](const float* As, const float* Bs) {
+    float ra[2][TM][4], rb[2][TN];
+    auto load_a = [&](int buf, int q4) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const float4 v = *reinterpret_cast<const float4*>(As + trow(i) * (BK + kSimtPad) + 4 * q4);
+        ra[buf][i][0] = v.x, ra[buf][i][1] = v.y, ra[buf][i][2] = v.z, ra[buf][i][3] = v.w;
+      }
+    };
+    auto load_b = [&](int buf, int q) {
+#pragma unroll
+      for (int g = 0; g < TN / 4; ++g) {
+        const float4 v =
+            *reinterpret_cast<const float4*>(Bs + q * (BN + kSimtPad) + b_col + g * S::kLanesN * 4);
+        rb[buf][4 * g] = v.x, rb[buf][4 * g + 1] = v.y, rb[buf][4 * g + 2] = v.z, rb[buf][4 * g + 3] = v.w;
+      }
+    };
+    load_a(0, 0);
+    load_b(0, 0);
+#pragma unroll
+    for (int q = 0; q < BK; ++q) {
+      if (q % 4 == 0 && q + 4 < BK) load_a((q / 4 + 1) & 1, q / 4 + 1);
+      if (q + 1 < BK) load_b((q + 1) & 1, q + 1);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(ra[(q / 4) & 1][i][q % 4], rb[q & 1][j], acc[i][j]);
     }
   };
 
@@ -239,26 +298,31 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
       __syncthreads();
     }
   } else {
-    ScalarLoader<BM, BK, kSimtPad, NT, 8> la;
+    using LoaderA =
+        std::conditional_t<kKMajorA, KVecLoader<BM, BK, kSimtPad, NT>, ScalarLoader<BM, BK, kSimtPad, NT, 8>>;
+    LoaderA la;
     la.init(a_batch(p, b), p.a_sm, p.a_sk, m0, p.m, k_begin, a_kfast, tid);
-    using LoaderB = std::conditional_t<LOAD == kLoadVecB, VecLoader<BN, BK, kSimtPad, NT>,
+    using LoaderB = std::conditional_t<LOAD != kLoadScalarB, VecLoader<BN, BK, kSimtPad, NT>,
                                        ScalarLoader<BN, BK, kSimtPad, NT, 8>>;
     LoaderB lb;
     lb.init(b_batch(p, b), p.b_sn, p.b_sk, n0, p.n, k_begin, b_kfast, tid);
 
     auto fill = [&](int stage, int tile) {
-      la.load(sA + stage * S::kStageA, k_begin + tile * BK, k_end, tid);
+      la.load(sA + stage * kStageA, k_begin + tile * BK, k_end, tid);
       lb.load(sB + stage * S::kStageB, k_begin + tile * BK, k_end, tid);
     };
     ring_prologue<STAGES>(n_tiles, fill);
     for (int t = 0; t < n_tiles; ++t) {
       ring_advance<STAGES>(t, n_tiles, fill);
-      compute_tile(sA + (t % STAGES) * S::kStageA, sB + (t % STAGES) * S::kStageB);
+      if constexpr (kKMajorA)
+        compute_tile_kmajor(sA + (t % STAGES) * kStageA, sB + (t % STAGES) * S::kStageB);
+      else
+        compute_tile(sA + (t % STAGES) * kStageA, sB + (t % STAGES) * S::kStageB);
     }
     cp_async_wait<0>();
   }
 
-  // Epilogue: row i of the thread tile is C row m0 + a_col + (i/4) * kLanesM * 4 + i%4.
+  // Epilogue: row i of the thread tile is C row m0 + trow(i).
   float* C = c_batch(p, b);
   if constexpr (SPLIT) {
     if (ws == nullptr) {
@@ -271,8 +335,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int g = 0; g < TN / 4; ++g)
-          *reinterpret_cast<float4*>(red + (a_col + (i / 4) * S::kLanesM * 4 + i % 4) * BN + b_col +
-                                     g * S::kLanesN * 4) =
+          *reinterpret_cast<float4*>(red + trow(i) * BN + b_col + g * S::kLanesN * 4) =
               make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
       cluster.sync();
       cluster_reduce_store<BM, BN, BN, NT>(p, C, red, m0, n0, c_vec, tid);
@@ -287,9 +350,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     const std::int64_t plane = static_cast<std::int64_t>(gridDim.y) * p.m * p.n;
     const float* w0 = ws + static_cast<std::int64_t>(b) * p.m * p.n;
     float* w = ws + split * plane + static_cast<std::int64_t>(b) * p.m * p.n;
-    auto row_of = [&](int f) {
-      return m0 + a_col + ((f / (TN / 4)) / 4) * S::kLanesM * 4 + (f / (TN / 4)) % 4;
-    };
+    auto row_of = [&](int f) { return m0 + trow(f / (TN / 4)); };
     auto col_of = [&](int f) { return n0 + b_col + (f % (TN / 4)) * S::kLanesN * 4; };
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -338,7 +399,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     // (float4 runs, or any strides) are dispatched once, so the unrolled stores stay short. (The per-element
     // store_run path is ~14k instructions, run once per tile: at 4096^3 its instruction-cache misses were 3 %
     // of the time, and with C in odd rows, where every tile took it, 4096x4097x1024 ran at 0.69x cuBLAS.)
-    const int row0 = m0 + a_col, col0 = n0 + b_col;
+    const int col0 = n0 + b_col;
     auto store_tile = [&](auto act_c, auto vec_c) {
       constexpr Activation kAct = decltype(act_c)::value;
       constexpr bool kVec = decltype(vec_c)::value;
@@ -348,7 +409,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
         bias[j] = p.bias ? p.bias[(col0 + (j / 4) * S::kLanesN * 4 + j % 4) * p.bias_s] : 0.f;
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
-        float* row = C + static_cast<std::int64_t>(row0 + (i / 4) * S::kLanesM * 4 + i % 4) * p.c_sm;
+        float* row = C + static_cast<std::int64_t>(m0 + trow(i)) * p.c_sm;
 #pragma unroll
         for (int g = 0; g < TN / 4; ++g) {
           const int col = col0 + g * S::kLanesN * 4;
@@ -391,22 +452,27 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int g = 0; g < TN / 4; ++g)
-        store_run<4>(p, C, m0 + a_col + (i / 4) * S::kLanesM * 4 + i % 4, n0 + b_col + g * S::kLanesN * 4,
-                     &acc[i][4 * g], c_vec);
+        store_run<4>(p, C, m0 + trow(i), n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g], c_vec);
   }
 }
 
-// RING: the configuration also has the cp.async ring variants (Staging::CpAsync, any strides); without them
-// it runs register-staged only, and can_implement refuses CpAsync for it.
+// RING: the configuration also has the 4-byte cp.async ring variants (Staging::CpAsync, any strides); without
+// them can_implement refuses CpAsync for it.
 // SCALAR_RUNS: the register-staged variants for operands without whole 16-byte runs are built too; without
 // them the configuration takes vector_runs(p) problems only (can_implement refuses the rest), for tiles whose
 // scalar-run variants would spill.
+// RING16: the configuration also has the ring of 16-byte copies with A k-major (Staging::CpAsync16, for
+// ring16_ready(p) problems).
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1,
-          bool RING = true, bool SCALAR_RUNS = true>
+          bool RING = true, bool SCALAR_RUNS = true, bool RING16 = false>
 void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging staging, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   const bool regs = staging == Staging::Registers;
-  MT_CHECK(regs || RING, InvalidArgument, "gemm: this SIMT configuration runs register-staged only");
+  MT_CHECK(staging != Staging::CpAsync || RING, InvalidArgument,
+           "gemm: this SIMT configuration has no cp.async ring");
+  MT_CHECK(staging != Staging::CpAsync16 || (RING16 && ring16_ready(p)), InvalidArgument,
+           "gemm: the 16-byte cp.async ring needs this configuration built for it, A contiguous along k and "
+           "B along n, in 16-byte aligned rows");
   MT_CHECK(!regs || SCALAR_RUNS || vector_runs(p), InvalidArgument,
            "gemm: this SIMT configuration needs every operand in whole 16-byte runs");
   using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, false>);
@@ -425,7 +491,7 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
       row(integral_constant<int, kRuns + 2>{}), row(integral_constant<int, kRuns + 3>{})};
   static const bool reg_once = [&] {
     for (auto& row : reg_kernels)
-      for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(true, sp == 1));
+      for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(Staging::Registers, sp == 1));
     return true;
   }();
   (void)reg_once;
@@ -444,11 +510,23 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
          gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadVecB, true>}};
     static const bool ring_once = [&] {
       for (auto& row : ring_kernels)
-        for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(false, sp == 1));
+        for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(Staging::CpAsync, sp == 1));
       return true;
     }();
     (void)ring_once;
-    if (!regs) kernel = ring_kernels[b_vectorisable(p) ? 1 : 0][split > 1 ? 1 : 0];
+    if (staging == Staging::CpAsync) kernel = ring_kernels[b_vectorisable(p) ? 1 : 0][split > 1 ? 1 : 0];
+  }
+  if constexpr (RING16) {
+    static const Kern ring16_kernels[2] = {
+        gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadKMajorA, false>,
+        gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadKMajorA, true>};
+    static const bool ring16_once = [&] {
+      for (int sp = 0; sp < 2; ++sp)
+        allow_smem(ring16_kernels[sp], S::smem_bytes(Staging::CpAsync16, sp == 1));
+      return true;
+    }();
+    (void)ring16_once;
+    if (staging == Staging::CpAsync16) kernel = ring16_kernels[split > 1 ? 1 : 0];
   }
   const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
   const int kps = k_per_split(p, split, BK);
@@ -459,7 +537,7 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
                             static_cast<std::size_t>(tiles) * p.batch, stream);
   // With the cluster reduction, the splits of a tile form one cluster.
   const bool cluster = split > 1 && reduce == SplitReduce::Cluster;
-  const LaunchConfig launch(dim3(tiles, p.batch, split), dim3(S::kThreads), S::smem_bytes(regs, cluster),
+  const LaunchConfig launch(dim3(tiles, p.batch, split), dim3(S::kThreads), S::smem_bytes(staging, cluster),
                             stream, dim3(1, 1, cluster ? split : 1));
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, kps, scratch.partials, scratch.counters, a_kfast,
                                    b_kfast, regs && a_runs16(p), regs && b_runs16(p), c_vec));

@@ -10,7 +10,7 @@ void launch_simt_128x64(const Problem& p, int split, SplitReduce reduce, Staging
 }
 void launch_simt_64x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
                        cudaStream_t stream) {
-  launch_simt<64, 64, 8, 32, 32, 8, 4, 4, 4>(p, split, reduce, staging, stream);
+  launch_simt<64, 64, 8, 32, 32, 8, 4, 4, 4, true, true, true>(p, split, reduce, staging, stream);
 }
 
 }  // namespace mt::detail::gemm

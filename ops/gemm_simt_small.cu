@@ -5,11 +5,11 @@ namespace mt::detail::gemm {
 
 void launch_simt_32x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
                         cudaStream_t stream) {
-  launch_simt<32, 128, 8, 32, 32, 8, 4, 4, 4>(p, split, reduce, staging, stream);
+  launch_simt<32, 128, 8, 32, 32, 8, 4, 4, 4, true, true, true>(p, split, reduce, staging, stream);
 }
 void launch_simt_32x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
                        cudaStream_t stream) {
-  launch_simt<32, 64, 8, 32, 32, 8, 4, 4>(p, split, reduce, staging, stream);
+  launch_simt<32, 64, 8, 32, 32, 8, 4, 4, 1, true, true, true>(p, split, reduce, staging, stream);
 }
 
 }  // namespace mt::detail::gemm

@@ -6,7 +6,8 @@
 //   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
 //   bench_gemm --sweep=M,N,K[,BATCH] [--math=fp32|tf32|tf32x3] [--only=SUBSTRING]
 //                                                every configuration the dispatcher could pick, timed
-//                                                (--only: those whose name contains SUBSTRING)
+//                                                (--only: those whose name contains SUBSTRING, and
+//                                                the dispatcher's pick)
 //   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch
 //   table)
 //
@@ -366,7 +367,8 @@ void sweep(const GemmShape& s, MathMode math, const std::string& only) {
   };
   std::vector<R> rs;
   for (const Config& c : candidates(p0, math)) {
-    if (config_name(c).find(only) == std::string::npos) continue;
+    // The dispatcher's pick is always timed, beside those --only selects.
+    if (config_name(c).find(only) == std::string::npos && config_name(c) != config_name(chosen)) continue;
     auto fn = [&](const Problem& p) { launch(p, c, handles().stream); };
     const double err = validate(o, p0, fn);
     const double ms = time_ms(o, iterations_for(s, 60), fn);

@@ -253,7 +253,7 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
   using namespace detail::gemm;
   std::vector<Config> configs = {{Kernel::Naive}, {Kernel::SmemTiled}, {Kernel::RegTiled}};
   for (Kernel k : simt_kernels())
-    for (Staging st : {Staging::Registers, Staging::CpAsync}) {
+    for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16}) {
       configs.push_back({k, 1, MathMode::FP32, SplitReduce::Global, st});
       for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster})
         configs.push_back({k, 3, MathMode::FP32, r, st});
@@ -295,12 +295,17 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
               p.bias = bias.data<float>();
               p.alpha = -1.5f, p.beta = 1.f, p.act = Activation::Relu;
               if (!can_implement(p, cfg)) {
-                // The register-staged-only tiles refuse the cp.async ring; the whole-run tile (64x256)
-                // refuses operands without whole 16-byte runs (every case but 132x136x260 at offset 0)
-                // unless it packs them.
+                // The tiles built without the 4-byte ring refuse it; the whole-run tile (64x256) refuses
+                // operands without whole 16-byte runs (every case but 132x136x260 at offset 0) unless it
+                // packs them; the 16-byte ring takes A along k and B along n in aligned rows, on the tiles
+                // built with it.
                 const bool whole_runs = m == 132 && la == Layout::Contiguous && lb == Layout::Contiguous;
-                EXPECT_TRUE(cfg.staging == Staging::CpAsync ||
-                            (cfg.kernel == Kernel::Simt64x256 && !whole_runs && !cfg.pack));
+                EXPECT_TRUE(
+                    cfg.staging == Staging::CpAsync ||
+                    (cfg.staging == Staging::CpAsync16 && (!ring16_ready(p) || !has_ring16(cfg.kernel))) ||
+                    (cfg.kernel == Kernel::Simt64x256 && !whole_runs && !cfg.pack));
+                EXPECT_FALSE(cfg.staging == Staging::CpAsync16 && whole_runs && !ta && !tb &&
+                             has_ring16(cfg.kernel));
                 continue;
               }
               launch(p, cfg, detail::stream_for(Device::cuda(0)));
@@ -341,7 +346,7 @@ TEST(Gemm, F32_EveryKernel_COddRowsAndTransposed) {
       {0.f, Activation::None, false}, {1.f, Activation::Relu, true}, {-1.5f, Activation::Gelu, true}};
   std::vector<Config> configs;
   for (Kernel kern : simt_kernels())
-    for (Staging st : {Staging::Registers, Staging::CpAsync})
+    for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16})
       for (int split : {1, 3}) configs.push_back({kern, split, MathMode::FP32, SplitReduce::Cluster, st});
   // B aligned (the float4 loaders) or at offset 1 (the ring's scalar-B variant, built for one block per SM).
   for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
@@ -364,9 +369,12 @@ TEST(Gemm, F32_EveryKernel_COddRowsAndTransposed) {
           p.bias = e.bias ? bias.data<float>() : nullptr;
           p.alpha = -1.5f, p.beta = e.beta, p.act = e.act;
           if (!can_implement(p, cfg)) {
-            // A register-staged-only tile, or the whole-run tile with B at offset 1.
-            EXPECT_TRUE(cfg.staging == Staging::CpAsync ||
-                        (cfg.kernel == Kernel::Simt64x256 && lb == Layout::Offset1));
+            // A tile built without the 4-byte ring, the whole-run tile with B at offset 1, or the 16-byte
+            // ring with B at offset 1 or on a tile built without it.
+            EXPECT_TRUE(
+                cfg.staging == Staging::CpAsync ||
+                (cfg.staging == Staging::CpAsync16 && (lb == Layout::Offset1 || !has_ring16(cfg.kernel))) ||
+                (cfg.kernel == Kernel::Simt64x256 && lb == Layout::Offset1));
             continue;
           }
           launch(p, cfg, detail::stream_for(Device::cuda(0)));
@@ -384,6 +392,62 @@ TEST(Gemm, F32_EveryKernel_COddRowsAndTransposed) {
           EXPECT_EQ(s.n_bad, 0) << s.str();
         }
   }
+}
+
+// The 16-byte cp.async ring (Staging::CpAsync16) on every tile built with it: K odd inside 16-byte aligned
+// rows (A the first 257 of 260 columns, so each row's last run copies 1 float and zero-fills 3), splits
+// whose k ranges start inside the matrix, a batch of 2 with B broadcast, and beta = 0 over a NaN-filled C.
+// A in rows that are not 16-byte aligned, or transposed, is refused.
+TEST(Gemm, F32_Ring16_OddKInAlignedRows) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const std::int64_t batch = 2, m = 70, n = 132, k = 257;
+  const Tensor a_rows = test::make_input(InputSpec{Shape{batch, m, 260}}, 21, Device::cuda(0));
+  const Tensor a = a_rows.narrow(2, 0, k);
+  const Tensor b = test::make_input(InputSpec{Shape{k, n}}, 22, Device::cuda(0));
+  int ran = 0;
+  for (Kernel kern : simt_kernels()) {
+    if (!has_ring16(kern)) continue;
+    for (int split : {1, 3})
+      for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster}) {
+        const Config cfg{kern, split, MathMode::FP32, r, Staging::CpAsync16};
+        SCOPED_TRACE(config_name(cfg));
+        Guarded g(Shape{batch, m, n}, DType::F32, Device::cuda(0));
+        g.view().fill_(std::numeric_limits<double>::quiet_NaN());
+        Problem p = problem_2d(a.select(0, 0), b, g.view().select(0, 0));
+        p.batch = static_cast<int>(batch);
+        p.a_sb = a.stride(0), p.b_sb = 0, p.c_sb = g.view().stride(0);
+        ASSERT_TRUE(can_implement(p, cfg));
+        launch(p, cfg, detail::stream_for(Device::cuda(0)));
+        EXPECT_EQ(g.check(), "");
+        for (std::int64_t e = 0; e < batch; ++e) {
+          ErrorStats s;
+          double e2 = 0, s2 = 0;
+          accumulate_errors(to_double(g.view().select(0, e)), to_double(a.select(0, e)), to_double(b),
+                            nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
+          EXPECT_EQ(s.n_bad, 0) << "batch entry " << e << ": " << s.str();
+        }
+        ++ran;
+      }
+  }
+  EXPECT_GT(ran, 0);
+  // Rows of 257 (not 16-byte aligned), A transposed: refused, with a message naming the ring.
+  const Tensor a_odd = test::make_input(InputSpec{Shape{m, k}}, 23, Device::cuda(0));
+  const Tensor a_t = test::make_input(InputSpec{Shape{k, m}}, 24, Device::cuda(0)).t();
+  Tensor c = empty({m, n}, DType::F32, Device::cuda(0));
+  const Config cfg{Kernel::Simt32x128, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync16};
+  EXPECT_EQ(config_name(cfg), "simt_32x128x8_w32x32_t8x4_s4_cpasync16");
+  for (const Tensor& bad : {a_odd, a_t}) {
+    const Problem p = problem_2d(bad, b, c);
+    EXPECT_FALSE(ring16_ready(p));
+    EXPECT_FALSE(can_implement(p, cfg));
+    expect_error<InvalidArgument>([&] { launch(p, cfg, detail::stream_for(Device::cuda(0))); },
+                                  {"simt_32x128x8_w32x32_t8x4_s4_cpasync16", "cannot run"});
+  }
+  // The tiles built without it refuse it for any problem.
+  EXPECT_FALSE(can_implement(
+      problem_2d(a.select(0, 0), b, c),
+      Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync16}));
 }
 
 // The register-staged loaders need each operand contiguous along one of its dims; the cp.async ring takes
@@ -650,9 +714,10 @@ TEST(Gemm, F32_Batch64_256Cubed) {
   expect_batches_match(matmul(a, b), a, b, {0, 17, 63});
 }
 
-// The dispatcher's rules for M of 33-64 with a long K, skinny N under a tall M, and short K over many tiles
-// (bench/gemm/NOTES.md, round 6), each run through mt::gemm with a fused bias and ReLU against float64. The
-// shapes follow the GPU's SM count so that each rule applies on any GPU.
+// The dispatcher's rules for M of 33-64 with a long K, skinny N under a tall M, short K over many tiles
+// (bench/gemm/NOTES.md, round 6) and few tiles on the 16-byte ring (round 10), each run through mt::gemm with
+// a fused bias and ReLU against float64. The shapes follow the GPU's SM count so that each rule applies on
+// any GPU.
 TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -683,8 +748,19 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   Problem batched = dense(100, 260, 68, batch);
   EXPECT_EQ(choose(batched, MathMode::FP32).kernel, Kernel::Simt64x256);
   EXPECT_NE(choose(dense(100, 260, 67, batch), MathMode::FP32).kernel, Kernel::Simt64x256);  // rows of 67
+  // Few tiles of 512^3 and 64x512x512, operands in aligned rows: 32x64 tiles on the 16-byte ring, K split
+  // (in a cluster); B in rows of 511 takes the 4-byte ring.
+  for (const Problem& p : {dense(512, 512, 512, 1), dense(64, 512, 512, 1)}) {
+    const Config c = choose(p, MathMode::FP32);
+    EXPECT_EQ(c.kernel, Kernel::Simt32x64);
+    EXPECT_EQ(c.staging, Staging::CpAsync16);
+    EXPECT_GT(c.split_k, 1);
+    EXPECT_EQ(c.reduce, SplitReduce::Cluster);
+  }
+  EXPECT_EQ(choose(dense(64, 511, 512, 1), MathMode::FP32).staging, Staging::CpAsync);
 
-  for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{48, wide_n, 2048}, {tall_m, 40, 520}}) {
+  for (const auto& [m, n, k] :
+       {std::array<std::int64_t, 3>{48, wide_n, 2048}, {tall_m, 40, 520}, {512, 512, 512}, {64, 512, 512}}) {
     GemmCase c{m, n, k};
     c.bias = true, c.act = Activation::Relu, c.beta = 0.f;
     run_gemm_case(c, Device::cuda(0));
