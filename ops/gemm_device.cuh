@@ -34,10 +34,22 @@ __device__ __forceinline__ void cp_async4(float* dst, const float* src, int byte
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
 }
 // 16 bytes, of which the first `bytes` (0..16, a multiple of 4) come from global memory. Bypasses L1 (.cg):
-// every byte of a tile is read once per block.
+// every byte of a tile is read once per block. compute-sanitizer counts a partial copy as a read of all 16
+// bytes: callers use one only where the whole run lies in the operand's padded row (cp_async_run otherwise).
 __device__ __forceinline__ void cp_async16(float* dst, const float* src, int bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+}
+// A run of 4 floats of which the first n (0..4) are read from src (16-byte aligned when n == 4) and the rest
+// zero-filled: one 16-byte copy when whole or empty, else one 4-byte copy per element, so no byte past the
+// run's in-range part is read. `valid`: any readable address.
+__device__ __forceinline__ void cp_async_run(float* dst, const float* src, int n, const float* valid) {
+  if (n == 4 || n == 0) {
+    cp_async16(dst, n ? src : valid, 4 * n);
+  } else {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) cp_async4(dst + c, c < n ? src + c : valid, c < n ? 4 : 0);
+  }
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
@@ -120,7 +132,9 @@ struct ScalarLoader {
 };
 
 // Vector loader: 16-byte cp.async; needs sx == 1, sk % 4 == 0 and a 16-byte aligned base (checked on the
-// host). A partial float4 at the right edge copies only its in-range bytes and zero-fills the rest.
+// host). A partial float4 at the right edge copies only its in-range bytes and zero-fills the rest: the
+// whole float4 lies within the row's stride (a multiple of 4 floats), which is inside the allocation except
+// for a view whose storage ends within its last row's stride.
 template <int BX, int BK, int PAD, int NT>
 struct VecLoader {
   static constexpr int kVecs = BX * BK / (4 * NT);
@@ -162,7 +176,7 @@ struct VecLoader {
 // k-major vector loader: 16-byte cp.async of 4 consecutive k, for an operand contiguous along k (row-major
 // A) whose rows, batches and base are 16-byte aligned (checked on the host). The tile stays k-major in shared
 // memory, [BX][BK + PAD], so no copy transposes; the kernel reads it one float4 (4 k-steps of one row) at a
-// time. Runs past k_end copy only their in-range bytes and zero-fill the rest; rows past n_x read as 0.
+// time. Runs past k_end copy only their in-range elements and zero-fill the rest; rows past n_x read as 0.
 template <int BX, int BK, int PAD, int NT>
 struct KVecLoader {
   static constexpr int kRuns = BX * BK / 4;
@@ -194,11 +208,15 @@ struct KVecLoader {
   }
 
   __device__ __forceinline__ void load(float* s, int k0, int k_end, int tid) {
+    const bool whole = k0 + BK <= k_end;  // every run inside the matrix along k: no per-run count
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       if (!kEven && tid + i * NT >= kRuns) break;  // an idle slot stores nothing
-      const int nb = (live >> i) & 1u ? 4 * max(0, min(4, k_end - k0 - kpos[i])) : 0;
-      cp_async16(s + soff[i], nb ? base + goff[i] : valid, nb);
+      const bool row_in = (live >> i) & 1u;
+      if (whole)
+        cp_async16(s + soff[i], row_in ? base + goff[i] : valid, row_in ? 16 : 0);
+      else
+        cp_async_run(s + soff[i], base + goff[i], row_in ? max(0, min(4, k_end - k0 - kpos[i])) : 0, valid);
     }
     base += BK;
   }

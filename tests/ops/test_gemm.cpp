@@ -431,6 +431,24 @@ TEST(Gemm, F32_Ring16_OddKInAlignedRows) {
       }
   }
   EXPECT_GT(ran, 0);
+  // One row of 6 (any row stride does for m = 1), whose last run ends 8 bytes before a 16-byte boundary at
+  // the end of its allocation: the partial run is copied element by element (compute-sanitizer reports any
+  // read past the allocation).
+  {
+    const Tensor row = test::make_input(InputSpec{Shape{1, 6}}, 25, Device::cuda(0));
+    const Tensor b6 = test::make_input(InputSpec{Shape{6, 132}}, 26, Device::cuda(0));
+    Guarded g(Shape{1, 132}, DType::F32, Device::cuda(0));
+    const Problem p = problem_2d(row, b6, g.view());
+    const Config cfg{Kernel::Simt32x64, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync16};
+    ASSERT_TRUE(can_implement(p, cfg));
+    launch(p, cfg, detail::stream_for(Device::cuda(0)));
+    EXPECT_EQ(g.check(), "");
+    ErrorStats s;
+    double e2 = 0, s2 = 0;
+    accumulate_errors(to_double(g.view()), to_double(row), to_double(b6), nullptr, nullptr, 1.f, 0.f,
+                      Activation::None, 1.0, s, e2, s2);
+    EXPECT_EQ(s.n_bad, 0) << s.str();
+  }
   // Rows of 257 (not 16-byte aligned), A transposed: refused, with a message naming the ring.
   const Tensor a_odd = test::make_input(InputSpec{Shape{m, k}}, 23, Device::cuda(0));
   const Tensor a_t = test::make_input(InputSpec{Shape{k, m}}, 24, Device::cuda(0)).t();
