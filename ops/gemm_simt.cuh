@@ -85,10 +85,9 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //             reads are broadcast-friendly float4 loads and its stores write float4 runs
 //   STAGES    cp.async ring depth: STAGES-1 tiles in flight while one is computed
 // LOAD picks how tiles reach shared memory:
-//   kLoadKMajorA  the ring with 16-byte copies only (Staging::CpAsync16): A, contiguous along k, stays
-//   k-major
-//                 in shared memory ([BM][BK + kSimtPad]; the thread reads one float4 = 4 k-steps of a row and
-//                 loads the next 4 k-steps' rows while the current ones are used), B takes float4 loads
+//   kLoadKMajorA  the ring of 16-byte copies only (Staging::CpAsync16): A, contiguous along k, kept k-major
+//                 in shared memory ([BM][BK + kSimtPad]; a thread reads one float4 = 4 k-steps of a row, and
+//                 loads the next 4 k-steps' rows while it uses these); B takes float4 loads
 //   kLoadRegs + layout bits (bit 0: A contiguous along k, bit 1: B contiguous along k) [+ kScalarRuns]
 //                 (the default) both operands through registers (RegLoader), with the layout fixed at compile
 //                 time; needs each operand contiguous along k or along x. Tile t + 1 is stored to the other
@@ -101,7 +100,8 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 // BM * (BK + kPad) for kLoadKMajorA.
 constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadRegs = 4, kScalarRuns = 4;
 // Rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks. k-major A rows of BK + 4
-// (12 or 20 floats, an odd number of float4s): the rows a quarter-warp reads sit in distinct bank quads.
+// (12 or 20 floats, an odd number of float4s): the 8 consecutive rows a warp reads at once (trow) sit in
+// distinct bank quads.
 constexpr int kSimtPad = 4;
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
