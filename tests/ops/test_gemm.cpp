@@ -147,16 +147,20 @@ ErrorStats run_gemm_case(const GemmCase& c, Device device) {
   return s;
 }
 
+// Expects got == a @ b (no epilogue) within the K-scaled bound; `what` names the case in a failure.
+void expect_product(const MatD& got, const MatD& a, const MatD& b, const std::string& what = "") {
+  ErrorStats s;
+  double e2 = 0, s2 = 0;
+  accumulate_errors(got, a, b, nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
+  EXPECT_EQ(s.n_bad, 0) << what << s.str();
+}
+
 // Checks the entries `batches` of the batched product c = a @ b (3-D, no epilogue) against float64.
 void expect_batches_match(const Tensor& c, const Tensor& a, const Tensor& b,
                           std::initializer_list<std::int64_t> batches) {
-  for (std::int64_t i : batches) {
-    ErrorStats s;
-    double e2 = 0, s2 = 0;
-    accumulate_errors(to_double(c.select(0, i)), to_double(a.select(0, i)), to_double(b.select(0, i)),
-                      nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
-    EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
-  }
+  for (std::int64_t i : batches)
+    expect_product(to_double(c.select(0, i)), to_double(a.select(0, i)), to_double(b.select(0, i)),
+                   "batch " + std::to_string(i) + ": ");
 }
 
 // Runs f and expects an E whose message holds every one of `parts`.
@@ -420,13 +424,9 @@ TEST(Gemm, F32_Ring16_OddKInAlignedRows) {
         ASSERT_TRUE(can_implement(p, cfg));
         launch(p, cfg, detail::stream_for(Device::cuda(0)));
         EXPECT_EQ(g.check(), "");
-        for (std::int64_t e = 0; e < batch; ++e) {
-          ErrorStats s;
-          double e2 = 0, s2 = 0;
-          accumulate_errors(to_double(g.view().select(0, e)), to_double(a.select(0, e)), to_double(b),
-                            nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
-          EXPECT_EQ(s.n_bad, 0) << "batch entry " << e << ": " << s.str();
-        }
+        for (std::int64_t e = 0; e < batch; ++e)
+          expect_product(to_double(g.view().select(0, e)), to_double(a.select(0, e)), to_double(b),
+                         "batch entry " + std::to_string(e) + ": ");
         ++ran;
       }
   }
@@ -443,11 +443,7 @@ TEST(Gemm, F32_Ring16_OddKInAlignedRows) {
     ASSERT_TRUE(can_implement(p, cfg));
     launch(p, cfg, detail::stream_for(Device::cuda(0)));
     EXPECT_EQ(g.check(), "");
-    ErrorStats s;
-    double e2 = 0, s2 = 0;
-    accumulate_errors(to_double(g.view()), to_double(row), to_double(b6), nullptr, nullptr, 1.f, 0.f,
-                      Activation::None, 1.0, s, e2, s2);
-    EXPECT_EQ(s.n_bad, 0) << s.str();
+    expect_product(to_double(g.view()), to_double(row), to_double(b6));
   }
   // Rows of 257 (not 16-byte aligned), A transposed: refused, with a message naming the ring.
   const Tensor a_odd = test::make_input(InputSpec{Shape{m, k}}, 23, Device::cuda(0));
@@ -651,11 +647,7 @@ TEST(Gemm, CapturedLaunches_KeepTheirScratch) {
     const std::vector<float> v = f.to_vector<float>();
     EXPECT_EQ(std::count(v.begin(), v.end(), 7.f), static_cast<std::ptrdiff_t>(v.size()));
   }
-  ErrorStats s;
-  double e2 = 0, s2 = 0;
-  accumulate_errors(to_double(c), to_double(a), to_double(b), nullptr, nullptr, 1.f, 0.f, Activation::None,
-                    1.0, s, e2, s2);
-  EXPECT_EQ(s.n_bad, 0) << s.str();
+  expect_product(to_double(c), to_double(a), to_double(b));
   MT_CUDA_CHECK(cudaGraphExecDestroy(exec));
   MT_CUDA_CHECK(cudaGraphDestroy(graph));
 }
@@ -691,13 +683,9 @@ TEST(Gemm, F32_Batched_Matmul_Broadcast) {
       eb[eb.rank() - 2] = b.size(-2);
       const Tensor af = a.expand(ea).contiguous().reshape({nb, a.size(-2), a.size(-1)});
       const Tensor bf = b.expand(eb).contiguous().reshape({nb, b.size(-2), b.size(-1)});
-      for (std::int64_t i = 0; i < nb; ++i) {
-        ErrorStats s;
-        double e2 = 0, s2 = 0;
-        accumulate_errors(to_double(cf.select(0, i)), to_double(af.select(0, i)), to_double(bf.select(0, i)),
-                          nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0, s, e2, s2);
-        EXPECT_EQ(s.n_bad, 0) << "batch " << i << ": " << s.str();
-      }
+      for (std::int64_t i = 0; i < nb; ++i)
+        expect_product(to_double(cf.select(0, i)), to_double(af.select(0, i)), to_double(bf.select(0, i)),
+                       "batch " + std::to_string(i) + ": ");
     }
   }
 }
@@ -713,13 +701,10 @@ TEST(Gemm, F32_Batched_Gemm_TransposedViews) {
     GemmOptions o;
     gemm(a, b, c, /*trans_a=*/true, false, o);
     for (int i = 0; i < 5; ++i) {
-      ErrorStats s;
-      double e2 = 0, s2 = 0;
-      MatD ad = to_double(a.select(0, i));
-      ad.transposeInPlace();
-      accumulate_errors(to_double(c.select(0, i)), ad, to_double(b.select(0, i)), nullptr, nullptr, 1.f, 0.f,
-                        Activation::None, 1.0, s, e2, s2);
-      EXPECT_EQ(s.n_bad, 0) << dev << " batch " << i << ": " << s.str();
+      std::ostringstream what;
+      what << dev << " batch " << i << ": ";
+      expect_product(to_double(c.select(0, i)), to_double(a.select(0, i)).transpose(),
+                     to_double(b.select(0, i)), what.str());
     }
     EXPECT_EQ(to_double(big.slice(2, 0, 3).reshape({-1, 3})).cwiseAbs().maxCoeff(), 0.0) << "wrote outside c";
   }
@@ -808,11 +793,7 @@ TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {
   ASSERT_TRUE(can_implement(p, cfg));
   launch(p, cfg, detail::stream_for(Device::cuda(0)));
   EXPECT_EQ(g.check(), "");
-  ErrorStats s;
-  double e2 = 0, s2 = 0;
-  accumulate_errors(to_double(g.view()), to_double(a16), to_double(b), nullptr, nullptr, 1.f, 0.f,
-                    Activation::None, 1.0, s, e2, s2);
-  EXPECT_EQ(s.n_bad, 0) << s.str();
+  expect_product(to_double(g.view()), to_double(a16), to_double(b));
 }
 
 // Split K reduced inside the launch (one thread-block cluster per tile): batched, split counts up to the
