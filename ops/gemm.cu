@@ -129,6 +129,31 @@ __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
   }
 }
 
+// The same over runs of 4 columns (n a multiple of 4, so a run never crosses a row): float4 loads from L2, up
+// to 8 splits' loads in flight before their adds (still added in split order: the same sums as the scalar
+// kernel and the in-launch fix-up), float4 stores where C takes them (c_vec).
+__global__ void gemm_splitk_reduce4(Problem p, const float* ws, int splits, bool c_vec) {
+  constexpr int kInFlight = 8;
+  const std::int64_t mn = static_cast<std::int64_t>(p.m) * p.n, total = mn * p.batch, runs = total / 4;
+  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; r < runs;
+       r += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t e = 4 * r;
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int sp0 = 0; sp0 < splits; sp0 += kInFlight) {
+      float4 v[kInFlight];
+#pragma unroll
+      for (int q = 0; q < kInFlight; ++q)
+        if (sp0 + q < splits) v[q] = __ldcg(reinterpret_cast<const float4*>(ws + (sp0 + q) * total + e));
+#pragma unroll
+      for (int q = 0; q < kInFlight; ++q)
+        if (sp0 + q < splits) s[0] += v[q].x, s[1] += v[q].y, s[2] += v[q].z, s[3] += v[q].w;
+    }
+    const int b = static_cast<int>(e / mn);
+    const std::int64_t rr = e % mn;
+    store_run<4>(p, c_batch(p, b), static_cast<int>(rr / p.n), static_cast<int>(rr % p.n), s, c_vec);
+  }
+}
+
 // Packing (Config::pack): dst[b][r][c] = src[b * s_b + r * s_r + c * s_c] for r < rows, c < cols, and 0 for
 // c in [cols, ld): an operand copied in rows along c (its contiguous dim, see pack_shape), padded to 16 bytes
 // (ld a multiple of 4). 32x32 tiles through shared memory, so the reads walk the source's smaller stride
@@ -236,6 +261,19 @@ bool whole_runs_only(Kernel k) {
 }
 }  // namespace
 
+void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream) {
+  const std::int64_t total = static_cast<std::int64_t>(p.m) * p.n * p.batch;
+  if (total == 0) return;
+  if (splits > 0 && p.n % 4 == 0) {
+    const int blocks = grid_stride_blocks(gemm_splitk_reduce4, 256, total / 4, 256);
+    gemm_splitk_reduce4<<<blocks, 256, 0, stream>>>(p, ws, splits, c_vectorisable(p));
+  } else {
+    const int blocks = grid_stride_blocks(gemm_splitk_reduce, 256, total, 256);
+    gemm_splitk_reduce<<<blocks, 256, 0, stream>>>(p, ws, splits);
+  }
+  MT_CUDA_CHECK_LAUNCH();
+}
+
 bool has_ring16(Kernel k) {
   return k == Kernel::Simt64x64 || k == Kernel::Simt32x128 || k == Kernel::Simt32x64;
 }
@@ -248,6 +286,7 @@ std::string config_name(const Config& c) {
   std::string s = kernel_name(c.kernel);
   if (c.split_k > 1) s += "_splitk" + std::to_string(c.split_k);
   if (c.split_k > 1 && c.reduce == SplitReduce::Cluster) s += "_dsmem";
+  if (c.split_k > 1 && c.reduce == SplitReduce::Kernel) s += "_reducekernel";
   if (is_simt(c.kernel) && c.staging == Staging::CpAsync) s += "_cpasync";
   if (is_simt(c.kernel) && c.staging == Staging::CpAsync16) s += "_cpasync16";
   if (c.pack) s += "_packed";
@@ -471,19 +510,11 @@ TileInfo tile_of(Kernel k) {
   }
 }
 
-void launch_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream) {
-  const std::int64_t total = static_cast<std::int64_t>(p.m) * p.n * p.batch;
-  if (total == 0) return;
-  const int blocks = grid_stride_blocks(gemm_splitk_reduce, 256, total, 256);
-  gemm_splitk_reduce<<<blocks, 256, 0, stream>>>(p, ws, splits);
-  MT_CUDA_CHECK_LAUNCH();
-}
-
 // One launch for a problem whose batch fits the grid (<= 65535).
 void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
   if (p.k == 0) {  // C = beta * C (+ bias, activation): the reduction with no partials
-    launch_reduce(p, nullptr, 0, stream);
+    launch_splitk_reduce(p, nullptr, 0, stream);
     return;
   }
   switch (cfg.kernel) {
@@ -528,7 +559,7 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       ws = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n, 0, stream)
                .partials;
     launch_tensor(p, cfg.kernel, cfg.math == MathMode::TF32x3, split, k_per_split(p, split, 16), ws, stream);
-    if (split > 1) launch_reduce(p, ws, split, stream);
+    if (split > 1) launch_splitk_reduce(p, ws, split, stream);
     return;
   }
   switch (cfg.kernel) {
@@ -571,6 +602,7 @@ bool can_implement(const Problem& p, const Config& cfg) {
     return can_implement(needs_pack(p) ? pack_shape(p) : p, plain);
   }
   if (cfg.split_k < 1 || cfg.split_k > 64) return false;
+  if (cfg.reduce == SplitReduce::Kernel && !is_simt(cfg.kernel)) return false;
   if (cfg.reduce == SplitReduce::Cluster &&
       ((is_tensor(cfg.kernel) && cfg.kernel != Kernel::Wgmma) || cfg.split_k > kMaxClusterSplit))
     return false;
@@ -618,6 +650,8 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
           if (can_implement(p, c)) out.push_back(c);
           const Config cl{k, split, math, SplitReduce::Cluster, st, pack};
           if (split > 1 && can_implement(p, cl)) out.push_back(cl);
+          const Config rk{k, split, math, SplitReduce::Kernel, st, pack};
+          if (split > 1 && can_implement(p, rk)) out.push_back(rk);
         }
     }
   }
@@ -701,9 +735,19 @@ Config choose(const Problem& p, MathMode math) {
       c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
       if (ring16_ready(p)) c.staging = Staging::CpAsync16;
     } else if (p.m > 32 && p.k >= 2048) {
-      c.kernel = Kernel::Simt64x128;
+      // M of 33-64 with a long K (64x4096x4096): one wave of 64-row tiles, K split to fill it, the splits
+      // added by a second kernel over every SM. 64x256 (two blocks per SM), split 16: 36.3 TFLOP/s, 0.97x
+      // cuBLAS; 64x128 (three per SM), split 12: 33.3 (29.2 with the in-launch fix-up, whose last block per
+      // tile adds all 12 partials while most SMs idle).
       c.staging = Staging::Registers;
-      c.split_k = split_to_fill(blocks(64, 128), 3 * sms, 256, 16);
+      c.reduce = SplitReduce::Kernel;
+      if (vector_runs(p)) {
+        c.kernel = Kernel::Simt64x256;
+        c.split_k = split_to_fill(blocks(64, 256), 2 * sms, 256, 16);
+      } else {
+        c.kernel = Kernel::Simt64x128;
+        c.split_k = split_to_fill(blocks(64, 128), 3 * sms, 256, 16);
+      }
     } else {
       c.kernel = Kernel::Simt32x128;
       c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
@@ -711,10 +755,11 @@ Config choose(const Problem& p, MathMode math) {
   } else if (blocks(64, 64) < sms) {
     if (runs16 && p.k >= 1024 && p.m >= 128 && p.n >= 128) {
       // Few output tiles but a long K (the 256x1024x1024 MLP layer: 16 tiles of 128x128): the 16-deep
-      // register-staged tile, K split to about 3/4 of a wave and reduced in a cluster (split 6: 0.86x cuBLAS,
-      // where 64x64 split 8 gave 0.79x).
+      // register-staged tile, K split to one wave and added by a second kernel (split 8: 24.2 TFLOP/s, 0.99x
+      // cuBLAS, where split 6 reduced in a cluster gave 21.8).
       c.kernel = Kernel::Simt128x128k16;
-      c.split_k = split_to_fill(blocks(128, 128), 3 * sms / 4, 128);
+      c.split_k = split_to_fill(blocks(128, 128), sms, 128);
+      if (c.split_k > 1) c.reduce = SplitReduce::Kernel;
     } else if (p.m >= 256 && p.n >= 256 && p.k >= 256 && ring16_ready(p)) {
       // Few output tiles of a mid-sized problem (512^3) with A along k and B along n in aligned rows: 32x64
       // tiles on the 16-byte ring, K split to about two blocks per SM and reduced in a cluster (split 2: 17.2
@@ -777,15 +822,16 @@ Config choose(const Problem& p, MathMode math) {
     c.kernel = stageable || b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
     c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
   }
-  // Short K ranges per block: the global fix-up's serial tail of L2 round trips dominates, so the splits of a
-  // tile reduce in one cluster instead (64x512x512: 12.1 -> 7.4 us). The 16-deep register-staged tile reduces
-  // in a cluster at any K (1024^3 split 2: 35.0 against 32.3 TFLOP/s). Other long ranges keep the global
-  // fix-up: there a cluster's co-scheduling and final barrier cost more than the tail (64x4096x4096: 0.77x ->
-  // 0.66x cuBLAS).
+  // Short K ranges per block: the splits of a tile reduce in one cluster (64x512x512: 12.1 -> 7.4 us against
+  // the in-launch fix-up). The 16-deep register-staged tile reduces in a cluster at any K (1024^3 split 2:
+  // 35.0 against 32.3 TFLOP/s). Other long ranges leave the splits to a second kernel over every SM: the
+  // in-launch fix-up's last block per tile adds every partial while most SMs idle (64x4096x4096, 64x128 split
+  // 12: 29.2 against 33.3 TFLOP/s), and a cluster's co-scheduling and final barrier cost more (0.66x cuBLAS).
   const bool deep_regs = c.kernel == Kernel::Simt128x128k16 && c.staging == Staging::Registers;
-  if (math == MathMode::FP32 && c.split_k > 1 && c.split_k <= kMaxClusterSplit &&
-      (p.k / c.split_k <= 128 || deep_regs))
-    c.reduce = SplitReduce::Cluster;
+  if (math == MathMode::FP32 && c.split_k > 1 && c.reduce == SplitReduce::Global) {
+    c.reduce = c.split_k <= kMaxClusterSplit && (p.k / c.split_k <= 128 || deep_regs) ? SplitReduce::Cluster
+                                                                                      : SplitReduce::Kernel;
+  }
   if (math == MathMode::FP32 && !(a_reg_stageable(p) && b_reg_stageable(p))) c.staging = Staging::CpAsync;
   if (!can_implement(p, c))
     c = Config{Kernel::Simt128x128, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync};

@@ -102,6 +102,7 @@ std::vector<Kernel> tensor_kernels();  // the production tensor-core configurati
 enum class SplitReduce {
   Global,   // partials through an L2 workspace; the last block of a tile (atomic ticket) adds them
   Cluster,  // the splits of a tile form one thread-block cluster and add through distributed shared memory
+  Kernel,   // partials through an L2 workspace, added by a second kernel over every SM (no serial tail)
 };
 // How the SIMT kernels bring tiles into shared memory.
 enum class Staging {
@@ -143,7 +144,8 @@ bool can_implement(const Problem& p, const Config& config);
 
 // Runs `p` with `config` on `stream`; InvalidArgument when !can_implement(p, config). `stream` must belong to
 // the current device. Split-K takes its workspace from a per-stream cache; the SIMT kernels reduce the splits
-// in the same launch (the last block of each tile), the tensor-core kernels with a second reduction kernel.
+// as Config::reduce says (in the same launch, in a cluster, or with a second kernel), the tensor-core kernels
+// with the second kernel.
 void launch(const Problem& p, const Config& config, cudaStream_t stream);
 
 // The dispatcher's choice for `p` in `math` mode (a table measured on H100/H200).
@@ -155,6 +157,10 @@ std::vector<Config> candidates(const Problem& p, MathMode math);
 // The tensor-core kernels (ops/gemm_tf32.cu); `k_per_split` is a multiple of 16. Called by launch().
 void launch_tensor(const Problem& p, Kernel kernel, bool x3, int split, int k_per_split, float* ws,
                    cudaStream_t stream);
+
+// Adds `splits` partial planes of ws ([split][batch][m][n]) in split order and runs the epilogue into C; with
+// splits == 0, C = epilogue(0) (K == 0). Used after the split-K launches that leave the reduction to it.
+void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream);
 
 // Split-K scratch per (device, stream), grown on demand and kept: work on one stream is ordered, so reuse
 // needs no sync and no per-call allocation or memset. Launches being captured into a CUDA graph get scratch

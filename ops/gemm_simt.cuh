@@ -138,10 +138,10 @@ struct SimtShape {
   static_assert(kThreads <= 1024, "too many threads per block");
 };
 
-// SPLIT: K is split over gridDim.z blocks and reduced in the same launch (a separate instantiation, so the
-// reduction does not cost the unsplit kernel registers): through distributed shared memory when the launch
-// made the splits of a tile one cluster (ws == nullptr), else through the L2 workspace `ws` with a ticket per
-// tile in `counters`.
+// SPLIT: K is split over gridDim.z blocks (a separate instantiation, so the reduction does not cost the
+// unsplit kernel registers), reduced through distributed shared memory when the launch made the splits of a
+// tile one cluster (ws == nullptr), else through the L2 workspace `ws`: by the last block of each tile (a
+// ticket per tile in `counters`), or, with counters == nullptr, by a second kernel after this one.
 // Runtime layout flags: a_kfast / b_kfast the operand is contiguous along k (the cp.async loaders walk k
 // fastest; register-staged variants have it in LOAD); a_vec / b_vec (register staging, last tiles) its
 // 4-element runs are 16-byte aligned; c_vec C takes float4 stores.
@@ -357,6 +357,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 #pragma unroll
       for (int g = 0; g < TN / 4; ++g)
         store_partial<4>(w, p.m, p.n, row_of(i * (TN / 4) + g), col_of(i * (TN / 4) + g), &acc[i][4 * g]);
+    if (counters == nullptr) return;  // a second kernel adds the splits (SplitReduce::Kernel)
     if (!splitk_last_block(counters + b * gridDim.x + blockIdx.x, gridDim.z)) return;
     constexpr int kFrags = TM * TN / 4, kChunk = kFrags < 8 ? kFrags : 8;
     static_assert(kFrags % kChunk == 0, "fix-up chunks must tile the thread's fragments");
@@ -532,16 +533,19 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   const int kps = k_per_split(p, split, BK);
   const bool c_vec = c_vectorisable(p);
   SplitScratch scratch;
-  if (split > 1 && reduce == SplitReduce::Global)
+  const bool reduce_kernel = split > 1 && reduce == SplitReduce::Kernel;
+  if (split > 1 && (reduce == SplitReduce::Global || reduce_kernel))
     scratch = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n,
                             static_cast<std::size_t>(tiles) * p.batch, stream);
   // With the cluster reduction, the splits of a tile form one cluster.
   const bool cluster = split > 1 && reduce == SplitReduce::Cluster;
   const LaunchConfig launch(dim3(tiles, p.batch, split), dim3(S::kThreads), S::smem_bytes(staging, cluster),
                             stream, dim3(1, 1, cluster ? split : 1));
-  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, kps, scratch.partials, scratch.counters, a_kfast,
-                                   b_kfast, regs && a_runs16(p), regs && b_runs16(p), c_vec));
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, kps, scratch.partials,
+                                   reduce_kernel ? nullptr : scratch.counters, a_kfast, b_kfast,
+                                   regs && a_runs16(p), regs && b_runs16(p), c_vec));
   MT_CUDA_CHECK_LAUNCH();
+  if (reduce_kernel) launch_splitk_reduce(p, scratch.partials, split, stream);
 }
 
 // One launcher per production configuration (see kernel_name() for the tile parameters of each).

@@ -259,7 +259,7 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
   for (Kernel k : simt_kernels())
     for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16}) {
       configs.push_back({k, 1, MathMode::FP32, SplitReduce::Global, st});
-      for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster})
+      for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster, SplitReduce::Kernel})
         configs.push_back({k, 3, MathMode::FP32, r, st});
     }
   for (Kernel k : simt_kernels()) {  // unaligned operands copied to aligned scratch first
@@ -351,7 +351,9 @@ TEST(Gemm, F32_EveryKernel_COddRowsAndTransposed) {
   std::vector<Config> configs;
   for (Kernel kern : simt_kernels())
     for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16})
-      for (int split : {1, 3}) configs.push_back({kern, split, MathMode::FP32, SplitReduce::Cluster, st});
+      for (int split : {1, 3})
+        for (SplitReduce r : {SplitReduce::Cluster, SplitReduce::Kernel})
+          if (split > 1 || r == SplitReduce::Cluster) configs.push_back({kern, split, MathMode::FP32, r, st});
   // B aligned (the float4 loaders) or at offset 1 (the ring's scalar-B variant, built for one block per SM).
   for (Layout lb : {Layout::Contiguous, Layout::Offset1}) {
     const Tensor b = test::make_input(InputSpec{Shape{k, n}, lb}, 12, Device::cuda(0));
@@ -734,11 +736,26 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
     p.c_sm = n, p.c_sn = 1, p.c_sb = m * n;
     return p;
   };
-  // 48 x (32 tiles of 128 + 4) x 2048: 64x128, K split.
+  // 48 x (32 tiles of 128 + 4) x 2048: 64x256, K split and added by a second kernel; B in rows of 4101 (no
+  // whole 16-byte runs) takes 64x128.
   const std::int64_t wide_n = 32 * 128 + 4;
   const Config small_m = choose(dense(48, wide_n, 2048, 1), MathMode::FP32);
-  EXPECT_EQ(small_m.kernel, Kernel::Simt64x128);
+  EXPECT_EQ(small_m.kernel, Kernel::Simt64x256);
   EXPECT_GT(small_m.split_k, 1);
+  EXPECT_EQ(small_m.reduce, SplitReduce::Kernel);
+  const Config small_m_odd = choose(dense(48, wide_n + 1, 2048, 1), MathMode::FP32);
+  EXPECT_EQ(small_m_odd.kernel, Kernel::Simt64x128);
+  EXPECT_EQ(small_m_odd.reduce, SplitReduce::Kernel);
+  // Few 128x128 tiles with a long K (the (256, 1024) MLP's layers): 16 deep, K split to a wave, a second
+  // kernel adds the splits.
+  const Config few = choose(dense(256, 1024, 1024, 1), MathMode::FP32);
+  EXPECT_EQ(few.kernel, Kernel::Simt128x128k16);
+  EXPECT_GT(few.split_k, 1);
+  EXPECT_EQ(few.reduce, SplitReduce::Kernel);
+  // The second-kernel reduction is a SIMT option (the tensor-core kernels always add their splits that way,
+  // under SplitReduce::Global): refused for them.
+  EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
+                             Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Kernel}));
   // (3/4 of a wave of 128-row tiles + 1 row) x 40 x 520: 128x64 16 deep, split 2 in a cluster.
   const std::int64_t tall_m = 128 * ((3 * sms + 3) / 4) + 1;
   const Config skinny = choose(dense(tall_m, 40, 520, 1), MathMode::FP32);
@@ -762,8 +779,12 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   }
   EXPECT_EQ(choose(dense(64, 511, 512, 1), MathMode::FP32).staging, Staging::CpAsync);
 
-  for (const auto& [m, n, k] :
-       {std::array<std::int64_t, 3>{48, wide_n, 2048}, {tall_m, 40, 520}, {512, 512, 512}, {64, 512, 512}}) {
+  for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{48, wide_n, 2048},
+                                {48, wide_n + 1, 2048},
+                                {256, 1024, 1024},
+                                {tall_m, 40, 520},
+                                {512, 512, 512},
+                                {64, 512, 512}}) {
     GemmCase c{m, n, k};
     c.bias = true, c.act = Activation::Relu, c.beta = 0.f;
     run_gemm_case(c, Device::cuda(0));
