@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(256) gemm_reg_tiled(Problem p) {
 // Split-K reduction (and the whole job when K == 0): sums the partials in split order, so results do not
 // depend on scheduling, then runs the epilogue. Memory bound: (splits + 1 or 2) * 4 bytes per element of C.
 __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
+  pdl_wait();  // the split kernel's partials (launch_splitk_reduce's overlap)
   const std::int64_t mn = static_cast<std::int64_t>(p.m) * p.n, total = mn * p.batch;
   for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -134,6 +135,7 @@ __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
 // kernel and the in-launch fix-up), float4 stores where C takes them (c_vec).
 __global__ void gemm_splitk_reduce4(Problem p, const float* ws, int splits, bool c_vec) {
   constexpr int kInFlight = 8;
+  pdl_wait();
   const std::int64_t mn = static_cast<std::int64_t>(p.m) * p.n, total = mn * p.batch, runs = total / 4;
   for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; r < runs;
        r += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -261,16 +263,18 @@ bool whole_runs_only(Kernel k) {
 }
 }  // namespace
 
-void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream) {
+void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream, bool overlap) {
   const std::int64_t total = static_cast<std::int64_t>(p.m) * p.n * p.batch;
   if (total == 0) return;
-  if (splits > 0 && p.n % 4 == 0) {
-    const int blocks = grid_stride_blocks(gemm_splitk_reduce4, 256, total / 4, 256);
-    gemm_splitk_reduce4<<<blocks, 256, 0, stream>>>(p, ws, splits, c_vectorisable(p));
-  } else {
-    const int blocks = grid_stride_blocks(gemm_splitk_reduce, 256, total, 256);
-    gemm_splitk_reduce<<<blocks, 256, 0, stream>>>(p, ws, splits);
-  }
+  auto run = [&](auto* kernel, std::int64_t items, auto... args) {
+    LaunchConfig launch(dim3(grid_stride_blocks(kernel, 256, items, 256)), dim3(256), 0, stream);
+    if (overlap) launch.overlap_previous_kernel();
+    MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, ws, splits, args...));
+  };
+  if (splits > 0 && p.n % 4 == 0)
+    run(gemm_splitk_reduce4, total / 4, c_vectorisable(p));
+  else
+    run(gemm_splitk_reduce, total);
   MT_CUDA_CHECK_LAUNCH();
 }
 

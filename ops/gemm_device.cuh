@@ -59,6 +59,20 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// ---------------------------------------------------------------- programmatic dependent launch (sm_90)
+
+// Lets the next kernel in the stream, if launched to overlap this one
+// (LaunchConfig::overlap_previous_kernel), start its blocks once every block of this grid has called this or
+// exited.
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+// Waits until the kernels this one was launched to overlap have finished and their writes are visible;
+// returns at once for a kernel launched the ordinary way.
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
 // ---------------------------------------------------------------- tile loaders
 //
 // An operand tile is stored in shared memory as [BK][BX + PAD]: x (m for A, n for B) contiguous, so A is

@@ -160,7 +160,10 @@ void launch_tensor(const Problem& p, Kernel kernel, bool x3, int split, int k_pe
 
 // Adds `splits` partial planes of ws ([split][batch][m][n]) in split order and runs the epilogue into C; with
 // splits == 0, C = epilogue(0) (K == 0). Used after the split-K launches that leave the reduction to it.
-void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream);
+// `overlap`: launched to overlap the kernel before it in the stream (which must be the one writing ws and
+// signal pdl_launch_dependents), so its launch latency hides behind that kernel's last blocks.
+void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream,
+                          bool overlap = false);
 
 // Split-K scratch per (device, stream), grown on demand and kept: work on one stream is ordered, so reuse
 // needs no sync and no per-call allocation or memset. Launches being captured into a CUDA graph get scratch

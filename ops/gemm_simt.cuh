@@ -325,6 +325,9 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   // Epilogue: row i of the thread tile is C row m0 + trow(i).
   float* C = c_batch(p, b);
   if constexpr (SPLIT) {
+    // The reduce kernel that follows (SplitReduce::Kernel) may start its blocks as this grid's last blocks
+    // store their partials; it waits for the whole grid before reading them.
+    if (counters == nullptr && ws != nullptr) pdl_launch_dependents();
     if (ws == nullptr) {
       // Split K over the blocks of one thread-block cluster (cluster_reduce_store).
       namespace cg = cooperative_groups;
@@ -545,7 +548,7 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
                                    reduce_kernel ? nullptr : scratch.counters, a_kfast, b_kfast,
                                    regs && a_runs16(p), regs && b_runs16(p), c_vec));
   MT_CUDA_CHECK_LAUNCH();
-  if (reduce_kernel) launch_splitk_reduce(p, scratch.partials, split, stream);
+  if (reduce_kernel) launch_splitk_reduce(p, scratch.partials, split, stream, /*overlap=*/true);
 }
 
 // One launcher per production configuration (see kernel_name() for the tile parameters of each).

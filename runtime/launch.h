@@ -30,24 +30,32 @@ int grid_stride_blocks(Kernel* kernel, int threads, std::int64_t n_items, std::i
 
 // A cudaLaunchKernelEx configuration, with the blocks grouped into thread-block clusters of `cluster`
 // (no attribute when it is 1 x 1 x 1). Pass `&config.cfg` to cudaLaunchKernelEx or
-// cudaOccupancyMaxActiveClusters. Not copyable: cfg points at this object's attribute.
+// cudaOccupancyMaxActiveClusters. Not copyable: cfg points at this object's attributes.
 struct LaunchConfig {
   cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute cluster_attr{};
+  cudaLaunchAttribute attrs[2]{};
 
   LaunchConfig(dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream, dim3 cluster = dim3(1, 1, 1)) {
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
+    cfg.attrs = attrs;
     if (cluster.x * cluster.y * cluster.z > 1) {
-      cluster_attr.id = cudaLaunchAttributeClusterDimension;
-      cluster_attr.val.clusterDim.x = cluster.x;
-      cluster_attr.val.clusterDim.y = cluster.y;
-      cluster_attr.val.clusterDim.z = cluster.z;
-      cfg.attrs = &cluster_attr;
-      cfg.numAttrs = 1;
+      cudaLaunchAttribute& a = attrs[cfg.numAttrs++];
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = cluster.x;
+      a.val.clusterDim.y = cluster.y;
+      a.val.clusterDim.z = cluster.z;
     }
+  }
+  // Programmatic dependent launch (sm_90): this kernel's blocks may start before the previous kernel in the
+  // stream has finished, once that kernel's blocks have all signalled (griddepcontrol.launch_dependents) or
+  // exited; the kernel must run griddepcontrol.wait before it touches anything the previous kernel writes.
+  void overlap_previous_kernel() {
+    cudaLaunchAttribute& a = attrs[cfg.numAttrs++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
   }
   LaunchConfig(const LaunchConfig&) = delete;
   LaunchConfig& operator=(const LaunchConfig&) = delete;

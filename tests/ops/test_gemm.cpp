@@ -613,45 +613,52 @@ TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
 
 // A launch captured into a CUDA graph keeps scratch of its own (split-K partials and tickets, packed
 // operands). Eager launches on the same stream that outgrow the stream's scratch free its old buffers, fresh
-// tensors take them, and the graph's replay neither writes into those tensors nor loses its result.
+// tensors take them, and the graph's replay neither writes into those tensors nor loses its result. Both
+// workspace reductions: the in-launch fix-up, and the second kernel launched to overlap the split kernel
+// (captured as a programmatic dependency).
 TEST(Gemm, CapturedLaunches_KeepTheirScratch) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   const Device d = Device::cuda(0);
-  const Stream stream(0);
-  const StreamGuard on_stream(stream, 0);
-  // Packed (A at offset 1) and split 4 with the global fix-up: partials of 640 KB, in 1 MiB buffers.
-  const Config cfg{Kernel::Simt64x64, 4, MathMode::FP32, SplitReduce::Global, Staging::Registers, true};
-  const Tensor a = test::make_input(InputSpec{Shape{200, 515}, Layout::Offset1}, 81, d);
-  const Tensor b = test::make_input(InputSpec{Shape{515, 200}}, 82, d);
-  Tensor c = empty(Shape{200, 200}, DType::F32, d);
-  const Problem p = problem_2d(a, b, c);
-  ASSERT_TRUE(needs_pack(p));
-  launch(p, cfg, stream);  // eager first, as the graph executor does before it captures
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  launch(p, cfg, stream);
-  MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  MT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const Stream fixup_stream(0), kernel_stream(0);  // both alive: distinct streams, each without scratch yet
+  for (SplitReduce reduce : {SplitReduce::Global, SplitReduce::Kernel}) {
+    const Stream& stream = reduce == SplitReduce::Global ? fixup_stream : kernel_stream;
+    const StreamGuard on_stream(stream, 0);
+    // Packed (A at offset 1) and split 4: partials of 640 KB, in 1 MiB buffers.
+    const Config cfg{Kernel::Simt64x64, 4, MathMode::FP32, reduce, Staging::Registers, true};
+    SCOPED_TRACE(config_name(cfg));
+    const Tensor a = test::make_input(InputSpec{Shape{200, 515}, Layout::Offset1}, 81, d);
+    const Tensor b = test::make_input(InputSpec{Shape{515, 200}}, 82, d);
+    Tensor c = empty(Shape{200, 200}, DType::F32, d);
+    const Problem p = problem_2d(a, b, c);
+    ASSERT_TRUE(needs_pack(p));
+    launch(p, cfg, stream);  // eager first, as the graph executor does before it captures
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    launch(p, cfg, stream);
+    MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    MT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 
-  // 512 x 512 x 1030 outgrows both eager buffers (4 MiB of partials, 2 MiB packed).
-  const Tensor a2 = test::make_input(InputSpec{Shape{512, 1030}, Layout::Offset1}, 83, d);
-  const Tensor b2 = test::make_input(InputSpec{Shape{1030, 512}}, 84, d);
-  const Tensor c2 = empty(Shape{512, 512}, DType::F32, d);
-  launch(problem_2d(a2, b2, c2), cfg, stream);
-  std::vector<Tensor> fillers;
-  for (int i = 0; i < 8; ++i) fillers.push_back(full(Shape{1 << 18}, 7.0, DType::F32, d));  // 1 MiB each
-  c.fill_(std::numeric_limits<double>::quiet_NaN());
-  MT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  stream.synchronize();
-  for (const Tensor& f : fillers) {
-    const std::vector<float> v = f.to_vector<float>();
-    EXPECT_EQ(std::count(v.begin(), v.end(), 7.f), static_cast<std::ptrdiff_t>(v.size()));
+    // 512 x 512 x 1030 outgrows both eager buffers (4 MiB of partials, 2 MiB packed).
+    const Tensor a2 = test::make_input(InputSpec{Shape{512, 1030}, Layout::Offset1}, 83, d);
+    const Tensor b2 = test::make_input(InputSpec{Shape{1030, 512}}, 84, d);
+    const Tensor c2 = empty(Shape{512, 512}, DType::F32, d);
+    launch(problem_2d(a2, b2, c2), cfg, stream);
+    std::vector<Tensor> fillers;
+    for (int i = 0; i < 8; ++i) fillers.push_back(full(Shape{1 << 18}, 7.0, DType::F32, d));  // 1 MiB each
+    c.fill_(std::numeric_limits<double>::quiet_NaN());
+    MT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    stream.synchronize();
+    for (const Tensor& f : fillers) {
+      const std::vector<float> v = f.to_vector<float>();
+      EXPECT_EQ(std::count(v.begin(), v.end(), 7.f), static_cast<std::ptrdiff_t>(v.size()));
+    }
+    expect_product(to_double(c), to_double(a), to_double(b));
+    expect_product(to_double(c2), to_double(a2), to_double(b2), "eager 512x512x1030: ");
+    MT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MT_CUDA_CHECK(cudaGraphDestroy(graph));
   }
-  expect_product(to_double(c), to_double(a), to_double(b));
-  MT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MT_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 // ---------------------------------------------------------------- batches
