@@ -615,7 +615,7 @@ TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
 // operands). Eager launches on the same stream that outgrow the stream's scratch free its old buffers, fresh
 // tensors take them, and the graph's replay neither writes into those tensors nor loses its result. Both
 // workspace reductions: the in-launch fix-up, and the second kernel launched to overlap the split kernel
-// (captured as a programmatic dependency).
+// (captured with its overlap attribute).
 TEST(Gemm, CapturedLaunches_KeepTheirScratch) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
