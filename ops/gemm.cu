@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -132,7 +133,7 @@ __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
 
 // The same over runs of 4 columns (n a multiple of 4, so a run never crosses a row): float4 loads from L2, up
 // to 8 splits' loads in flight before their adds (still added in split order: the same sums as the scalar
-// kernel and the in-launch fix-up), float4 stores where C takes them (c_vec).
+// kernel and the cluster reduction), float4 stores where C takes them (c_vec).
 __global__ void gemm_splitk_reduce4(Problem p, const float* ws, int splits, bool c_vec) {
   constexpr int kInFlight = 8;
   pdl_wait();
@@ -299,8 +300,8 @@ std::string config_name(const Config& c) {
 }
 
 namespace {
-// The scratch of one stream: split-K partials and tickets (ops/gemm_simt.cuh) and packed operands. Grown on
-// demand and kept: work on one stream is ordered, so reuse needs no sync and no per-call allocation.
+// The scratch of one stream: split-K partials and packed operands. Grown on demand and kept: work on one
+// stream is ordered, so reuse needs no sync and no per-call allocation.
 //
 // Launches captured into a CUDA graph run again at every replay, perhaps while eager launches on the same
 // stream run elsewhere (a graph replays on the stream it is launched on). So they get scratch of their own,
@@ -309,7 +310,7 @@ namespace {
 // their buffers are never freed: an outgrown one is retired, not released. Graphs captured from one stream
 // share its capture scratch, so they must not be replayed concurrently with each other.
 struct StreamScratch {
-  Allocation partials, counters, packed;
+  Allocation partials, packed;
   std::vector<Allocation> retired;
 };
 std::mutex g_scratch_mutex;
@@ -363,14 +364,11 @@ class ScratchSlot {
 };
 }  // namespace
 
-SplitScratch split_scratch(std::size_t partial_bytes, std::size_t n_counters, cudaStream_t stream) {
+float* split_scratch(std::size_t partial_bytes, cudaStream_t stream) {
   ScratchSlot slot(stream);
   StreamScratch& e = *slot;
   slot.grow(e.partials, partial_bytes, std::size_t{1} << 20);
-  // Zeroed once when allocated (a memset node, where captured); every launch leaves them at zero again.
-  if (slot.grow(e.counters, sizeof(unsigned) * std::max<std::size_t>(n_counters, 1), std::size_t{1} << 14))
-    MT_CUDA_CHECK(cudaMemsetAsync(e.counters.data(), 0, e.counters.size(), stream));
-  return {static_cast<float*>(e.partials.data()), static_cast<unsigned*>(e.counters.data())};
+  return static_cast<float*>(e.partials.data());
 }
 
 float* pack_scratch(std::size_t bytes, cudaStream_t stream) {
@@ -560,10 +558,9 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
   if (is_tensor(cfg.kernel)) {
     float* ws = nullptr;
     if (split > 1)
-      ws = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n, 0, stream)
-               .partials;
+      ws = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n, stream);
     launch_tensor(p, cfg.kernel, cfg.math == MathMode::TF32x3, split, k_per_split(p, split, 16), ws, stream);
-    if (split > 1) launch_splitk_reduce(p, ws, split, stream);
+    if (split > 1) launch_splitk_reduce(p, ws, split, stream, /*overlap=*/true);
     return;
   }
   switch (cfg.kernel) {
@@ -606,13 +603,12 @@ bool can_implement(const Problem& p, const Config& cfg) {
     return can_implement(needs_pack(p) ? pack_shape(p) : p, plain);
   }
   if (cfg.split_k < 1 || cfg.split_k > 64) return false;
-  if (cfg.reduce == SplitReduce::Kernel && !is_simt(cfg.kernel)) return false;
-  if (cfg.reduce == SplitReduce::Cluster &&
+  // mma.sync kernels add split K with the second kernel only, wgmma in a cluster only.
+  if (cfg.split_k > 1 && cfg.reduce == SplitReduce::Cluster &&
       ((is_tensor(cfg.kernel) && cfg.kernel != Kernel::Wgmma) || cfg.split_k > kMaxClusterSplit))
     return false;
   if (is_rung(cfg.kernel)) return cfg.split_k == 1 && cfg.math == MathMode::FP32;
   if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
-  // The wgmma kernel reduces split K in a cluster only.
   if (cfg.kernel == Kernel::Wgmma)
     return (cfg.split_k == 1 || cfg.reduce == SplitReduce::Cluster) && wgmma_can_implement(p, cfg.math);
   if (is_simt(cfg.kernel) && cfg.staging == Staging::Registers && !(a_reg_stageable(p) && b_reg_stageable(p)))
@@ -650,12 +646,10 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
         for (bool pack : {false, true}) {
           if (math != MathMode::FP32 && st != Staging::Registers) continue;
           if (pack && (math != MathMode::FP32 || st == Staging::CpAsync || !needs_pack(p))) continue;
-          const Config c{k, split, math, SplitReduce::Global, st, pack};
-          if (can_implement(p, c)) out.push_back(c);
+          const Config rk{k, split, math, SplitReduce::Kernel, st, pack};
+          if (can_implement(p, rk)) out.push_back(rk);
           const Config cl{k, split, math, SplitReduce::Cluster, st, pack};
           if (split > 1 && can_implement(p, cl)) out.push_back(cl);
-          const Config rk{k, split, math, SplitReduce::Kernel, st, pack};
-          if (split > 1 && can_implement(p, rk)) out.push_back(rk);
         }
     }
   }
@@ -702,6 +696,8 @@ Config choose(const Problem& p, MathMode math) {
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   Config c;
   c.math = math;
+  // The reduction of split K where a rule names one; the others get the default rule at the end.
+  std::optional<SplitReduce> reduce;
   if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 &&
       can_implement(p, Config{Kernel::Wgmma, 1, math})) {
     // At least one whole 128x128 tile: the Hopper wgmma kernel (1024^3 and up, 4095x4097x1023, 64 x 256^3:
@@ -710,7 +706,7 @@ Config choose(const Problem& p, MathMode math) {
     // 20.1 and 15.1). Small and skinny shapes stay on mma.sync with split K, which wins there.
     c.kernel = Kernel::Wgmma;
     c.split_k = wgmma_choose(p, math).split;
-    if (c.split_k > 1) c.reduce = SplitReduce::Cluster;
+    reduce = SplitReduce::Cluster;
   } else if (math == MathMode::TF32x3) {
     // No whole 128x128 tile: the fp32 SIMT kernels beat 3xTF32 on mma.sync at every such shape measured
     // (64x4096x4096: 29.4 against 27.6 TFLOP/s, 16384x64x4096: 36.2 against 33.2, 64x512x512: 4.6 against
@@ -744,7 +740,7 @@ Config choose(const Problem& p, MathMode math) {
       // cuBLAS; 64x128 (three per SM), split 12: 33.3 (29.2 with the in-launch fix-up, whose last block per
       // tile adds all 12 partials while most SMs idle).
       c.staging = Staging::Registers;
-      c.reduce = SplitReduce::Kernel;
+      reduce = SplitReduce::Kernel;
       if (vector_runs(p)) {
         c.kernel = Kernel::Simt64x256;
         c.split_k = split_to_fill(blocks(64, 256), 2 * sms, 256, 16);
@@ -763,7 +759,7 @@ Config choose(const Problem& p, MathMode math) {
       // cuBLAS, where split 6 reduced in a cluster gave 21.8).
       c.kernel = Kernel::Simt128x128k16;
       c.split_k = split_to_fill(blocks(128, 128), sms, 128);
-      if (c.split_k > 1) c.reduce = SplitReduce::Kernel;
+      reduce = SplitReduce::Kernel;
     } else if (p.m >= 256 && p.n >= 256 && p.k >= 256 && ring16_ready(p)) {
       // Few output tiles of a mid-sized problem (512^3) with A along k and B along n in aligned rows: 32x64
       // tiles on the 16-byte ring, K split to about two blocks per SM and reduced in a cluster (split 2: 17.2
@@ -771,17 +767,17 @@ Config choose(const Problem& p, MathMode math) {
       c.kernel = Kernel::Simt32x64;
       c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
       c.staging = Staging::CpAsync16;
-      if (c.split_k > 1 && c.split_k <= kMaxClusterSplit) c.reduce = SplitReduce::Cluster;
+      if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
     } else if (p.m >= 256 && p.n >= 256 && p.k >= 256) {
       // The same with other layouts: 32x128 tiles, K split to about one wave and reduced in a cluster, on the
       // 4-byte cp.async ring (0.93-0.98x cuBLAS, where 64x64 split 8 gave 0.84-0.90x).
       c.kernel = Kernel::Simt32x128;
       c.split_k = split_for(blocks(32, 128), sms, 64);
       c.staging = Staging::CpAsync;
-      if (c.split_k > 1 && c.split_k <= kMaxClusterSplit) c.reduce = SplitReduce::Cluster;
+      if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
     } else {
       // Few output tiles of a small problem (127x129x255): latency bound; 64x64 tiles and K split to about
-      // four blocks per SM (reduced inside the same launch), on the cp.async ring.
+      // four blocks per SM, on the cp.async ring.
       c.kernel = Kernel::Simt64x64;
       c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
       c.staging = Staging::CpAsync;
@@ -790,16 +786,16 @@ Config choose(const Problem& p, MathMode math) {
     // Skinny N with tall M (16384x64x4096, where A streams from DRAM): 128x64 tiles 16 deep, register-staged,
     // K split to about two blocks per SM and reduced in a cluster (split 2: 0.86-0.92x cuBLAS over four runs;
     // in the sweep that timed them all, 37.8 TFLOP/s, where 256x64 tiles of 16x8 threads gave 36.3, 128x64
-    // 8 deep 34.5 and the same tile with the global fix-up 37.3).
+    // 8 deep 34.5 and the same tile with its splits added in the launch through L2 37.3).
     c.kernel = Kernel::Simt128x64k16;
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
-    if (c.split_k > 1) c.reduce = SplitReduce::Cluster;
+    if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
   } else if (p.n <= 64) {
     // Other skinny N: 128x64 split to about two blocks per SM, reduced in a cluster, on the cp.async ring.
     c.kernel = Kernel::Simt128x64;
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
     c.staging = Staging::CpAsync;
-    if (c.split_k > 1 && c.split_k <= kMaxClusterSplit) c.reduce = SplitReduce::Cluster;
+    if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
   } else if (runs16 && c_vectorisable(p) && p.k >= 512 && blocks(256, 128) >= 3 * sms / 4) {
     // Big problems: 256x128 tiles of 16x8 threads (the fewest shared-memory reads per FMA), 16 deep, staged
     // through registers (4096^3: 0.86x cuBLAS, where 128x128 gave 0.80x). Short K (a batch of 256^3) takes
@@ -826,19 +822,20 @@ Config choose(const Problem& p, MathMode math) {
     c.kernel = stageable || b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
     c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
   }
-  // Short K ranges per block: the splits of a tile reduce in one cluster (64x512x512: 12.1 -> 7.4 us against
-  // the in-launch fix-up). The 16-deep register-staged tile reduces in a cluster at any K (1024^3 split 2:
-  // 35.0 against 32.3 TFLOP/s). Other long ranges leave the splits to a second kernel over every SM: the
-  // in-launch fix-up's last block per tile adds every partial while most SMs idle (64x4096x4096, 64x128 split
-  // 12: 29.2 against 33.3 TFLOP/s), and a cluster's co-scheduling and final barrier cost more (0.66x cuBLAS).
+  // Where no rule named the reduction: short K ranges per block reduce the splits of a tile in one cluster
+  // (64x512x512: 12.1 -> 7.4 us against adding them in the launch through L2). The 16-deep register-staged
+  // tile reduces in a cluster at any K (1024^3 split 2: 35.0 against 32.3 TFLOP/s). Other long ranges leave
+  // the splits to a second kernel over every SM: a cluster's co-scheduling and final barrier cost more there
+  // (0.66x cuBLAS). The mma.sync kernels always take the second kernel.
   const bool deep_regs = c.kernel == Kernel::Simt128x128k16 && c.staging == Staging::Registers;
-  if (math == MathMode::FP32 && c.split_k > 1 && c.reduce == SplitReduce::Global) {
-    c.reduce = c.split_k <= kMaxClusterSplit && (p.k / c.split_k <= 128 || deep_regs) ? SplitReduce::Cluster
-                                                                                      : SplitReduce::Kernel;
-  }
+  if (!reduce)
+    reduce = is_simt(c.kernel) && c.split_k <= kMaxClusterSplit && (p.k / c.split_k <= 128 || deep_regs)
+                 ? SplitReduce::Cluster
+                 : SplitReduce::Kernel;
+  c.reduce = *reduce;
   if (math == MathMode::FP32 && !(a_reg_stageable(p) && b_reg_stageable(p))) c.staging = Staging::CpAsync;
   if (!can_implement(p, c))
-    c = Config{Kernel::Simt128x128, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync};
+    c = Config{Kernel::Simt128x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
   if (!can_implement(p, c)) c = Config{Kernel::Naive, 1, MathMode::FP32};
   return c;
 }

@@ -495,42 +495,4 @@ __device__ __forceinline__ void store_partial(float* ws, int m, int n, int i, in
     if (j0 + c < n) row[j0 + c] = acc[c];
 }
 
-// Reads back what store_partial<N> wrote (out-of-range elements are left alone). L2 only (.cg): partials of
-// other blocks are not coherent in L1.
-template <int N>
-__device__ __forceinline__ void load_partial(const float* ws, int m, int n, int i, int j0, float* out) {
-  if (i >= m) return;
-  const float* row = ws + static_cast<std::int64_t>(i) * n;
-  if constexpr (N == 4) {
-    if ((n & 3) == 0 && j0 + 4 <= n) {
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(row + j0));
-      out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-      return;
-    }
-  }
-#pragma unroll
-  for (int c = 0; c < N; ++c)
-    if (j0 + c < n) out[c] = __ldcg(row + j0 + c);
-}
-
-// Split-K fix-up ticket: every block of a tile stores its partial sums, then takes a ticket; the block that
-// arrives last (it sees split - 1) owns the reduction and re-arms the counter for the next launch on the
-// stream. Returns true in every thread of the last block. The fences order the partial stores before the
-// ticket (writers) and the ticket before the partial loads (the reducer).
-__device__ __forceinline__ bool splitk_last_block(unsigned* counter, unsigned splits) {
-  __shared__ unsigned s_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned ticket = atomicAdd(counter, 1u);
-    const bool last = ticket == splits - 1;
-    if (last) *counter = 0u;  // every other block of this tile has already taken its ticket
-    s_last = last;
-  }
-  __syncthreads();
-  const bool last = s_last != 0u;
-  if (last) __threadfence();
-  return last;
-}
-
 }  // namespace mt::detail::gemm

@@ -98,11 +98,12 @@ const char* kernel_name(Kernel k);
 std::vector<Kernel> simt_kernels();    // the production FP32 configurations
 std::vector<Kernel> tensor_kernels();  // the production tensor-core configurations
 
-// How the SIMT kernels reduce split K inside their launch (both deterministic: splits added in split order).
+// How the partial sums of split K are added (deterministic either way: splits added in split order).
 enum class SplitReduce {
-  Global,   // partials through an L2 workspace; the last block of a tile (atomic ticket) adds them
+  Kernel,   // partials through an L2 workspace, added by a second kernel over every SM (every kernel but
+            // wgmma)
   Cluster,  // the splits of a tile form one thread-block cluster and add through distributed shared memory
-  Kernel,   // partials through an L2 workspace, added by a second kernel over every SM (no serial tail)
+            // (the SIMT kernels up to kMaxClusterSplit splits, and wgmma)
 };
 // How the SIMT kernels bring tiles into shared memory.
 enum class Staging {
@@ -119,7 +120,7 @@ struct Config {
   Kernel kernel = Kernel::Simt128x128;
   int split_k = 1;  // > 1: K split over blocks, partial sums reduced in a fixed order (deterministic)
   MathMode math = MathMode::FP32;            // TF32 modes only with the Tensor* kernels
-  SplitReduce reduce = SplitReduce::Global;  // SIMT kernels with split_k > 1
+  SplitReduce reduce = SplitReduce::Kernel;  // with split_k > 1
   Staging staging = Staging::Registers;      // SIMT kernels
   // SIMT kernels: first copy each operand that is not in 16-byte-aligned runs along a contiguous dim (odd
   // leading dimension, offset view, strided both ways) into aligned scratch with padded rows, so the kernel
@@ -143,9 +144,8 @@ Problem pack_shape(const Problem& p);
 bool can_implement(const Problem& p, const Config& config);
 
 // Runs `p` with `config` on `stream`; InvalidArgument when !can_implement(p, config). `stream` must belong to
-// the current device. Split-K takes its workspace from a per-stream cache; the SIMT kernels reduce the splits
-// as Config::reduce says (in the same launch, in a cluster, or with a second kernel), the tensor-core kernels
-// with the second kernel.
+// the current device. Split-K takes its workspace from a per-stream cache; the splits are added as
+// Config::reduce says.
 void launch(const Problem& p, const Config& config, cudaStream_t stream);
 
 // The dispatcher's choice for `p` in `math` mode (a table measured on H100/H200).
@@ -165,16 +165,10 @@ void launch_tensor(const Problem& p, Kernel kernel, bool x3, int split, int k_pe
 void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream,
                           bool overlap = false);
 
-// Split-K scratch per (device, stream), grown on demand and kept: work on one stream is ordered, so reuse
-// needs no sync and no per-call allocation or memset. Launches being captured into a CUDA graph get scratch
-// of their own, never freed (ops/gemm.cu). `partials`: split * batch * m * n floats.
-// `counters`: one fix-up ticket per output tile, zeroed once when allocated; every launch leaves them at
-// zero again (the last block of a tile re-arms its counter).
-struct SplitScratch {
-  float* partials = nullptr;
-  unsigned* counters = nullptr;
-};
-SplitScratch split_scratch(std::size_t partial_bytes, std::size_t n_counters, cudaStream_t stream);
+// Split-K partials (split * batch * m * n floats, `partial_bytes`) per (device, stream), grown on demand and
+// kept: work on one stream is ordered, so reuse needs no sync and no per-call allocation. Launches being
+// captured into a CUDA graph get scratch of their own, never freed (ops/gemm.cu).
+float* split_scratch(std::size_t partial_bytes, cudaStream_t stream);
 // Scratch for operand copies (Config::pack, the wgmma pack pass), per stream like split_scratch.
 float* pack_scratch(std::size_t bytes, cudaStream_t stream);
 

@@ -140,16 +140,16 @@ struct SimtShape {
 
 // SPLIT: K is split over gridDim.z blocks (a separate instantiation, so the reduction does not cost the
 // unsplit kernel registers), reduced through distributed shared memory when the launch made the splits of a
-// tile one cluster (ws == nullptr), else through the L2 workspace `ws`: by the last block of each tile (a
-// ticket per tile in `counters`), or, with counters == nullptr, by a second kernel after this one.
+// tile one cluster (ws == nullptr), else stored raw to the L2 workspace `ws` for the second kernel
+// (launch_splitk_reduce) to add.
 // Runtime layout flags: a_kfast / b_kfast the operand is contiguous along k (the cp.async loaders walk k
 // fastest; register-staged variants have it in LOAD); a_vec / b_vec (register staging, last tiles) its
 // 4-element runs are 16-byte aligned; c_vec C takes float4 stores.
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, int LOAD,
           bool SPLIT>
 __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
-    gemm_simt(Problem p, int k_per_split, float* ws, unsigned* counters, bool a_kfast, bool b_kfast,
-              bool a_vec, bool b_vec, bool c_vec) {
+    gemm_simt(Problem p, int k_per_split, float* ws, bool a_kfast, bool b_kfast, bool a_vec, bool b_vec,
+              bool c_vec) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   constexpr int NT = S::kThreads;
   extern __shared__ float4 smem4[];
@@ -325,9 +325,6 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   // Epilogue: row i of the thread tile is C row m0 + trow(i).
   float* C = c_batch(p, b);
   if constexpr (SPLIT) {
-    // The reduce kernel that follows (SplitReduce::Kernel) may start its blocks as this grid's last blocks
-    // store their partials; it waits for the whole grid before reading them.
-    if (counters == nullptr && ws != nullptr) pdl_launch_dependents();
     if (ws == nullptr) {
       // Split K over the blocks of one thread-block cluster (cluster_reduce_store).
       namespace cg = cooperative_groups;
@@ -345,59 +342,16 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
       cluster.sync();  // no block leaves while a peer may still read its shared memory
       return;
     }
-    // Split K (serial fix-up, one launch): store this split's raw sums; the last block of the tile to finish
-    // adds all splits in split order (0, 1, ...; the order does not depend on which block is last, so the
-    // result is deterministic) and runs the epilogue. Partials stay in L2: split * m * n * 4 bytes. The
-    // reducer reads its own split back too (acc is dead by then) and issues a chunk of float4 loads per
-    // split before adding, so the tail costs about `split` L2 round trips, not one per fragment.
-    const std::int64_t plane = static_cast<std::int64_t>(gridDim.y) * p.m * p.n;
-    const float* w0 = ws + static_cast<std::int64_t>(b) * p.m * p.n;
-    float* w = ws + split * plane + static_cast<std::int64_t>(b) * p.m * p.n;
-    auto row_of = [&](int f) { return m0 + trow(f / (TN / 4)); };
-    auto col_of = [&](int f) { return n0 + b_col + (f % (TN / 4)) * S::kLanesN * 4; };
+    // Split K through L2 (SplitReduce::Kernel): store this split's raw sums to its plane of `ws`; the reduce
+    // kernel adds the planes in split order and runs the epilogue. It may start its blocks as this grid's
+    // last blocks store (it waits for the whole grid before reading), so its launch hides behind them.
+    pdl_launch_dependents();
+    float* w = ws + (static_cast<std::int64_t>(split) * gridDim.y + b) * p.m * p.n;
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int g = 0; g < TN / 4; ++g)
-        store_partial<4>(w, p.m, p.n, row_of(i * (TN / 4) + g), col_of(i * (TN / 4) + g), &acc[i][4 * g]);
-    if (counters == nullptr) return;  // a second kernel adds the splits (SplitReduce::Kernel)
-    if (!splitk_last_block(counters + b * gridDim.x + blockIdx.x, gridDim.z)) return;
-    constexpr int kFrags = TM * TN / 4, kChunk = kFrags < 8 ? kFrags : 8;
-    static_assert(kFrags % kChunk == 0, "fix-up chunks must tile the thread's fragments");
-    const bool interior = m0 + BM <= p.m && n0 + BN <= p.n && (p.n & 3) == 0;
-#pragma unroll
-    for (int f0 = 0; f0 < kFrags; f0 += kChunk) {
-      float sum[kChunk][4];
-#pragma unroll
-      for (int f = 0; f < kChunk; ++f)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) sum[f][c] = 0.f;
-      for (int sp = 0; sp < static_cast<int>(gridDim.z); ++sp) {
-        const float* ws_sp = w0 + sp * plane;
-        float v[kChunk][4];
-        if (interior) {
-#pragma unroll
-          for (int f = 0; f < kChunk; ++f) {
-            const float4 q = __ldcg(reinterpret_cast<const float4*>(
-                ws_sp + static_cast<std::int64_t>(row_of(f0 + f)) * p.n + col_of(f0 + f)));
-            v[f][0] = q.x, v[f][1] = q.y, v[f][2] = q.z, v[f][3] = q.w;
-          }
-        } else {
-#pragma unroll
-          for (int f = 0; f < kChunk; ++f) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) v[f][c] = 0.f;
-            load_partial<4>(ws_sp, p.m, p.n, row_of(f0 + f), col_of(f0 + f), v[f]);
-          }
-        }
-#pragma unroll
-        for (int f = 0; f < kChunk; ++f)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) sum[f][c] += v[f][c];
-      }
-#pragma unroll
-      for (int f = 0; f < kChunk; ++f) store_run<4>(p, C, row_of(f0 + f), col_of(f0 + f), sum[f], c_vec);
-    }
+        store_partial<4>(w, p.m, p.n, m0 + trow(i), n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g]);
   } else if (m0 + BM <= p.m && n0 + BN <= p.n) {
     // An interior tile: the thread's TN bias values are loaded once, and the activation and C's layout
     // (float4 runs, or any strides) are dispatched once, so the unrolled stores stay short. (The per-element
@@ -535,20 +489,19 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
   const int kps = k_per_split(p, split, BK);
   const bool c_vec = c_vectorisable(p);
-  SplitScratch scratch;
   const bool reduce_kernel = split > 1 && reduce == SplitReduce::Kernel;
-  if (split > 1 && (reduce == SplitReduce::Global || reduce_kernel))
-    scratch = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n,
-                            static_cast<std::size_t>(tiles) * p.batch, stream);
+  float* ws =
+      reduce_kernel
+          ? split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n, stream)
+          : nullptr;
   // With the cluster reduction, the splits of a tile form one cluster.
   const bool cluster = split > 1 && reduce == SplitReduce::Cluster;
   const LaunchConfig launch(dim3(tiles, p.batch, split), dim3(S::kThreads), S::smem_bytes(staging, cluster),
                             stream, dim3(1, 1, cluster ? split : 1));
-  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, kps, scratch.partials,
-                                   reduce_kernel ? nullptr : scratch.counters, a_kfast, b_kfast,
-                                   regs && a_runs16(p), regs && b_runs16(p), c_vec));
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, kps, ws, a_kfast, b_kfast, regs && a_runs16(p),
+                                   regs && b_runs16(p), c_vec));
   MT_CUDA_CHECK_LAUNCH();
-  if (reduce_kernel) launch_splitk_reduce(p, scratch.partials, split, stream, /*overlap=*/true);
+  if (reduce_kernel) launch_splitk_reduce(p, ws, split, stream, /*overlap=*/true);
 }
 
 // One launcher per production configuration (see kernel_name() for the tile parameters of each).

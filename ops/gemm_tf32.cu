@@ -142,6 +142,7 @@ __global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, STAGES>::kThreads
 
   // Accumulator r of tile (i, j): row wm + 16i + g + 8 (r / 2), column wn + 8j + 2 t4 + r % 2.
   if (ws) {
+    pdl_launch_dependents();  // the reduce kernel's launch may overlap these stores (it waits to read them)
     float* w = ws + (static_cast<std::int64_t>(split) * gridDim.y + b) * p.m * p.n;
 #pragma unroll
     for (int i = 0; i < MI; ++i)

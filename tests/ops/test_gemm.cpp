@@ -258,19 +258,19 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
   std::vector<Config> configs = {{Kernel::Naive}, {Kernel::SmemTiled}, {Kernel::RegTiled}};
   for (Kernel k : simt_kernels())
     for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16}) {
-      configs.push_back({k, 1, MathMode::FP32, SplitReduce::Global, st});
-      for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster, SplitReduce::Kernel})
+      configs.push_back({k, 1, MathMode::FP32, SplitReduce::Kernel, st});
+      for (SplitReduce r : {SplitReduce::Cluster, SplitReduce::Kernel})
         configs.push_back({k, 3, MathMode::FP32, r, st});
     }
   for (Kernel k : simt_kernels()) {  // unaligned operands copied to aligned scratch first
-    configs.push_back({k, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true});
+    configs.push_back({k, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers, true});
     configs.push_back({k, 3, MathMode::FP32, SplitReduce::Cluster, Staging::Registers, true});
   }
   for (Kernel k : tensor_kernels())
     for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) {
       configs.push_back({k, 1, m});
-      // The wgmma kernel reduces split K in a cluster, the mma.sync kernels through a workspace.
-      configs.push_back({k, 2, m, k == Kernel::Wgmma ? SplitReduce::Cluster : SplitReduce::Global});
+      // The wgmma kernel reduces split K in a cluster, the mma.sync kernels with the second kernel.
+      configs.push_back({k, 2, m, k == Kernel::Wgmma ? SplitReduce::Cluster : SplitReduce::Kernel});
     }
   // Both operands contiguous along k or along m / n, 16-byte aligned or at offset 1 (the register-staged
   // loaders' vector and scalar paths, transposing or not).
@@ -415,7 +415,7 @@ TEST(Gemm, F32_Ring16_OddKInAlignedRows) {
   for (Kernel kern : simt_kernels()) {
     if (!has_ring16(kern)) continue;
     for (int split : {1, 3})
-      for (SplitReduce r : {SplitReduce::Global, SplitReduce::Cluster}) {
+      for (SplitReduce r : {SplitReduce::Kernel, SplitReduce::Cluster}) {
         const Config cfg{kern, split, MathMode::FP32, r, Staging::CpAsync16};
         SCOPED_TRACE(config_name(cfg));
         Guarded g(Shape{batch, m, n}, DType::F32, Device::cuda(0));
@@ -441,7 +441,7 @@ TEST(Gemm, F32_Ring16_OddKInAlignedRows) {
     const Tensor b6 = test::make_input(InputSpec{Shape{6, 132}}, 26, Device::cuda(0));
     Guarded g(Shape{1, 132}, DType::F32, Device::cuda(0));
     const Problem p = problem_2d(row, b6, g.view());
-    const Config cfg{Kernel::Simt32x64, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync16};
+    const Config cfg{Kernel::Simt32x64, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync16};
     ASSERT_TRUE(can_implement(p, cfg));
     launch(p, cfg, detail::stream_for(Device::cuda(0)));
     EXPECT_EQ(g.check(), "");
@@ -451,7 +451,7 @@ TEST(Gemm, F32_Ring16_OddKInAlignedRows) {
   const Tensor a_odd = test::make_input(InputSpec{Shape{m, k}}, 23, Device::cuda(0));
   const Tensor a_t = test::make_input(InputSpec{Shape{k, m}}, 24, Device::cuda(0)).t();
   Tensor c = empty({m, n}, DType::F32, Device::cuda(0));
-  const Config cfg{Kernel::Simt32x128, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync16};
+  const Config cfg{Kernel::Simt32x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync16};
   EXPECT_EQ(config_name(cfg), "simt_32x128x8_w32x32_t8x4_s4_cpasync16");
   for (const Tensor& bad : {a_odd, a_t}) {
     const Problem p = problem_2d(bad, b, c);
@@ -463,7 +463,7 @@ TEST(Gemm, F32_Ring16_OddKInAlignedRows) {
   // The tiles built without it refuse it for any problem.
   EXPECT_FALSE(can_implement(
       problem_2d(a.select(0, 0), b, c),
-      Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync16}));
+      Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync16}));
 }
 
 // The register-staged loaders need each operand contiguous along one of its dims; the cp.async ring takes
@@ -475,8 +475,8 @@ TEST(Gemm, Staging_Registers_NeedsAContiguousDim) {
   p.a_sm = 16, p.a_sk = 2;  // every other element of a 8x16 matrix: neither dim contiguous
   p.b_sk = 8, p.b_sn = 1;
   p.c_sm = 8, p.c_sn = 1;
-  const Config regs{Kernel::Simt64x64, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers};
-  const Config ring{Kernel::Simt64x64, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync};
+  const Config regs{Kernel::Simt64x64, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers};
+  const Config ring{Kernel::Simt64x64, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
   EXPECT_FALSE(can_implement(p, regs));
   EXPECT_TRUE(can_implement(p, ring));
   p.a_sk = 1;  // row-major A
@@ -487,9 +487,9 @@ TEST(Gemm, Staging_Registers_NeedsAContiguousDim) {
   // The tile whose cp.async variants would spill is built register-staged only.
   p.b_sk = 8, p.b_sn = 1;
   EXPECT_TRUE(can_implement(
-      p, Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers}));
+      p, Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers}));
   EXPECT_FALSE(can_implement(
-      p, Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Global, Staging::CpAsync}));
+      p, Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync}));
 }
 
 // Packing (Config::pack) copies each operand without whole 16-byte runs into aligned scratch with padded
@@ -532,11 +532,11 @@ TEST(Gemm, Pack_Shape) {
   EXPECT_EQ(r.b, p.b);
   EXPECT_EQ(r.b_sn, 12);
   EXPECT_EQ(r.b_sb, 132);
-  const Config packed{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true};
+  const Config packed{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers, true};
   EXPECT_EQ(config_name(packed), "simt_64x256x8_w64x64_t16x8_s3_packed");
   EXPECT_FALSE(can_implement(p, Config{Kernel::Simt64x256}));
   EXPECT_TRUE(can_implement(p, packed));
-  EXPECT_FALSE(can_implement(p, Config{Kernel::Naive, 1, MathMode::FP32, SplitReduce::Global,
+  EXPECT_FALSE(can_implement(p, Config{Kernel::Naive, 1, MathMode::FP32, SplitReduce::Kernel,
                                        Staging::Registers, true}));  // only the SIMT kernels pack
 }
 
@@ -564,10 +564,10 @@ TEST(Gemm, F32_PackedOperands) {
        {a_cols.transpose(1, 2), b_base2.slice(2, 0, 3 * n, 3)}},
   };
   const Config configs[] = {
-      {Kernel::Simt128x128x2, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true},
-      {Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true},
-      {Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers, true},
-      {Kernel::Simt64x64, 4, MathMode::FP32, SplitReduce::Global, Staging::Registers, true},
+      {Kernel::Simt128x128x2, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers, true},
+      {Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers, true},
+      {Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers, true},
+      {Kernel::Simt64x64, 4, MathMode::FP32, SplitReduce::Kernel, Staging::Registers, true},
       {Kernel::Simt128x128k16, 3, MathMode::FP32, SplitReduce::Cluster, Staging::Registers, true}};
   for (const auto& [name, ops] : cases)
     for (const Config& cfg : configs) {
@@ -611,21 +611,23 @@ TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
   EXPECT_FALSE(choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
 }
 
-// A launch captured into a CUDA graph keeps scratch of its own (split-K partials and tickets, packed
-// operands). Eager launches on the same stream that outgrow the stream's scratch free its old buffers, fresh
-// tensors take them, and the graph's replay neither writes into those tensors nor loses its result. Both
-// workspace reductions: the in-launch fix-up, and the second kernel launched to overlap the split kernel
-// (captured with its overlap attribute).
+// A launch captured into a CUDA graph keeps scratch of its own (split-K partials, packed operands). Eager
+// launches on the same stream that outgrow the stream's scratch free its old buffers, fresh tensors take
+// them, and the graph's replay neither writes into those tensors nor loses its result. The split kernel's
+// partials are added by the second kernel, launched to overlap it (captured with its overlap attribute): a
+// SIMT kernel and an mma.sync one.
 TEST(Gemm, CapturedLaunches_KeepTheirScratch) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   const Device d = Device::cuda(0);
-  const Stream fixup_stream(0), kernel_stream(0);  // both alive: distinct streams, each without scratch yet
-  for (SplitReduce reduce : {SplitReduce::Global, SplitReduce::Kernel}) {
-    const Stream& stream = reduce == SplitReduce::Global ? fixup_stream : kernel_stream;
+  const Stream simt_stream(0), tensor_stream(0);  // both alive: distinct streams, each without scratch yet
+  for (bool tensor : {false, true}) {
+    const Stream& stream = tensor ? tensor_stream : simt_stream;
     const StreamGuard on_stream(stream, 0);
-    // Packed (A at offset 1) and split 4: partials of 640 KB, in 1 MiB buffers.
-    const Config cfg{Kernel::Simt64x64, 4, MathMode::FP32, reduce, Staging::Registers, true};
+    // Split 4: partials of 640 KB, in 1 MiB buffers; the SIMT launch packed first (A at offset 1).
+    const Config cfg =
+        tensor ? Config{Kernel::Tensor64x64, 4, MathMode::TF32x3}
+               : Config{Kernel::Simt64x64, 4, MathMode::FP32, SplitReduce::Kernel, Staging::Registers, true};
     SCOPED_TRACE(config_name(cfg));
     const Tensor a = test::make_input(InputSpec{Shape{200, 515}, Layout::Offset1}, 81, d);
     const Tensor b = test::make_input(InputSpec{Shape{515, 200}}, 82, d);
@@ -759,10 +761,13 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   EXPECT_EQ(few.kernel, Kernel::Simt128x128k16);
   EXPECT_GT(few.split_k, 1);
   EXPECT_EQ(few.reduce, SplitReduce::Kernel);
-  // The second-kernel reduction is a SIMT option (the tensor-core kernels always add their splits that way,
-  // under SplitReduce::Global): refused for them.
+  // The mma.sync kernels add their splits with the second kernel only, the wgmma kernel in a cluster only.
+  EXPECT_TRUE(can_implement(dense(256, 1024, 1024, 1),
+                            Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Kernel}));
   EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
-                             Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Kernel}));
+                             Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Cluster}));
+  EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
+                             Config{Kernel::Wgmma, 2, MathMode::TF32, SplitReduce::Kernel}));
   // (3/4 of a wave of 128-row tiles + 1 row) x 40 x 520: 128x64 16 deep, split 2 in a cluster.
   const std::int64_t tall_m = 128 * ((3 * sms + 3) / 4) + 1;
   const Config skinny = choose(dense(tall_m, 40, 520, 1), MathMode::FP32);
@@ -811,7 +816,7 @@ TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {
   const Tensor b = test::make_input(InputSpec{Shape{k, n}}, 62, Device::cuda(0));
   Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
   Problem p = problem_2d(a, b, g.view());
-  const Config cfg{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Global, Staging::Registers};
+  const Config cfg{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers};
   EXPECT_FALSE(can_implement(p, cfg));
   expect_error<InvalidArgument>([&] { launch(p, cfg, detail::stream_for(Device::cuda(0))); },
                                 {"simt_64x256", "cannot run", "64x256x64"});
@@ -838,8 +843,8 @@ TEST(Gemm, F32_SplitK_Batched_RepeatedLaunches_Deterministic) {
   const std::vector<float> bv = bias.to_vector<float>();
   for (Kernel kern : {Kernel::Simt64x64, Kernel::Simt32x64, Kernel::Simt32x128, Kernel::Simt128x128x2})
     for (int split : {2, 5, 7, 8, 16}) {
-      std::vector<float> global_result;  // the cluster reduction adds in the same order: bit-identical
-      for (SplitReduce reduce : {SplitReduce::Global, SplitReduce::Cluster}) {
+      std::vector<float> kernel_result;  // the cluster reduction adds in the same order: bit-identical
+      for (SplitReduce reduce : {SplitReduce::Kernel, SplitReduce::Cluster}) {
         const Config cfg{kern, split, MathMode::FP32, reduce};
         SCOPED_TRACE(config_name(cfg));
         if (reduce == SplitReduce::Cluster && split > kMaxClusterSplit) {
@@ -875,12 +880,12 @@ TEST(Gemm, F32_SplitK_Batched_RepeatedLaunches_Deterministic) {
                 << "second launch differs from the first";
           }
         }
-        if (reduce == SplitReduce::Global) {
-          global_result = first;
+        if (reduce == SplitReduce::Kernel) {
+          kernel_result = first;
         } else {
-          ASSERT_EQ(global_result.size(), first.size());
-          EXPECT_EQ(std::memcmp(global_result.data(), first.data(), sizeof(float) * first.size()), 0)
-              << "the cluster reduction differs from the global one";
+          ASSERT_EQ(kernel_result.size(), first.size());
+          EXPECT_EQ(std::memcmp(kernel_result.data(), first.data(), sizeof(float) * first.size()), 0)
+              << "the cluster reduction differs from the second kernel's";
         }
       }
     }
