@@ -88,7 +88,9 @@ double local_scale(const Program& p, const NodeData& n, const std::vector<Tensor
     case OpKind::Gemm: {
       const std::int64_t k = n.kind == OpKind::Gemm && n.gemm.trans_a ? ins[0].size(-2) : ins[0].size(-1);
       const double a = max_abs_of(ins[0]), b = max_abs_of(ins[1]);
-      scale = std::max(scale, a * b * std::sqrt(static_cast<double>(std::max<std::int64_t>(k, 1))));
+      const double product = a * b * std::sqrt(static_cast<double>(std::max<std::int64_t>(k, 1)));
+      // With the softmax fused, an error d in a logit moves its probability p by about p * d.
+      scale = n.gemm.softmax ? scale * std::max(1.0, product) : std::max(scale, product);
       break;
     }
     default:

@@ -71,8 +71,10 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
       return ins[0].reshape(n.shape);
     case OpKind::Matmul:
       return matmul(ins[0], ins[1]);
-    case OpKind::Linear:
-      return linear(ins[0], ins[1], n.has_bias ? ins[2] : Tensor(), n.gemm.activation);
+    case OpKind::Linear: {
+      const Tensor y = linear(ins[0], ins[1], n.has_bias ? ins[2] : Tensor(), n.gemm.activation);
+      return n.gemm.softmax ? softmax(y, -1) : y;
+    }
     case OpKind::Gemm: {
       Tensor c;
       if (n.has_c)
@@ -83,6 +85,7 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
       o.alpha = n.gemm.alpha;
       o.beta = n.has_c ? n.gemm.beta : 0.0f;
       o.activation = n.gemm.activation;
+      o.softmax = n.gemm.softmax;
       const Tensor bias = n.has_bias ? ins[n.has_c ? 3 : 2] : Tensor();
       mt::gemm(ins[0], ins[1], c, n.gemm.trans_a, n.gemm.trans_b, o, bias);
       return c;

@@ -312,6 +312,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       const Tensor bias = n.has_bias ? in(2).view({w.size(1)}) : Tensor();
       GemmOptions o;
       o.activation = n.gemm.activation;
+      o.softmax = n.gemm.softmax;
       o.math = m_opt.math;
       o.packed_b = m_packed_b[static_cast<size_t>(i)];
       mt::gemm(x2, w, c, false, false, o, bias);
@@ -322,6 +323,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       o.alpha = n.gemm.alpha;
       o.beta = n.has_c ? n.gemm.beta : 0.0f;
       o.activation = n.gemm.activation;
+      o.softmax = n.gemm.softmax;
       o.math = m_opt.math;
       if (n.has_c) {
         const Tensor c = in(2).expand(n.shape);

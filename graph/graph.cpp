@@ -92,6 +92,7 @@ std::string node_op_string(const NodeData& n) {
         s += str("(", n.gemm.trans_a ? "T" : "N", n.gemm.trans_b ? "T" : "N", ")");
       if (n.has_bias) s += "+bias";
       if (n.gemm.activation != Activation::None) s += str("+", activation_name(n.gemm.activation));
+      if (n.gemm.softmax) s += "+softmax";
       return s;
     }
     default:

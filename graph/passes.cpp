@@ -28,7 +28,7 @@ std::string cse_key(const NodeData& n) {
       str(static_cast<int>(n.kind), "|", static_cast<int>(n.unary), "|", static_cast<int>(n.binary), "|",
           static_cast<int>(n.reduce), "|", bits(n.scalar), "|", bits(n.scalar2), "|", n.keepdim, "|", n.has_c,
           n.has_bias, "|", n.gemm.trans_a, n.gemm.trans_b, bits(n.gemm.alpha), bits(n.gemm.beta),
-          static_cast<int>(n.gemm.activation), "|", n.shape.str(), "|");
+          static_cast<int>(n.gemm.activation), "|", n.gemm.softmax, "|", n.shape.str(), "|");
   for (auto a : n.axes) k += str(a, ",");
   k += "|";
   for (int in : n.inputs) k += str(in, ",");
@@ -143,6 +143,31 @@ bool fuse_epilogue_at(Program& p, int y) {
   return false;
 }
 
+// linear/gemm followed by softmax over its last axis -> the softmax runs in the GEMM's reduce pass (the one
+// that adds split K's partials, or one over the raw product), which saves the softmax's own pass and launch.
+bool fuse_gemm_softmax_at(Program& p, int y) {
+  NodeData& ny = p.g.at(y);
+  if (ny.kind != OpKind::Softmax) return false;
+  const int l = ny.inputs[0];
+  const NodeData nl = p.g.at(l);
+  if (ny.axes[0] != nl.shape.rank() - 1 || !single_use(p, l) || nl.gemm.softmax) return false;
+  const bool linear_like = nl.kind == OpKind::Linear || nl.kind == OpKind::Gemm ||
+                           (nl.kind == OpKind::Matmul && p.g.at(nl.inputs[0]).shape.rank() >= 2 &&
+                            p.g.at(nl.inputs[1]).shape.rank() == 2);
+  if (!linear_like) return false;
+  const std::string nm = ny.name;
+  ny = nl;
+  ny.name = nm;
+  if (ny.kind == OpKind::Matmul) {
+    ny.kind = OpKind::Linear;
+    ny.gemm = GemmNodeOptions{};
+  }
+  ny.gemm.softmax = true;
+  p.log.push_back(str("gemm epilogue: ", p.g.label(l), " ", node_op_string(nl), " + ", p.g.label(y),
+                      " softmax -> ", node_op_string(ny)));
+  return true;
+}
+
 // A step that runs node m on its own.
 Step single_op_step(const Program& p, int m) {
   Step one;
@@ -205,6 +230,9 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
       }
       if (!changed) break;
     }
+    bool changed = false;
+    for (int id : std::vector<int>(p.order)) changed |= fuse_gemm_softmax_at(p, id);
+    if (changed) count_uses(p);
   }
 
   // Elementwise grouping, from the outputs down: a node joins the group of its consumers when all its

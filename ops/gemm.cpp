@@ -78,9 +78,9 @@ std::vector<std::int64_t> batch_strides(const Tensor& t, const std::vector<std::
   return s;
 }
 
-// Runs c = act(alpha * a * b + beta * c + bias) with a: (..., m, k), b: (..., k, n), c: (..., m, n) already
-// checked, the batch dims of a and b broadcast to c's. Batch dims that collapse into one stride for all three
-// go into one launch; the rest loop here.
+// Runs c = act(alpha * a * b + beta * c + bias) (then the row softmax, o.softmax) with a: (..., m, k), b:
+// (..., k, n), c: (..., m, n) already checked, the batch dims of a and b broadcast to c's. Batch dims that
+// collapse into one stride for all three go into one launch; the rest loop here.
 void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, const Tensor& bias,
          const char* op) {
   const int rc = c.dim();
@@ -127,7 +127,7 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
   p.b_sk = b.stride(-2), p.b_sn = b.stride(-1);
   p.c_sm = c.stride(-2), p.c_sn = c.stride(-1);
   if (first < dims.size()) p.a_sb = dims.back().a, p.b_sb = dims.back().b, p.c_sb = dims.back().c;
-  p.alpha = o.alpha, p.beta = o.beta, p.act = o.activation;
+  p.alpha = o.alpha, p.beta = o.beta, p.act = o.activation, p.softmax = o.softmax;
   if (bias.defined()) p.bias = bias.data<float>(), p.bias_s = bias.stride(0);
   const MathMode math = o.math.value_or(default_math_mode());
   if (o.packed_b) {

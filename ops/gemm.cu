@@ -29,6 +29,7 @@
 #include "ops/gemm_launch.h"
 #include "ops/gemm_simt.cuh"
 #include "ops/gemm_wgmma.h"
+#include "ops/kernels.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
@@ -157,6 +158,118 @@ __global__ void gemm_splitk_reduce4(Problem p, const float* ws, int splits, bool
   }
 }
 
+// Row softmax after the epilogue (Problem::softmax): runs of 4 columns per thread kept in registers, so rows
+// up to 256 threads x kSoftmaxRuns runs (2048 columns) are read once; longer rows are read again for each
+// step. (Four runs per thread took 128 registers.)
+constexpr int kSoftmaxRuns = 2;
+
+// The block's max_combine (op == 0) or sum (op == 1) of v; every thread gets it. Shared memory: 32 floats.
+__device__ float block_combine(float v, int op, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = op == 0 ? fn::max_combine(v, u) : v + u;
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  __syncthreads();  // red is free: every thread has read the previous result
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = red[0];
+  for (int w = 1; w < n_warps; ++w) v = op == 0 ? fn::max_combine(v, red[w]) : v + red[w];
+  return v;
+}
+
+// The split-K reduction followed by a softmax along each row (Problem::softmax), one block per row of C
+// (blocks cover batch * m rows): each thread adds the splits of its runs of 4 columns in split order (the
+// sums of gemm_splitk_reduce4) and runs the epilogue; the block takes the row max, the sum of exp(v - max),
+// and writes exp(v - max) / sum, as the softmax reference does (a NaN or +Inf anywhere gives a NaN row).
+// `vec`: n % 4 == 0, so partial runs load as float4; c_vec: C takes float4 stores.
+__global__ void __launch_bounds__(256)
+    gemm_splitk_reduce_softmax(Problem p, const float* ws, int splits, bool vec, bool c_vec) {
+  __shared__ float red[32];
+  pdl_wait();
+  const std::int64_t total = static_cast<std::int64_t>(p.m) * p.n * p.batch;
+  for (std::int64_t row = blockIdx.x; row < static_cast<std::int64_t>(p.m) * p.batch; row += gridDim.x) {
+    const int b = static_cast<int>(row / p.m), i = static_cast<int>(row % p.m);
+    const float* w = ws + row * p.n;  // row `row` of split 0 ([split][batch][m][n])
+    float* c = c_batch(p, b) + i * p.c_sm;
+    const int n_runs = (p.n + 3) / 4, per_thread = (n_runs + blockDim.x - 1) / blockDim.x;
+    // The epilogue values of run q (columns 4q..4q+3; those past n are not used).
+    auto values = [&](int q, float* v) {
+      const int j0 = 4 * q;
+      float s[4] = {0.f, 0.f, 0.f, 0.f};
+      if (vec) {
+#pragma unroll 8
+        for (int sp = 0; sp < splits; ++sp) {
+          const float4 x = __ldcg(reinterpret_cast<const float4*>(w + sp * total + j0));
+          s[0] += x.x, s[1] += x.y, s[2] += x.z, s[3] += x.w;
+        }
+      } else {
+        for (int sp = 0; sp < splits; ++sp)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (j0 + e < p.n) s[e] += __ldcg(w + sp * total + j0 + e);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        v[e] = j0 + e < p.n ? epilogue_value(p, s[e], c + (j0 + e) * p.c_sn, j0 + e) : 0.f;
+    };
+    float cache[kSoftmaxRuns][4];
+    const bool cached = per_thread <= kSoftmaxRuns;
+    // Calls f(q, v) for each run q of this thread with its values v (from the cache where the row fits).
+    auto for_runs = [&](auto&& f) {
+      if (cached) {
+#pragma unroll
+        for (int r = 0; r < kSoftmaxRuns; ++r) {
+          const int q = threadIdx.x + r * blockDim.x;
+          if (q < n_runs) f(q, cache[r]);
+        }
+      } else {
+        for (int q = threadIdx.x; q < n_runs; q += blockDim.x) {
+          float v[4];
+          values(q, v);
+          f(q, v);
+        }
+      }
+    };
+    if (cached) {
+#pragma unroll
+      for (int r = 0; r < kSoftmaxRuns; ++r) {
+        const int q = threadIdx.x + r * blockDim.x;
+        if (q < n_runs) values(q, cache[r]);
+      }
+    }
+    float mx = -INFINITY;
+    for_runs([&](int q, const float* v) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * q + e < p.n) mx = fn::max_combine(mx, v[e]);
+    });
+    mx = block_combine(mx, 0, red);
+    float sum = 0.f;
+    for_runs([&](int q, const float* v) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * q + e < p.n) sum += expf(v[e] - mx);
+    });
+    sum = block_combine(sum, 1, red);
+    // Every read of C (beta != 0) is behind the two block barriers above, so the row may be overwritten now.
+    for_runs([&](int q, const float* v) {
+      const int j0 = 4 * q;
+      float o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] = expf(v[e] - mx) / sum;
+      if (c_vec && j0 + 4 <= p.n) {
+        *reinterpret_cast<float4*>(c + j0) = make_float4(o[0], o[1], o[2], o[3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (j0 + e < p.n) c[(j0 + e) * p.c_sn] = o[e];
+      }
+    });
+  }
+}
+
 // Packing (Config::pack): dst[b][r][c] = src[b * s_b + r * s_r + c * s_c] for r < rows, c < cols, and 0 for
 // c in [cols, ld): an operand copied in rows along c (its contiguous dim, see pack_shape), padded to 16 bytes
 // (ld a multiple of 4). 32x32 tiles through shared memory, so the reads walk the source's smaller stride
@@ -272,7 +385,16 @@ void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStr
     if (overlap) launch.overlap_previous_kernel();
     MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, ws, splits, args...));
   };
-  if (splits > 0 && p.n % 4 == 0)
+  if (p.softmax) {
+    // One block per row: a thread per run of 4 columns, up to 256 (longer rows loop in the kernel).
+    const int threads = static_cast<int>(std::min<std::int64_t>(256, (p.n + 127) / 128 * 32));
+    const std::int64_t rows = static_cast<std::int64_t>(p.m) * p.batch;
+    LaunchConfig launch(dim3(static_cast<unsigned>(std::min<std::int64_t>(rows, 1 << 30))), dim3(threads), 0,
+                        stream);
+    if (overlap) launch.overlap_previous_kernel();
+    MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, gemm_splitk_reduce_softmax, p, ws, splits, p.n % 4 == 0,
+                                     c_vectorisable(p)));
+  } else if (splits > 0 && p.n % 4 == 0)
     run(gemm_splitk_reduce4, total / 4, c_vectorisable(p));
   else
     run(gemm_splitk_reduce, total);
@@ -519,6 +641,26 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     launch_splitk_reduce(p, nullptr, 0, stream);
     return;
   }
+  const int split = std::max(1, cfg.split_k);
+  if (p.softmax && !(split > 1 && cfg.reduce == SplitReduce::Kernel && !is_rung(cfg.kernel) &&
+                     cfg.kernel != Kernel::Wgmma)) {
+    // No second kernel adds splits here: the product goes into the split scratch (one plane) first. Where C
+    // is not read (beta == 0) and its rows are contiguous, with the epilogue, then the softmax kernel takes
+    // it into C (the cost of the unfused pair); else raw, and the reduce kernel runs the epilogue and the
+    // softmax from it, as it does after split K.
+    float* ws = split_scratch(sizeof(float) * static_cast<std::size_t>(p.batch) * p.m * p.n, stream);
+    const std::int64_t mn = static_cast<std::int64_t>(p.m) * p.n;
+    const bool rows = p.beta == 0.f && p.c_sn == 1 && p.c_sm == p.n && (p.batch == 1 || p.c_sb == mn);
+    Problem q = p;
+    q.c = ws, q.c_sm = p.n, q.c_sn = 1, q.c_sb = mn, q.softmax = false;
+    if (!rows) q.alpha = 1.f, q.beta = 0.f, q.bias = nullptr, q.act = Activation::None;
+    launch_one(q, cfg, stream);
+    if (rows)
+      launch_softmax(false, ws, p.c, p.batch * static_cast<std::int64_t>(p.m), p.n, 1, stream);
+    else
+      launch_splitk_reduce(p, ws, 1, stream);
+    return;
+  }
   switch (cfg.kernel) {
     case Kernel::Naive: {
       const dim3 block(32, 8), grid((p.n + 31) / 32, (p.m + 7) / 8, p.batch);
@@ -547,7 +689,6 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     plain.pack = false;
     return launch_one(needs_pack(p) ? pack_operands(p, stream) : p, plain, stream);
   }
-  const int split = std::max(1, cfg.split_k);
   if (cfg.kernel == Kernel::Wgmma) {
     // Split K only as chosen here (cluster reduction); the tile is the wgmma dispatcher's for split 1.
     WgmmaConfig wc;

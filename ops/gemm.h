@@ -34,6 +34,9 @@ struct GemmOptions {
   float beta = 0.0f;             // beta == 0: C is not read (NaN in C does not leak into the result)
   std::optional<MathMode> math;  // unset: default_math_mode()
   Activation activation = Activation::None;  // applied after alpha*AB + beta*C (+ bias)
+  // Then each row of the result (along n) replaced by its softmax, as softmax(c, -1) would: added into the
+  // pass that adds split K's partials, or into one pass over a raw product where the kernel splits no K.
+  bool softmax = false;
   // op(b) packed ahead of time (pack_b, from this very b): the TF32 modes' Hopper kernels then pack only a.
   // Ignored where the launch does not use it (another math mode or kernel, another tile width).
   std::shared_ptr<const PackedOperand> packed_b;
@@ -43,7 +46,8 @@ struct GemmOptions {
 // operands are promoted as NumPy does.
 Tensor matmul(const Tensor& a, const Tensor& b, std::optional<MathMode> math = std::nullopt);
 
-// The full BLAS form, in place on c: c = act(alpha * op(a) * op(b) + beta * c [+ bias]).
+// The full BLAS form, in place on c: c = act(alpha * op(a) * op(b) + beta * c [+ bias]), then the row softmax
+// with GemmOptions::softmax.
 // a: (..., m, k) or, with trans_a, (..., k, m); b: (..., k, n) or, with trans_b, (..., n, k); c: (..., m, n).
 // bias, when defined, has shape (n) and is broadcast over rows. Returns c.
 Tensor& gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a = false, bool trans_b = false,

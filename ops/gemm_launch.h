@@ -50,6 +50,9 @@ struct Problem {
   // A contiguous along m (B along n) whose rows are readable up to the next multiple of 4 elements, as in a
   // packed copy (Config::pack): a run straddling the matrix's edge may still be loaded whole.
   bool a_padded = false, b_padded = false;
+  // Then each row of C (along n) replaced by its softmax. The reduce kernel runs it (launch_splitk_reduce):
+  // after the splits it adds, or after a product stored raw where the configuration adds no splits there.
+  bool softmax = false;
   // B already packed for the wgmma kernels (wgmma_pack_b): a wgmma launch whose layout it matches reads it
   // instead of packing B; every other kernel ignores it (b stays the operand).
   const WgmmaPackedB* b_packed = nullptr;
@@ -160,6 +163,7 @@ void launch_tensor(const Problem& p, Kernel kernel, bool x3, int split, int k_pe
 
 // Adds `splits` partial planes of ws ([split][batch][m][n]) in split order and runs the epilogue into C; with
 // splits == 0, C = epilogue(0) (K == 0). Used after the split-K launches that leave the reduction to it.
+// With p.softmax, one block per row of C adds its planes, runs the epilogue, then the row's softmax.
 // `overlap`: launched to overlap the kernel before it in the stream (which must be the one writing ws and
 // signal pdl_launch_dependents), so its launch latency hides behind that kernel's last blocks.
 void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStream_t stream,

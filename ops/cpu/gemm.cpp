@@ -1,6 +1,10 @@
 // CPU reference SGEMM (Eigen): operands widened to float64, multiplied and accumulated in float64, then the
-// float32 epilogue the kernels use (alpha, beta, bias, activation from ops/functors.h). CPU tensors run this.
+// float32 epilogue the kernels use (alpha, beta, bias, activation from ops/functors.h), then the row softmax
+// where asked (Problem::softmax). CPU tensors run this.
 #include <Eigen/Core>
+
+#include <cmath>
+#include <vector>
 
 #include "ops/functors.h"
 #include "ops/gemm_launch.h"
@@ -24,15 +28,25 @@ void cpu_gemm(const Problem& p) {
       acc.noalias() = a * b;
     else
       acc.setZero();
-    for (int i = 0; i < p.m; ++i)
+    std::vector<float> row(static_cast<size_t>(p.n));
+    for (int i = 0; i < p.m; ++i) {
       for (int j = 0; j < p.n; ++j) {
-        float* c = C + i * p.c_sm + j * p.c_sn;
+        const float* c = C + i * p.c_sm + j * p.c_sn;
         double v = static_cast<double>(p.alpha) * acc(i, j);
         if (p.beta != 0.f) v += static_cast<double>(p.beta) * static_cast<double>(*c);
         float f = static_cast<float>(v);
         if (p.bias) f = f + p.bias[j * p.bias_s];
-        *c = activate(f, p.act);
+        row[static_cast<size_t>(j)] = activate(f, p.act);
       }
+      if (p.softmax) {  // as the softmax reference (ops/cpu/softmax.cpp): max, then float64 exponentials
+        float mx = row[0];
+        for (float f : row) mx = fn::max_combine(mx, f);
+        double sum = 0;
+        for (float f : row) sum += std::exp(static_cast<double>(f) - mx);
+        for (float& f : row) f = static_cast<float>(std::exp(static_cast<double>(f) - mx) / sum);
+      }
+      for (int j = 0; j < p.n; ++j) C[i * p.c_sm + j * p.c_sn] = row[static_cast<size_t>(j)];
+    }
   }
 }
 

@@ -143,21 +143,61 @@ using detail::OpKind;
 using detail::Program;
 using detail::Step;
 
-TEST(GraphPasses, MlpFusesToTwoGemmsAndSoftmax) {
+TEST(GraphPasses, MlpFusesToTwoGemms) {
   Graph g = mlp_graph(64, 32);
   const Program p = detail::build_program(g.data(), CompileFlags{});
-  ASSERT_EQ(p.steps.size(), 3u) << g.dump();
-  EXPECT_EQ(p.g.at(p.steps[0].root).kind, OpKind::Linear);
-  EXPECT_EQ(p.g.at(p.steps[0].root).gemm.activation, Activation::Relu);
-  EXPECT_TRUE(p.g.at(p.steps[0].root).has_bias);
-  EXPECT_EQ(p.g.at(p.steps[1].root).kind, OpKind::Linear);
-  EXPECT_EQ(p.g.at(p.steps[1].root).gemm.activation, Activation::None);
-  EXPECT_EQ(p.g.at(p.steps[2].root).kind, OpKind::Softmax);
+  // linear + bias + relu, then linear + bias + softmax (the max/sub/exp/sum/div pattern, then the GEMM's
+  // epilogue).
+  ASSERT_EQ(p.steps.size(), 2u) << g.dump();
+  const detail::NodeData &first = p.g.at(p.steps[0].root), &second = p.g.at(p.steps[1].root);
+  EXPECT_EQ(first.kind, OpKind::Linear);
+  EXPECT_EQ(first.gemm.activation, Activation::Relu);
+  EXPECT_FALSE(first.gemm.softmax);
+  EXPECT_TRUE(first.has_bias);
+  EXPECT_EQ(second.kind, OpKind::Linear);
+  EXPECT_EQ(second.gemm.activation, Activation::None);
+  EXPECT_TRUE(second.gemm.softmax);
+  EXPECT_TRUE(second.has_bias);
+  EXPECT_EQ(detail::node_op_string(second), "linear+bias+softmax");
+  // Without the GEMM epilogue fusion the softmax is a step of its own.
+  CompileFlags no_epilogue;
+  no_epilogue.fuse_gemm_epilogue = false;
+  const Program r = detail::build_program(g.data(), no_epilogue);
+  EXPECT_EQ(r.g.at(r.steps.back().root).kind, OpKind::Softmax);
   // Nothing fused: one step per op.
   CompileFlags none;
   none.fuse_elementwise = none.fuse_gemm_epilogue = none.fuse_softmax = false;
   const Program q = detail::build_program(g.data(), none);
   EXPECT_EQ(q.steps.size(), 10u);
+}
+
+// The softmax joins a GEMM only over the GEMM's last axis, and only where nothing else reads the GEMM's
+// result.
+TEST(GraphPasses, GemmSoftmaxFusionRules) {
+  auto steps = [](Graph& g) { return detail::build_program(g.data(), CompileFlags{}).steps.size(); };
+  {
+    Graph g;
+    auto x = g.input("x", {6, 5});
+    auto w = g.parameter("w", zeros({5, 7}));
+    g.output("y", g.softmax(g.matmul(x, w), 0));  // over the rows: not fused
+    EXPECT_EQ(steps(g), 2u);
+  }
+  {
+    Graph g;
+    auto x = g.input("x", {6, 5});
+    auto w = g.parameter("w", zeros({5, 7}));
+    auto logits = g.matmul(x, w);
+    g.output("logits", logits);  // read by the caller too: not fused
+    g.output("y", g.softmax(logits, -1));
+    EXPECT_EQ(steps(g), 2u);
+  }
+  {
+    Graph g;
+    auto x = g.input("x", {2, 6, 5});
+    auto w = g.parameter("w", zeros({5, 7}));
+    g.output("y", g.softmax(g.matmul(x, w), -1));  // batched x times a matrix: one fused step
+    EXPECT_EQ(steps(g), 1u);
+  }
 }
 
 TEST(GraphPasses, TopologicalOrderDeadNodesAndCse) {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "ops/functors.h"
@@ -892,6 +893,189 @@ TEST(Gemm, F32_SplitK_Batched_RepeatedLaunches_Deterministic) {
 }
 
 // ---------------------------------------------------------------- fused epilogue == matmul + eager ops
+
+// ---------------------------------------------------------------- softmax in the epilogue
+// (GemmOptions::softmax)
+
+// Row softmax of act(alpha * a * b + beta * c0 + bias) in float64, and per element the tolerance: an error d
+// in a logit moves its probability p by about p * d, and d is at most (K + 2) * eps times the row's largest
+// |alpha| |A||B| + |beta| |C0| + |bias|; 1e-6 relative more for the float exponential and division.
+void expect_softmax_rows(const MatD& got, const MatD& a, const MatD& b, const MatD* c0,
+                         const std::vector<float>* bias, float alpha, float beta, Activation act,
+                         const std::string& what = "") {
+  const MatD prod = a * b, mag = a.cwiseAbs() * b.cwiseAbs();
+  std::int64_t bad = 0;
+  std::string first;
+  for (Eigen::Index i = 0; i < got.rows(); ++i) {
+    std::vector<double> v(static_cast<size_t>(got.cols()));
+    double scale = 0, mx = -INFINITY;
+    bool nan_row = false;
+    for (Eigen::Index j = 0; j < got.cols(); ++j) {
+      double x = alpha * prod(i, j), s = std::abs(alpha) * mag(i, j);
+      if (beta != 0.f) x += beta * (*c0)(i, j), s += std::abs(beta * (*c0)(i, j));
+      if (bias) x += (*bias)[static_cast<size_t>(j)], s += std::abs((*bias)[static_cast<size_t>(j)]);
+      x = static_cast<double>(detail::gemm::activate(static_cast<float>(x), act));
+      v[static_cast<size_t>(j)] = x;
+      nan_row = nan_row || std::isnan(x) || x == INFINITY;
+      mx = std::max(mx, x);
+      scale = std::max(scale, s);
+    }
+    double sum = 0;
+    for (double x : v) sum += std::exp(x - mx);
+    const double d = (a.cols() + 2) * static_cast<double>(FLT_EPSILON) * scale;
+    for (Eigen::Index j = 0; j < got.cols(); ++j) {
+      const double ref = nan_row ? NAN : std::exp(v[static_cast<size_t>(j)] - mx) / sum;
+      const double g = got(i, j);
+      const bool ok =
+          nan_row ? std::isnan(g) : std::isfinite(g) && std::abs(g - ref) <= ref * (4 * d + 1e-6) + 1e-30;
+      if (!ok && bad++ == 0) first = detail::str("(", i, ", ", j, "): got ", g, ", reference ", ref);
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << "first of " << bad << " bad: " << first;
+}
+
+// gemm with the softmax on the CPU and on the GPU (the dispatcher's kernels), against float64: rows of 1, of
+// a length that is not a multiple of 4, of one run per thread, of several runs per thread (4100), and longer
+// than the kernel keeps in registers (16390, read again for each step); alpha, beta with C read, bias, ReLU;
+// beta = 0 over a NaN-filled C; guard bands around C.
+TEST(Gemm, Softmax_Epilogue_MatchesReference) {
+  const std::int64_t shapes[][3] = {{3, 1, 5},     {5, 7, 33},    {17, 1024, 64},
+                                    {4, 4100, 20}, {2, 16390, 9}, {300, 260, 2048}};
+  for (Device dev : {Device::cpu(), Device::cuda(0)}) {
+    if (dev.is_cuda() && !cuda_available()) continue;
+    for (const auto& mnk : shapes)
+      for (float beta : {0.f, 1.f}) {
+        const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+        SCOPED_TRACE(detail::str(dev, " ", m, "x", n, "x", k, " beta ", beta));
+        const Tensor a = test::make_input(InputSpec{Shape{m, k}}, 61, dev);
+        const Tensor b = test::make_input(InputSpec{Shape{k, n}}, 62, dev);
+        const Tensor bias = test::make_input(InputSpec{Shape{n}}, 63, dev);
+        Guarded g(Shape{m, n}, DType::F32, dev);
+        if (beta == 0.f)
+          g.view().fill_(std::numeric_limits<double>::quiet_NaN());
+        else
+          g.view().copy_(test::make_input(InputSpec{Shape{m, n}}, 64, dev));
+        const MatD c0 = to_double(g.view());
+        GemmOptions o;
+        o.alpha = -1.5f, o.beta = beta, o.activation = Activation::Relu, o.softmax = true;
+        gemm(a, b, g.view(), false, false, o, bias);
+        EXPECT_EQ(g.check(), "");
+        const std::vector<float> bv = bias.to_vector<float>();
+        expect_softmax_rows(to_double(g.view()), to_double(a), to_double(b), &c0, &bv, o.alpha, beta,
+                            Activation::Relu);
+      }
+  }
+}
+
+// Every kernel with the softmax, launched directly: where split K is added by the second kernel the softmax
+// runs in it; everywhere else (no split, the cluster reduction, wgmma, the ladder) the product goes through
+// scratch first: with its epilogue into the softmax kernel where C is not read and its rows are contiguous,
+// else raw into the reduce kernel. C in odd rows (offset 1, rows of n + 3) or transposed with beta = 1, or
+// contiguous with beta = 0 over NaN. In the first two layouts the cluster reduction and the second kernel add
+// the splits in the same order, so their results with the softmax are bit-identical.
+TEST(Gemm, Softmax_EveryKernel) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  std::vector<Config> configs = {{Kernel::Naive}, {Kernel::SmemTiled}, {Kernel::RegTiled}};
+  for (Kernel k : simt_kernels()) {
+    configs.push_back({k, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers});
+    configs.push_back({k, 3, MathMode::FP32, SplitReduce::Kernel, Staging::Registers});
+    configs.push_back({k, 3, MathMode::FP32, SplitReduce::Cluster, Staging::Registers});
+  }
+  for (Kernel k : tensor_kernels()) {
+    configs.push_back({k, 1, MathMode::TF32x3});
+    configs.push_back(
+        {k, 2, MathMode::TF32x3, k == Kernel::Wgmma ? SplitReduce::Cluster : SplitReduce::Kernel});
+  }
+  const Device d = Device::cuda(0);
+  const std::int64_t m = 130, n = 260, k = 264;
+  const Tensor a = test::make_input(InputSpec{Shape{m, k}}, 71, d);
+  const Tensor b = test::make_input(InputSpec{Shape{k, n}}, 72, d);
+  const Tensor bias = test::make_input(InputSpec{Shape{n}}, 73, d);
+  const std::vector<float> bv = bias.to_vector<float>();
+  const Tensor c_init = test::make_input(InputSpec{Shape{m, n}}, 74, d);
+  const MatD c0 = to_double(c_init);
+  const char* layouts[] = {"C in rows of n + 3", "C transposed", "C contiguous, beta 0"};
+  int ran = 0;
+  for (int layout = 0; layout < 3; ++layout) {
+    std::map<std::string, std::vector<float>> by_split;  // results of the split-3 configurations, by kernel
+    for (const Config& cfg : configs) {
+      SCOPED_TRACE(config_name(cfg) + ", " + layouts[layout]);
+      Guarded g(layout == 1 ? Shape{n, m} : Shape{m, n + (layout == 0 ? 3 : 0)}, DType::F32, d);
+      Tensor c = layout == 1 ? g.view().transpose(0, 1) : layout == 0 ? g.view().narrow(1, 1, n) : g.view();
+      if (layout == 2)
+        c.fill_(std::numeric_limits<double>::quiet_NaN());
+      else
+        c.copy_(c_init);
+      Problem p = problem_2d(a, b, c);
+      p.alpha = 0.5f, p.beta = layout == 2 ? 0.f : 1.f, p.bias = bias.data<float>(), p.softmax = true;
+      if (!can_implement(p, cfg)) continue;
+      launch(p, cfg, detail::stream_for(d));
+      EXPECT_EQ(g.check(), "");
+      expect_softmax_rows(to_double(c), to_double(a), to_double(b), &c0, &bv, p.alpha, p.beta,
+                          Activation::None);
+      if (cfg.split_k == 3 && layout != 2) {
+        const auto [it, first] = by_split.emplace(kernel_name(cfg.kernel), c.contiguous().to_vector<float>());
+        if (!first) EXPECT_EQ(it->second, c.contiguous().to_vector<float>()) << "the two reductions differ";
+      }
+      ++ran;
+    }
+  }
+  EXPECT_GT(ran, 60);
+}
+
+// NaN and Inf: a +Inf bias makes every row NaN (Inf - Inf, as softmax does); a NaN in C (beta != 0) makes its
+// row NaN and no other; K = 0 gives the softmax of beta * C + bias. CPU and GPU.
+TEST(Gemm, Softmax_NonFiniteRowsAndEmptyK) {
+  for (Device dev : {Device::cpu(), Device::cuda(0)}) {
+    if (dev.is_cuda() && !cuda_available()) continue;
+    SCOPED_TRACE(detail::str(dev));
+    const std::int64_t m = 6, n = 9, k = 40;
+    const Tensor a = test::make_input(InputSpec{Shape{m, k}}, 81, dev);
+    const Tensor b = test::make_input(InputSpec{Shape{k, n}}, 82, dev);
+    GemmOptions o;
+    o.softmax = true;
+    {
+      std::vector<float> bv(static_cast<size_t>(n), 0.f);
+      bv[3] = INFINITY;
+      const Tensor bias = from_vector(bv, Shape{n}).to(dev);
+      Tensor c = empty(Shape{m, n}, DType::F32, dev);
+      gemm(a, b, c, false, false, o, bias);
+      for (float v : c.to_vector<float>()) EXPECT_TRUE(std::isnan(v));
+    }
+    {
+      std::vector<float> cv(static_cast<size_t>(m * n), 0.25f);
+      cv[2 * n + 5] = NAN;
+      Tensor c = from_vector(cv, Shape{m, n}).to(dev);
+      GemmOptions ob = o;
+      ob.beta = 1.f;
+      gemm(a, b, c, false, false, ob);
+      const std::vector<float> got = c.to_vector<float>();
+      for (std::int64_t i = 0; i < m; ++i) {
+        double row_sum = 0;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float v = got[static_cast<size_t>(i * n + j)];
+          EXPECT_EQ(std::isnan(v), i == 2) << i << ", " << j;
+          row_sum += v;
+        }
+        if (i != 2) EXPECT_NEAR(row_sum, 1.0, 1e-5);
+      }
+    }
+    {
+      const Tensor a0 = empty(Shape{m, 0}, DType::F32, dev), b0 = empty(Shape{0, n}, DType::F32, dev);
+      const Tensor c_init = test::make_input(InputSpec{Shape{m, n}}, 83, dev);
+      const Tensor bias = test::make_input(InputSpec{Shape{n}}, 84, dev);
+      Tensor c = c_init.clone();
+      GemmOptions ob = o;
+      ob.beta = 2.f;
+      gemm(a0, b0, c, false, false, ob, bias);
+      const MatD c0 = to_double(c_init);
+      const std::vector<float> bv = bias.to_vector<float>();
+      expect_softmax_rows(to_double(c), MatD::Zero(m, 0), MatD::Zero(0, n), &c0, &bv, 1.f, 2.f,
+                          Activation::None, "K = 0: ");
+    }
+  }
+}
 
 TEST(Gemm, Linear_FusedEpilogueEqualsEagerOps) {
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
