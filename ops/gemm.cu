@@ -253,7 +253,8 @@ __global__ void __launch_bounds__(256)
         if (4 * q + e < p.n) sum += expf(v[e] - mx);
     });
     sum = block_combine(sum, 1, red);
-    // Every read of C (beta != 0) is behind the two block barriers above, so the row may be overwritten now.
+    // Each thread writes only the elements it read C at (beta != 0): cached rows read them before the
+    // barriers above, longer rows read each one again just before writing it.
     for_runs([&](int q, const float* v) {
       const int j0 = 4 * q;
       float o[4];

@@ -325,33 +325,33 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   // Epilogue: row i of the thread tile is C row m0 + trow(i).
   float* C = c_batch(p, b);
   if constexpr (SPLIT) {
-    if (ws == nullptr) {
-      // Split K over the blocks of one thread-block cluster (cluster_reduce_store).
-      namespace cg = cooperative_groups;
-      const cg::cluster_group cluster = cg::this_cluster();
-      float* red = smem;  // BM x BN, row-major: the pipeline's buffers are dead after the barrier below
-      __syncthreads();
+    if (ws != nullptr) {
+      // Split K through L2 (SplitReduce::Kernel): store this split's raw sums to its plane of `ws`; the reduce
+      // kernel adds the planes in split order and runs the epilogue. It may start its blocks as this grid's
+      // last blocks store (it waits for the whole grid before reading them), so its launch hides behind them.
+      pdl_launch_dependents();
+      float* w = ws + (static_cast<std::int64_t>(split) * gridDim.y + b) * p.m * p.n;
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int g = 0; g < TN / 4; ++g)
-          *reinterpret_cast<float4*>(red + trow(i) * BN + b_col + g * S::kLanesN * 4) =
-              make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-      cluster.sync();
-      cluster_reduce_store<BM, BN, BN, NT>(p, C, red, m0, n0, c_vec, tid);
-      cluster.sync();  // no block leaves while a peer may still read its shared memory
+          store_partial<4>(w, p.m, p.n, m0 + trow(i), n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g]);
       return;
     }
-    // Split K through L2 (SplitReduce::Kernel): store this split's raw sums to its plane of `ws`; the reduce
-    // kernel adds the planes in split order and runs the epilogue. It may start its blocks as this grid's
-    // last blocks store (it waits for the whole grid before reading), so its launch hides behind them.
-    pdl_launch_dependents();
-    float* w = ws + (static_cast<std::int64_t>(split) * gridDim.y + b) * p.m * p.n;
+    // Split K over the blocks of one thread-block cluster (cluster_reduce_store).
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    float* red = smem;  // BM x BN, row-major: the pipeline's buffers are dead after the barrier below
+    __syncthreads();
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int g = 0; g < TN / 4; ++g)
-        store_partial<4>(w, p.m, p.n, m0 + trow(i), n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g]);
+        *reinterpret_cast<float4*>(red + trow(i) * BN + b_col + g * S::kLanesN * 4) =
+            make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
+    cluster.sync();
+    cluster_reduce_store<BM, BN, BN, NT>(p, C, red, m0, n0, c_vec, tid);
+    cluster.sync();  // no block leaves while a peer may still read its shared memory
   } else if (m0 + BM <= p.m && n0 + BN <= p.n) {
     // An interior tile: the thread's TN bias values are loaded once, and the activation and C's layout
     // (float4 runs, or any strides) are dispatched once, so the unrolled stores stay short. (The per-element
@@ -460,12 +460,14 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   Kern kernel = reg_kernels[layout][split > 1 ? 1 : 0];
   if constexpr (RING) {
     // [B takes float4 loads][split > 1]. The scalar B loader needs more registers than a 2-blocks-per-SM
-    // budget leaves (it would spill), so that variant always runs one block per SM.
+    // budget leaves (it would spill), so that variant always runs one block per SM; so does the 128x128
+    // tile's split variant with float4 B (held to 128 registers it spilled 32 bytes).
+    constexpr int kSplitVecBlocks = BM * BN >= 128 * 128 ? 1 : MIN_BLOCKS;
     static const Kern ring_kernels[2][2] = {
         {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, kLoadScalarB, false>,
          gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, kLoadScalarB, true>},
         {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadVecB, false>,
-         gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadVecB, true>}};
+         gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, kSplitVecBlocks, kLoadVecB, true>}};
     static const bool ring_once = [&] {
       for (auto& row : ring_kernels)
         for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(Staging::CpAsync, sp == 1));
