@@ -93,6 +93,26 @@ bool fuse_softmax_at(Program& p, int y) {
   return true;
 }
 
+// Whether node `nl` is a GEMM an epilogue op can join: linear, gemm, or matmul of a (..., k) by a (k, n).
+bool linear_like(const Program& p, const NodeData& nl) {
+  return nl.kind == OpKind::Linear || nl.kind == OpKind::Gemm ||
+         (nl.kind == OpKind::Matmul && p.g.at(nl.inputs[0]).shape.rank() >= 2 &&
+          p.g.at(nl.inputs[1]).shape.rank() == 2);
+}
+
+// Node y (an op on GEMM node nl's result) becomes that GEMM under y's name, a matmul turned into a linear;
+// the caller then adds y's op to its epilogue.
+void absorb_gemm(Program& p, int y, const NodeData& nl) {
+  NodeData& ny = p.g.at(y);
+  const std::string name = ny.name;
+  ny = nl;
+  ny.name = name;
+  if (ny.kind == OpKind::Matmul) {
+    ny.kind = OpKind::Linear;
+    ny.gemm = GemmNodeOptions{};
+  }
+}
+
 // matmul(x, w) + bias -> linear(x, w, bias); linear/gemm followed by relu/gelu -> activation epilogue.
 bool fuse_epilogue_at(Program& p, int y) {
   NodeData& ny = p.g.at(y);
@@ -122,22 +142,15 @@ bool fuse_epilogue_at(Program& p, int y) {
   if (ny.kind == OpKind::Unary && (ny.unary == UnaryOp::Relu || ny.unary == UnaryOp::Gelu)) {
     const int l = ny.inputs[0];
     const NodeData nl = p.g.at(l);
-    if (!single_use(p, l) || nl.gemm.activation != Activation::None) return false;
-    const bool linear_like = nl.kind == OpKind::Linear || nl.kind == OpKind::Gemm ||
-                             (nl.kind == OpKind::Matmul && p.g.at(nl.inputs[0]).shape.rank() >= 2 &&
-                              p.g.at(nl.inputs[1]).shape.rank() == 2);
-    if (!linear_like) return false;
+    // The epilogue applies the activation before the softmax: one after a softmax cannot join.
+    if (!single_use(p, l) || nl.gemm.activation != Activation::None || nl.gemm.softmax || !linear_like(p, nl))
+      return false;
     const Activation act = ny.unary == UnaryOp::Relu ? Activation::Relu : Activation::Gelu;
-    const std::string nm = ny.name;
-    ny = nl;
-    ny.name = nm;
-    if (ny.kind == OpKind::Matmul) {
-      ny.kind = OpKind::Linear;
-      ny.gemm = GemmNodeOptions{};
-    }
-    ny.gemm.activation = act;
+    absorb_gemm(p, y, nl);
+    NodeData& ng = p.g.at(y);
+    ng.gemm.activation = act;
     p.log.push_back(str("gemm epilogue: ", p.g.label(l), " ", node_op_string(nl), " + ", p.g.label(y), " ",
-                        activation_name(act), " -> ", node_op_string(ny)));
+                        activation_name(act), " -> ", node_op_string(ng)));
     return true;
   }
   return false;
@@ -150,21 +163,13 @@ bool fuse_gemm_softmax_at(Program& p, int y) {
   if (ny.kind != OpKind::Softmax) return false;
   const int l = ny.inputs[0];
   const NodeData nl = p.g.at(l);
-  if (ny.axes[0] != nl.shape.rank() - 1 || !single_use(p, l) || nl.gemm.softmax) return false;
-  const bool linear_like = nl.kind == OpKind::Linear || nl.kind == OpKind::Gemm ||
-                           (nl.kind == OpKind::Matmul && p.g.at(nl.inputs[0]).shape.rank() >= 2 &&
-                            p.g.at(nl.inputs[1]).shape.rank() == 2);
-  if (!linear_like) return false;
-  const std::string nm = ny.name;
-  ny = nl;
-  ny.name = nm;
-  if (ny.kind == OpKind::Matmul) {
-    ny.kind = OpKind::Linear;
-    ny.gemm = GemmNodeOptions{};
-  }
-  ny.gemm.softmax = true;
+  if (ny.axes[0] != nl.shape.rank() - 1 || !single_use(p, l) || nl.gemm.softmax || !linear_like(p, nl))
+    return false;
+  absorb_gemm(p, y, nl);
+  NodeData& ng = p.g.at(y);
+  ng.gemm.softmax = true;
   p.log.push_back(str("gemm epilogue: ", p.g.label(l), " ", node_op_string(nl), " + ", p.g.label(y),
-                      " softmax -> ", node_op_string(ny)));
+                      " softmax -> ", node_op_string(ng)));
   return true;
 }
 

@@ -198,6 +198,17 @@ TEST(GraphPasses, GemmSoftmaxFusionRules) {
     g.output("y", g.softmax(g.matmul(x, w), -1));  // batched x times a matrix: one fused step
     EXPECT_EQ(steps(g), 1u);
   }
+  {
+    // A GEMM built with its softmax: a ReLU after it stays a step of its own (the epilogue would apply it
+    // before the softmax).
+    Graph g;
+    auto x = g.input("x", {6, 5});
+    auto w = g.parameter("w", zeros({5, 7}));
+    GemmNodeOptions o;
+    o.softmax = true;
+    g.output("y", g.relu(g.gemm(x, w, o)));
+    EXPECT_EQ(steps(g), 2u);
+  }
 }
 
 TEST(GraphPasses, TopologicalOrderDeadNodesAndCse) {
