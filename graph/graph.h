@@ -63,7 +63,7 @@ struct GemmNodeOptions {
   bool trans_a = false, trans_b = false;
   float alpha = 1.0f, beta = 0.0f;  // beta scales the optional c operand
   Activation activation = Activation::None;
-  bool softmax = false;  // then softmax over the last axis (in the pass that adds split K, or one more)
+  bool softmax = false;  // then softmax over the last axis (GemmOptions::softmax)
 };
 
 class Graph {

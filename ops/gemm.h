@@ -34,8 +34,9 @@ struct GemmOptions {
   float beta = 0.0f;             // beta == 0: C is not read (NaN in C does not leak into the result)
   std::optional<MathMode> math;  // unset: default_math_mode()
   Activation activation = Activation::None;  // applied after alpha*AB + beta*C (+ bias)
-  // Then each row of the result (along n) replaced by its softmax, as softmax(c, -1) would: added into the
-  // pass that adds split K's partials, or into one pass over a raw product where the kernel splits no K.
+  // Then each row of the result (along n) replaced by its softmax, as softmax(c, -1) would: done by the pass
+  // that adds split K's partials where there is one, else by one pass over the product staged in the
+  // stream's split-K scratch (which grows to batch * m * n floats and is kept).
   bool softmax = false;
   // op(b) packed ahead of time (pack_b, from this very b): the TF32 modes' Hopper kernels then pack only a.
   // Ignored where the launch does not use it (another math mode or kernel, another tile width).
