@@ -185,6 +185,14 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
       return a_col + (i / 4) * S::kLanesM * 4 + i % 4;
   };
   const int b_col = warp_n * WN + lane_n * 4;
+  // The outer product's FMAs visit the thread tile row by row, odd rows backwards: consecutive FMAs share an
+  // operand, so ptxas can mark it for the operand reuse cache instead of reading the register file again
+  // (also across a row change, where the column repeats): 2-5 % faster at most benchmark shapes
+  // (bench/gemm/NOTES.md, round 13). Each accumulator still takes its k-steps in order. ptxas spills with
+  // that order in a few register-starved variants (the scalar-run loaders; both operands contiguous along k
+  // at 128 registers per thread), which keep the plain order.
+  constexpr bool kSerpentine = !(kRegs && (!kVecRuns || (LOAD == kLoadRegs + 3 && MIN_BLOCKS * NT >= 512)));
+  auto fma_col = [](int i, int jj) { return kSerpentine && i % 2 ? TN - 1 - jj : jj; };
   // The outer products of one BK-deep tile, with register double buffering: fragments of k-row q+1 load
   // while row q's outer product runs.
   auto compute_tile = [&](const float* As, const float* Bs) {
@@ -210,7 +218,10 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(ra[q & 1][i], rb[q & 1][j], acc[i][j]);
+        for (int jj = 0; jj < TN; ++jj) {
+          const int j = fma_col(i, jj);
+          acc[i][j] = fmaf(ra[q & 1][i], rb[q & 1][j], acc[i][j]);
+        }
     }
   };
 
@@ -242,7 +253,10 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(ra[(q / 4) & 1][i][q % 4], rb[q & 1][j], acc[i][j]);
+        for (int jj = 0; jj < TN; ++jj) {
+          const int j = fma_col(i, jj);
+          acc[i][j] = fmaf(ra[(q / 4) & 1][i][q % 4], rb[q & 1][j], acc[i][j]);
+        }
     }
   };
 
@@ -326,9 +340,10 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   float* C = c_batch(p, b);
   if constexpr (SPLIT) {
     if (ws != nullptr) {
-      // Split K through L2 (SplitReduce::Kernel): store this split's raw sums to its plane of `ws`; the reduce
-      // kernel adds the planes in split order and runs the epilogue. It may start its blocks as this grid's
-      // last blocks store (it waits for the whole grid before reading them), so its launch hides behind them.
+      // Split K through L2 (SplitReduce::Kernel): store this split's raw sums to its plane of `ws`; the
+      // reduce kernel adds the planes in split order and runs the epilogue. It may start its blocks as this
+      // grid's last blocks store (it waits for the whole grid before reading them), so its launch hides
+      // behind them.
       pdl_launch_dependents();
       float* w = ws + (static_cast<std::int64_t>(split) * gridDim.y + b) * p.m * p.n;
 #pragma unroll
