@@ -17,6 +17,7 @@
 // gemm_simt lives in ops/gemm_simt.cuh, instantiated by ops/gemm_simt_*.cu; the tensor-core kernels (TF32,
 // 3xTF32) are in ops/gemm_tf32.cu.
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -115,6 +116,16 @@ __global__ void __launch_bounds__(256) gemm_reg_tiled(Problem p) {
       if (n0 + tx + 16 * c < p.n) store_run<1>(p, C, m0 + ty + 16 * r, n0 + tx + 16 * c, &acc[r][c], false);
 }
 
+// x / d and x % d, in 32-bit arithmetic where both fit (64-bit division is a long instruction sequence).
+__device__ __forceinline__ void div_mod(std::int64_t x, std::int64_t d, std::int64_t& q, std::int64_t& r) {
+  if (x <= INT_MAX && d <= INT_MAX) {
+    const int qi = static_cast<int>(x) / static_cast<int>(d);
+    q = qi, r = x - static_cast<std::int64_t>(qi) * d;
+  } else {
+    q = x / d, r = x - q * d;
+  }
+}
+
 // Split-K reduction (and the whole job when K == 0): sums the partials in split order, so results do not
 // depend on scheduling, then runs the epilogue. Memory bound: (splits + 1 or 2) * 4 bytes per element of C.
 __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
@@ -122,45 +133,52 @@ __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
   const std::int64_t mn = static_cast<std::int64_t>(p.m) * p.n, total = mn * p.batch;
   for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const int b = static_cast<int>(e / mn);
-    const std::int64_t r = e % mn;
-    const int i = static_cast<int>(r / p.n), j = static_cast<int>(r % p.n);
+    std::int64_t b, r, i, j;
+    div_mod(e, mn, b, r);
+    div_mod(r, p.n, i, j);
     float s = 0.f;
     for (int sp = 0; sp < splits; ++sp) s += ws[sp * total + e];
-    float* c = c_batch(p, b) + i * p.c_sm + j * p.c_sn;
-    *c = epilogue_value(p, s, c, j);
+    float* c = c_batch(p, static_cast<int>(b)) + i * p.c_sm + j * p.c_sn;
+    *c = epilogue_value(p, s, c, static_cast<int>(j));
   }
 }
 
 // The same over runs of 4 columns (n a multiple of 4, so a run never crosses a row): float4 loads from L2, up
 // to 8 splits' loads in flight before their adds (still added in split order: the same sums as the scalar
 // kernel and the cluster reduction), float4 stores where C takes them (c_vec).
-__global__ void gemm_splitk_reduce4(Problem p, const float* ws, int splits, bool c_vec) {
+// Adds the 4 partials at w (a 16-byte aligned run) of each split, the splits `stride` floats apart, into s in
+// split order, with up to 8 splits' loads in flight before their adds.
+__device__ __forceinline__ void add_splits4(const float* w, std::int64_t stride, int splits, float* s) {
   constexpr int kInFlight = 8;
+  for (int sp0 = 0; sp0 < splits; sp0 += kInFlight) {
+    float4 v[kInFlight];
+#pragma unroll
+    for (int q = 0; q < kInFlight; ++q)
+      if (sp0 + q < splits) v[q] = __ldcg(reinterpret_cast<const float4*>(w + (sp0 + q) * stride));
+#pragma unroll
+    for (int q = 0; q < kInFlight; ++q)
+      if (sp0 + q < splits) s[0] += v[q].x, s[1] += v[q].y, s[2] += v[q].z, s[3] += v[q].w;
+  }
+}
+
+__global__ void gemm_splitk_reduce4(Problem p, const float* ws, int splits, bool c_vec) {
   pdl_wait();
   const std::int64_t mn = static_cast<std::int64_t>(p.m) * p.n, total = mn * p.batch, runs = total / 4;
   for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; r < runs;
        r += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t e = 4 * r;
     float s[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int sp0 = 0; sp0 < splits; sp0 += kInFlight) {
-      float4 v[kInFlight];
-#pragma unroll
-      for (int q = 0; q < kInFlight; ++q)
-        if (sp0 + q < splits) v[q] = __ldcg(reinterpret_cast<const float4*>(ws + (sp0 + q) * total + e));
-#pragma unroll
-      for (int q = 0; q < kInFlight; ++q)
-        if (sp0 + q < splits) s[0] += v[q].x, s[1] += v[q].y, s[2] += v[q].z, s[3] += v[q].w;
-    }
-    const int b = static_cast<int>(e / mn);
-    const std::int64_t rr = e % mn;
-    store_run<4>(p, c_batch(p, b), static_cast<int>(rr / p.n), static_cast<int>(rr % p.n), s, c_vec);
+    add_splits4(ws + e, total, splits, s);
+    std::int64_t b, rem, i, j;
+    div_mod(e, mn, b, rem);
+    div_mod(rem, p.n, i, j);
+    store_run<4>(p, c_batch(p, static_cast<int>(b)), static_cast<int>(i), static_cast<int>(j), s, c_vec);
   }
 }
 
 // Row softmax after the epilogue (Problem::softmax): runs of 4 columns per thread kept in registers, so rows
 // up to 256 threads x kSoftmaxRuns runs (2048 columns) are read once; longer rows are read again for each
-// step. (Four runs per thread took 128 registers.)
+// step. Held to two blocks per SM (128 registers: each run's loads of up to 8 splits are in flight at once).
 constexpr int kSoftmaxRuns = 2;
 
 // The block's max_combine (op == 0) or sum (op == 1) of v; every thread gets it. Shared memory: 32 floats.
@@ -182,28 +200,33 @@ __device__ float block_combine(float v, int op, float* red) {
 // The split-K reduction followed by a softmax along each row (Problem::softmax), one block per row of C
 // (blocks cover batch * m rows): each thread adds the splits of its runs of 4 columns in split order (the
 // sums of gemm_splitk_reduce4) and runs the epilogue; the block takes the row max, the sum of exp(v - max),
-// and writes exp(v - max) / sum, as the softmax reference does (a NaN or +Inf anywhere gives a NaN row).
-// `vec`: n % 4 == 0, so partial runs load as float4; c_vec: C takes float4 stores.
-__global__ void __launch_bounds__(256)
+// and writes exp(v - max) times the sum's reciprocal (a NaN or +Inf anywhere gives a NaN row, as in the
+// softmax reference). `vec`: n % 4 == 0, so partial runs load as float4; c_vec: C takes float4 stores.
+__global__ void __launch_bounds__(256, 2)
     gemm_splitk_reduce_softmax(Problem p, const float* ws, int splits, bool vec, bool c_vec) {
   __shared__ float red[32];
   pdl_wait();
   const std::int64_t total = static_cast<std::int64_t>(p.m) * p.n * p.batch;
   for (std::int64_t row = blockIdx.x; row < static_cast<std::int64_t>(p.m) * p.batch; row += gridDim.x) {
-    const int b = static_cast<int>(row / p.m), i = static_cast<int>(row % p.m);
+    std::int64_t b, i;
+    div_mod(row, p.m, b, i);
     const float* w = ws + row * p.n;  // row `row` of split 0 ([split][batch][m][n])
-    float* c = c_batch(p, b) + i * p.c_sm;
+    float* c = c_batch(p, static_cast<int>(b)) + i * p.c_sm;
     const int n_runs = (p.n + 3) / 4, per_thread = (n_runs + blockDim.x - 1) / blockDim.x;
-    // The epilogue values of run q (columns 4q..4q+3; those past n are not used).
+    // The epilogue values of run q (columns 4q..4q+3; those past n are not used). The bias and C's old values
+    // load before the partials, so their latencies overlap.
     auto values = [&](int q, float* v) {
       const int j0 = 4 * q;
+      float bias[4] = {0.f, 0.f, 0.f, 0.f}, old[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (j0 + e >= p.n) continue;
+        if (p.bias) bias[e] = p.bias[(j0 + e) * p.bias_s];
+        if (p.beta != 0.f) old[e] = c[(j0 + e) * p.c_sn];
+      }
       float s[4] = {0.f, 0.f, 0.f, 0.f};
       if (vec) {
-#pragma unroll 8
-        for (int sp = 0; sp < splits; ++sp) {
-          const float4 x = __ldcg(reinterpret_cast<const float4*>(w + sp * total + j0));
-          s[0] += x.x, s[1] += x.y, s[2] += x.z, s[3] += x.w;
-        }
+        add_splits4(w + j0, total, splits, s);
       } else {
         for (int sp = 0; sp < splits; ++sp)
 #pragma unroll
@@ -211,8 +234,7 @@ __global__ void __launch_bounds__(256)
             if (j0 + e < p.n) s[e] += __ldcg(w + sp * total + j0 + e);
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        v[e] = j0 + e < p.n ? epilogue_value(p, s[e], c + (j0 + e) * p.c_sn, j0 + e) : 0.f;
+      for (int e = 0; e < 4; ++e) v[e] = j0 + e < p.n ? epilogue_apply(p, s[e], old[e], bias[e], p.act) : 0.f;
     };
     float cache[kSoftmaxRuns][4];
     const bool cached = per_thread <= kSoftmaxRuns;
@@ -252,14 +274,14 @@ __global__ void __launch_bounds__(256)
       for (int e = 0; e < 4; ++e)
         if (4 * q + e < p.n) sum += expf(v[e] - mx);
     });
-    sum = block_combine(sum, 1, red);
+    const float inv = 1.f / block_combine(sum, 1, red);
     // Each thread writes only the elements it read C at (beta != 0): cached rows read them before the
     // barriers above, longer rows read each one again just before writing it.
     for_runs([&](int q, const float* v) {
       const int j0 = 4 * q;
       float o[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = expf(v[e] - mx) / sum;
+      for (int e = 0; e < 4; ++e) o[e] = expf(v[e] - mx) * inv;
       if (c_vec && j0 + 4 <= p.n) {
         *reinterpret_cast<float4*>(c + j0) = make_float4(o[0], o[1], o[2], o[3]);
       } else {

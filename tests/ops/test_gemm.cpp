@@ -1025,7 +1025,8 @@ TEST(Gemm, Softmax_EveryKernel) {
 }
 
 // NaN and Inf: a +Inf bias makes every row NaN (Inf - Inf, as softmax does); a NaN in C (beta != 0) makes its
-// row NaN and no other; K = 0 gives the softmax of beta * C + bias. CPU and GPU.
+// row NaN and no other; -Inf masks columns out, and a row of only -Inf is NaN; K = 0 gives the softmax of
+// beta * C + bias. CPU and GPU.
 TEST(Gemm, Softmax_NonFiniteRowsAndEmptyK) {
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
     if (dev.is_cuda() && !cuda_available()) continue;
@@ -1059,6 +1060,37 @@ TEST(Gemm, Softmax_NonFiniteRowsAndEmptyK) {
           row_sum += v;
         }
         if (i != 2) EXPECT_NEAR(row_sum, 1.0, 1e-5);
+      }
+    }
+    {
+      // -Inf masks: columns 4-7 (a whole run of 4 of one GPU thread) get exp(-Inf - max) = 0 and the row's
+      // other columns its softmax; a row of only -Inf (from C, beta 1) is NaN, as exp(-Inf - -Inf) is.
+      std::vector<float> bv(static_cast<size_t>(n), 0.f);
+      for (std::int64_t j = 4; j < 8; ++j) bv[static_cast<size_t>(j)] = -INFINITY;
+      const Tensor bias = from_vector(bv, Shape{n}).to(dev);
+      std::vector<float> cv(static_cast<size_t>(m * n), 0.f);
+      for (std::int64_t j = 0; j < n; ++j) cv[static_cast<size_t>(3 * n + j)] = -INFINITY;
+      Tensor c = from_vector(cv, Shape{m, n}).to(dev);
+      GemmOptions ob = o;
+      ob.beta = 1.f;
+      gemm(a, b, c, false, false, ob, bias);
+      const std::vector<float> got = c.to_vector<float>();
+      const MatD ref = to_double(a) * to_double(b);
+      for (std::int64_t i = 0; i < m; ++i) {
+        double mx = -INFINITY, sum = 0;
+        for (std::int64_t j = 0; j < n; ++j)
+          if (j < 4 || j >= 8) mx = std::max(mx, ref(i, j));
+        for (std::int64_t j = 0; j < n; ++j)
+          if (j < 4 || j >= 8) sum += std::exp(ref(i, j) - mx);
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float v = got[static_cast<size_t>(i * n + j)];
+          if (i == 3)
+            EXPECT_TRUE(std::isnan(v)) << i << ", " << j;
+          else if (j >= 4 && j < 8)
+            EXPECT_EQ(v, 0.f) << i << ", " << j;
+          else
+            EXPECT_NEAR(v, std::exp(ref(i, j) - mx) / sum, 1e-5) << i << ", " << j;
+        }
       }
     }
     {
