@@ -917,17 +917,19 @@ Config choose(const Problem& p, MathMode math) {
       c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
     }
   } else if (blocks(64, 64) < sms) {
-    if (runs16 && p.k >= 1024 && p.m >= 128 && p.n >= 128) {
-      // Few output tiles but a long K (the 256x1024x1024 MLP layer: 16 tiles of 128x128): the 16-deep
-      // register-staged tile, K split to one wave and added by a second kernel (split 8: 24.2 TFLOP/s, 0.99x
-      // cuBLAS, where split 6 reduced in a cluster gave 21.8).
+    if (runs16 && p.k >= 512 && p.m >= 128 && p.n >= 128) {
+      // Few output tiles but K of 512 or more (the 256x1024x1024 MLP layer, 512^3: 16 tiles of 128x128): the
+      // 16-deep register-staged tile, K split to one wave and added by a second kernel (256x1024x1024 split
+      // 8: 25.9 TFLOP/s, 1.05x cuBLAS, where split 6 reduced in a cluster gave 22.2; 512^3 split 8: 18.5,
+      // where 32x64 tiles on the 16-byte ring, split 2 in a cluster, gave 16.9).
       c.kernel = Kernel::Simt128x128k16;
-      c.split_k = split_to_fill(blocks(128, 128), sms, 128);
+      c.split_k = split_to_fill(blocks(128, 128), sms, 64);
       reduce = SplitReduce::Kernel;
     } else if (p.m >= 256 && p.n >= 256 && p.k >= 256 && ring16_ready(p)) {
-      // Few output tiles of a mid-sized problem (512^3) with A along k and B along n in aligned rows: 32x64
-      // tiles on the 16-byte ring, K split to about two blocks per SM and reduced in a cluster (split 2: 17.2
-      // and 17.4 TFLOP/s in two runs, where 32x128 on the 4-byte ring gave 16.3 and 16.2).
+      // Few output tiles of a mid-sized problem with a shorter K (or 512^3 in rows not of whole 16-byte runs)
+      // with A along k and B along n in aligned rows: 32x64 tiles on the 16-byte ring, K split to about two
+      // blocks per SM and reduced in a cluster (512^3 split 2: 17.2 and 17.4 TFLOP/s in two runs, where
+      // 32x128 on the 4-byte ring gave 16.3 and 16.2).
       c.kernel = Kernel::Simt32x64;
       c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
       c.staging = Staging::CpAsync16;

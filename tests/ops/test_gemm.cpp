@@ -756,12 +756,14 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   const Config small_m_odd = choose(dense(48, wide_n + 1, 2048, 1), MathMode::FP32);
   EXPECT_EQ(small_m_odd.kernel, Kernel::Simt64x128);
   EXPECT_EQ(small_m_odd.reduce, SplitReduce::Kernel);
-  // Few 128x128 tiles with a long K (the (256, 1024) MLP's layers): 16 deep, K split to a wave, a second
-  // kernel adds the splits.
-  const Config few = choose(dense(256, 1024, 1024, 1), MathMode::FP32);
-  EXPECT_EQ(few.kernel, Kernel::Simt128x128k16);
-  EXPECT_GT(few.split_k, 1);
-  EXPECT_EQ(few.reduce, SplitReduce::Kernel);
+  // Few 128x128 tiles with K of 512 or more (the (256, 1024) MLP's layers, 512^3): 16 deep, K split to a
+  // wave, a second kernel adds the splits.
+  for (const Problem& p : {dense(256, 1024, 1024, 1), dense(512, 512, 512, 1)}) {
+    const Config few = choose(p, MathMode::FP32);
+    EXPECT_EQ(few.kernel, Kernel::Simt128x128k16);
+    EXPECT_EQ(few.split_k, 8);
+    EXPECT_EQ(few.reduce, SplitReduce::Kernel);
+  }
   // The mma.sync kernels add their splits with the second kernel only, the wgmma kernel in a cluster only.
   EXPECT_TRUE(can_implement(dense(256, 1024, 1024, 1),
                             Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Kernel}));
@@ -781,9 +783,9 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   Problem batched = dense(100, 260, 68, batch);
   EXPECT_EQ(choose(batched, MathMode::FP32).kernel, Kernel::Simt64x256);
   EXPECT_NE(choose(dense(100, 260, 67, batch), MathMode::FP32).kernel, Kernel::Simt64x256);  // rows of 67
-  // Few tiles of 512^3 and 64x512x512, operands in aligned rows: 32x64 tiles on the 16-byte ring, K split
-  // (in a cluster); B in rows of 511 takes the 4-byte ring.
-  for (const Problem& p : {dense(512, 512, 512, 1), dense(64, 512, 512, 1)}) {
+  // Few tiles of 512x512x256 and 64x512x512, operands in aligned rows: 32x64 tiles on the 16-byte ring, K
+  // split (in a cluster); B in rows of 511 takes the 4-byte ring.
+  for (const Problem& p : {dense(512, 512, 256, 1), dense(64, 512, 512, 1)}) {
     const Config c = choose(p, MathMode::FP32);
     EXPECT_EQ(c.kernel, Kernel::Simt32x64);
     EXPECT_EQ(c.staging, Staging::CpAsync16);
