@@ -129,7 +129,8 @@ __device__ __forceinline__ void div_mod(std::int64_t x, std::int64_t d, std::int
 // Split-K reduction (and the whole job when K == 0): sums the partials in split order, so results do not
 // depend on scheduling, then runs the epilogue. Memory bound: (splits + 1 or 2) * 4 bytes per element of C.
 __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
-  pdl_wait();  // the split kernel's partials (launch_splitk_reduce's overlap)
+  pdl_wait();               // the split kernel's partials (launch_splitk_reduce's overlap)
+  pdl_launch_dependents();  // a GEMM launched next may start its blocks (they wait for this grid first)
   const std::int64_t mn = static_cast<std::int64_t>(p.m) * p.n, total = mn * p.batch;
   for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -163,6 +164,7 @@ __device__ __forceinline__ void add_splits4(const float* w, std::int64_t stride,
 
 __global__ void gemm_splitk_reduce4(Problem p, const float* ws, int splits, bool c_vec) {
   pdl_wait();
+  pdl_launch_dependents();
   const std::int64_t mn = static_cast<std::int64_t>(p.m) * p.n, total = mn * p.batch, runs = total / 4;
   for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; r < runs;
        r += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -206,6 +208,7 @@ __global__ void __launch_bounds__(256, 2)
     gemm_splitk_reduce_softmax(Problem p, const float* ws, int splits, bool vec, bool c_vec) {
   __shared__ float red[32];
   pdl_wait();
+  pdl_launch_dependents();
   const std::int64_t total = static_cast<std::int64_t>(p.m) * p.n * p.batch;
   for (std::int64_t row = blockIdx.x; row < static_cast<std::int64_t>(p.m) * p.batch; row += gridDim.x) {
     std::int64_t b, i;

@@ -152,6 +152,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
               bool c_vec) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   constexpr int NT = S::kThreads;
+  pdl_wait();  // launched to overlap the previous kernel (launch_simt): its writes first
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   float* sA = smem;
@@ -513,8 +514,11 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
           : nullptr;
   // With the cluster reduction, the splits of a tile form one cluster.
   const bool cluster = split > 1 && reduce == SplitReduce::Cluster;
-  const LaunchConfig launch(dim3(tiles, p.batch, split), dim3(S::kThreads), S::smem_bytes(staging, cluster),
-                            stream, dim3(1, 1, cluster ? split : 1));
+  LaunchConfig launch(dim3(tiles, p.batch, split), dim3(S::kThreads), S::smem_bytes(staging, cluster), stream,
+                      dim3(1, 1, cluster ? split : 1));
+  // Blocks may start while the previous kernel finishes (a split-K reduce signals at its start: the MLP's
+  // second layer after its first), hiding this launch; the kernel waits for that kernel's writes first.
+  launch.overlap_previous_kernel();
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, kps, ws, a_kfast, b_kfast, regs && a_runs16(p),
                                    regs && b_runs16(p), c_vec));
   MT_CUDA_CHECK_LAUNCH();
