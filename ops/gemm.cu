@@ -144,9 +144,6 @@ __global__ void gemm_splitk_reduce(Problem p, const float* ws, int splits) {
   }
 }
 
-// The same over runs of 4 columns (n a multiple of 4, so a run never crosses a row): float4 loads from L2, up
-// to 8 splits' loads in flight before their adds (still added in split order: the same sums as the scalar
-// kernel and the cluster reduction), float4 stores where C takes them (c_vec).
 // Adds the 4 partials at w (a 16-byte aligned run) of each split, the splits `stride` floats apart, into s in
 // split order, with up to 8 splits' loads in flight before their adds.
 __device__ __forceinline__ void add_splits4(const float* w, std::int64_t stride, int splits, float* s) {
@@ -162,6 +159,9 @@ __device__ __forceinline__ void add_splits4(const float* w, std::int64_t stride,
   }
 }
 
+// The split-K reduction over runs of 4 columns (n a multiple of 4, so a run never crosses a row): float4
+// loads from L2, up to 8 splits' loads in flight before their adds (still added in split order: the same sums
+// as the scalar kernel and the cluster reduction), float4 stores where C takes them (c_vec).
 __global__ void gemm_splitk_reduce4(Problem p, const float* ws, int splits, bool c_vec) {
   pdl_wait();
   pdl_launch_dependents();
