@@ -196,26 +196,28 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   auto fma_col = [](int i, int jj) { return kSerpentine && i % 2 ? TN - 1 - jj : jj; };
   // The outer products of one BK-deep tile, with register double buffering: fragments of k-row q+1 load
   // while row q's outer product runs.
-  auto compute_tile = [&](const float* As, const float* Bs) {
-    float ra[2][TM], rb[2][TN];
-    auto load_frags = [&](int buf, int q) {
+  float ra[2][TM], rb[2][TN];
+  auto load_frags = [&](const float* As, const float* Bs, int buf, int q) {
 #pragma unroll
-      for (int g = 0; g < TM / 4; ++g) {
-        const float4 v =
-            *reinterpret_cast<const float4*>(As + q * (BM + kSimtPad) + a_col + g * S::kLanesM * 4);
-        ra[buf][4 * g] = v.x, ra[buf][4 * g + 1] = v.y, ra[buf][4 * g + 2] = v.z, ra[buf][4 * g + 3] = v.w;
-      }
+    for (int g = 0; g < TM / 4; ++g) {
+      const float4 v = *reinterpret_cast<const float4*>(As + q * (BM + kSimtPad) + a_col + g * S::kLanesM * 4);
+      ra[buf][4 * g] = v.x, ra[buf][4 * g + 1] = v.y, ra[buf][4 * g + 2] = v.z, ra[buf][4 * g + 3] = v.w;
+    }
 #pragma unroll
-      for (int g = 0; g < TN / 4; ++g) {
-        const float4 v =
-            *reinterpret_cast<const float4*>(Bs + q * (BN + kSimtPad) + b_col + g * S::kLanesN * 4);
-        rb[buf][4 * g] = v.x, rb[buf][4 * g + 1] = v.y, rb[buf][4 * g + 2] = v.z, rb[buf][4 * g + 3] = v.w;
-      }
-    };
-    load_frags(0, 0);
+    for (int g = 0; g < TN / 4; ++g) {
+      const float4 v = *reinterpret_cast<const float4*>(Bs + q * (BN + kSimtPad) + b_col + g * S::kLanesN * 4);
+      rb[buf][4 * g] = v.x, rb[buf][4 * g + 1] = v.y, rb[buf][4 * g + 2] = v.z, rb[buf][4 * g + 3] = v.w;
+    }
+  };
+  // The tile's k-rows, row 0's fragments already in buffer 0; `last_row` runs in place of the (absent) next
+  // row's fragment loads, before the last row's outer product.
+  auto tile_rows = [&](const float* As, const float* Bs, auto&& last_row) {
 #pragma unroll
     for (int q = 0; q < BK; ++q) {
-      if (q + 1 < BK) load_frags((q + 1) & 1, q + 1);
+      if (q + 1 < BK)
+        load_frags(As, Bs, (q + 1) & 1, q + 1);
+      else
+        last_row();
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -224,6 +226,10 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
           acc[i][j] = fmaf(ra[q & 1][i], rb[q & 1][j], acc[i][j]);
         }
     }
+  };
+  auto compute_tile = [&](const float* As, const float* Bs) {
+    load_frags(As, Bs, 0, 0);
+    tile_rows(As, Bs, [] {});
   };
 
   // The same with A k-major in shared memory (kLoadKMajorA): row trow(i) of the thread is read as a float4 of
@@ -284,17 +290,38 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     const bool straddles =
         !kVecRuns && ((!kAk && m0 + BM > p.m && p.m % 4 != 0) || (!kBk && n0 + BN > p.n && p.n % 4 != 0));
     const int n_whole = straddles ? 0 : (k_end - k_begin) / BK;
+    // The early turn: the turn to tile t + 1 comes before tile t's last k-row (whose fragments are in
+    // registers by then), followed by tile t + 1's first fragment loads, so the last row's FMAs hide their
+    // latency instead of the block stalling after the barrier. The other buffer was last read before the
+    // previous turn's barrier. It pays where the block's barrier idles the SM: one block per SM, or the 16x8
+    // thread tiles (1-3 %); the two-block 8x8 tiles lost 3-5 % with it, and the split 256x128 tiles with both
+    // operands contiguous along k spill (bench/gemm/NOTES.md, round 14).
+    constexpr bool kEarlyTurn =
+        (MIN_BLOCKS == 1 || TM * TN >= 128) && !(SPLIT && (LOAD & 3) == 3 && TM * TN >= 128);
     if (n_whole >= 2) {
       la.template load_whole<kVecRuns>();
       lb.template load_whole<kVecRuns>();
       next_loaded = true;
+      if (kEarlyTurn && n_whole > 2) load_frags(sA, sB, 0, 0);
       for (; t + 2 < n_whole; ++t) {
-        compute_tile(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB);
-        la.template store_as<kAk>(sA + ((t + 1) & 1) * S::kStageA);
-        lb.template store_as<kBk>(sB + ((t + 1) & 1) * S::kStageB);
-        __syncthreads();
-        la.template load_whole<kVecRuns>();
-        lb.template load_whole<kVecRuns>();
+        float* const nA = sA + ((t + 1) & 1) * S::kStageA;
+        float* const nB = sB + ((t + 1) & 1) * S::kStageB;
+        auto turn = [&] {  // the staged tile t + 1 to the other buffer, the barrier, tile t + 2's loads
+          la.template store_as<kAk>(nA);
+          lb.template store_as<kBk>(nB);
+          __syncthreads();
+          la.template load_whole<kVecRuns>();
+          lb.template load_whole<kVecRuns>();
+        };
+        if constexpr (kEarlyTurn) {
+          tile_rows(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB, [&] {
+            turn();
+            load_frags(nA, nB, 0, 0);
+          });
+        } else {
+          compute_tile(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB);
+          turn();
+        }
       }
     }
     for (; t < n_tiles; ++t) {
