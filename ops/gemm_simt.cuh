@@ -200,24 +200,28 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   auto load_frags = [&](const float* As, const float* Bs, int buf, int q) {
 #pragma unroll
     for (int g = 0; g < TM / 4; ++g) {
-      const float4 v = *reinterpret_cast<const float4*>(As + q * (BM + kSimtPad) + a_col + g * S::kLanesM * 4);
+      const float4 v =
+          *reinterpret_cast<const float4*>(As + q * (BM + kSimtPad) + a_col + g * S::kLanesM * 4);
       ra[buf][4 * g] = v.x, ra[buf][4 * g + 1] = v.y, ra[buf][4 * g + 2] = v.z, ra[buf][4 * g + 3] = v.w;
     }
 #pragma unroll
     for (int g = 0; g < TN / 4; ++g) {
-      const float4 v = *reinterpret_cast<const float4*>(Bs + q * (BN + kSimtPad) + b_col + g * S::kLanesN * 4);
+      const float4 v =
+          *reinterpret_cast<const float4*>(Bs + q * (BN + kSimtPad) + b_col + g * S::kLanesN * 4);
       rb[buf][4 * g] = v.x, rb[buf][4 * g + 1] = v.y, rb[buf][4 * g + 2] = v.z, rb[buf][4 * g + 3] = v.w;
     }
   };
-  // The tile's k-rows, row 0's fragments already in buffer 0; `last_row` runs in place of the (absent) next
-  // row's fragment loads, before the last row's outer product.
-  auto tile_rows = [&](const float* As, const float* Bs, auto&& last_row) {
+  // The tile's k-rows, row 0's fragments already in buffer 0. `turn` runs once the last row's fragments are
+  // loaded (before the outer product of the row before it), `last_row` in place of the (absent) next row's
+  // fragment loads, before the last row's outer product.
+  auto tile_rows = [&](const float* As, const float* Bs, auto&& turn, auto&& last_row) {
 #pragma unroll
     for (int q = 0; q < BK; ++q) {
       if (q + 1 < BK)
         load_frags(As, Bs, (q + 1) & 1, q + 1);
       else
         last_row();
+      if (q + 2 == BK) turn();
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -229,7 +233,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   };
   auto compute_tile = [&](const float* As, const float* Bs) {
     load_frags(As, Bs, 0, 0);
-    tile_rows(As, Bs, [] {});
+    const auto nothing = [] {};
+    tile_rows(As, Bs, nothing, nothing);
   };
 
   // The same with A k-major in shared memory (kLoadKMajorA): row trow(i) of the thread is read as a float4 of
@@ -290,12 +295,15 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     const bool straddles =
         !kVecRuns && ((!kAk && m0 + BM > p.m && p.m % 4 != 0) || (!kBk && n0 + BN > p.n && p.n % 4 != 0));
     const int n_whole = straddles ? 0 : (k_end - k_begin) / BK;
-    // The early turn: the turn to tile t + 1 comes before tile t's last k-row (whose fragments are in
-    // registers by then), followed by tile t + 1's first fragment loads, so the last row's FMAs hide their
-    // latency instead of the block stalling after the barrier. The other buffer was last read before the
-    // previous turn's barrier. It pays where the block's barrier idles the SM: one block per SM, or the 16x8
-    // thread tiles (1-3 %); the two-block 8x8 tiles lost 3-5 % with it, and the split 256x128 tiles with both
-    // operands contiguous along k spill (bench/gemm/NOTES.md, round 14).
+    // The early turn: the turn to tile t + 1 (the staged tile to the other buffer, the barrier, the loads of
+    // tile t + 2) comes once tile t's last k-row's fragments are in registers, before the outer product of
+    // the row before it; tile t + 1's first fragments load in place of the last row's, so two rows of FMAs
+    // stand between the barrier and their use instead of the whole block stalling after it. The other buffer
+    // was last read before the previous turn's barrier. It pays where the block's barrier idles the SM: one
+    // block per SM, or the 16x8 thread tiles (4096^3 +1.4 %, 2048^3 +2 %, the (4096, 4096) MLP -1.5 % against
+    // the turn one row later, which already gave 1-3 % over the turn after the tile); the two-block 8x8 tiles
+    // lost 3-5 % with it, and the split 256x128 tiles with both operands contiguous along k spill
+    // (bench/gemm/NOTES.md, round 14).
     constexpr bool kEarlyTurn =
         (MIN_BLOCKS == 1 || TM * TN >= 128) && !(SPLIT && (LOAD & 3) == 3 && TM * TN >= 128);
     if (n_whole >= 2) {
@@ -314,10 +322,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
           lb.template load_whole<kVecRuns>();
         };
         if constexpr (kEarlyTurn) {
-          tile_rows(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB, [&] {
-            turn();
-            load_frags(nA, nB, 0, 0);
-          });
+          tile_rows(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB, turn,
+                    [&] { load_frags(nA, nB, 0, 0); });
         } else {
           compute_tile(sA + (t & 1) * S::kStageA, sB + (t & 1) * S::kStageB);
           turn();
