@@ -401,27 +401,35 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     cluster.sync();
     cluster_reduce_store<BM, BN, BN, NT>(p, C, red, m0, n0, c_vec, tid);
     cluster.sync();  // no block leaves while a peer may still read its shared memory
-  } else if (m0 + BM <= p.m && n0 + BN <= p.n) {
-    // An interior tile: the thread's TN bias values are loaded once, and the activation and C's layout
-    // (float4 runs, or any strides) are dispatched once, so the unrolled stores stay short. (The per-element
-    // store_run path is ~14k instructions, run once per tile: at 4096^3 its instruction-cache misses were 3 %
-    // of the time, and with C in odd rows, where every tile took it, 4096x4097x1024 ran at 0.69x cuBLAS.)
+  } else {
+    // The thread's TN bias values are loaded once, and the activation and C's layout are dispatched once per
+    // tile, so the unrolled stores stay short: float4 runs (c_vec) or any strides for an interior tile; an
+    // edge tile (partly outside C) takes scalar stores with each element's row and column checked. Edge
+    // tiles used to take the per-element store_run (the activation dispatched per element, ~14k instructions
+    // run once per block): the 16 edge blocks of 4096x4100x1024 then cost it 17 % against 4096x4224x1024 on
+    // the same grid without edges, and the 32 of 4095x4096x1024 9 % (bench/gemm/NOTES.md, round 15). A
+    // rolled loop over a local copy of the sums was slower still (ptxas unrolled it back).
+    constexpr int kScalarC = 0, kVecC = 1, kEdgeC = 2;
     const int col0 = n0 + b_col;
-    auto store_tile = [&](auto act_c, auto vec_c) {
+    auto store_tile = [&](auto act_c, auto mode_c) {
       constexpr Activation kAct = decltype(act_c)::value;
-      constexpr bool kVec = decltype(vec_c)::value;
+      constexpr int kMode = decltype(mode_c)::value;
       float bias[TN];
 #pragma unroll
-      for (int j = 0; j < TN; ++j)
-        bias[j] = p.bias ? p.bias[(col0 + (j / 4) * S::kLanesN * 4 + j % 4) * p.bias_s] : 0.f;
+      for (int j = 0; j < TN; ++j) {
+        const int col = col0 + (j / 4) * S::kLanesN * 4 + j % 4;
+        bias[j] = p.bias && (kMode != kEdgeC || col < p.n) ? p.bias[col * p.bias_s] : 0.f;
+      }
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
-        float* row = C + static_cast<std::int64_t>(m0 + trow(i)) * p.c_sm;
+        const int r = m0 + trow(i);
+        if (kMode == kEdgeC && r >= p.m) continue;
+        float* row = C + static_cast<std::int64_t>(r) * p.c_sm;
 #pragma unroll
         for (int g = 0; g < TN / 4; ++g) {
           const int col = col0 + g * S::kLanesN * 4;
           const float* a4 = &acc[i][4 * g];
-          if constexpr (kVec) {
+          if constexpr (kMode == kVecC) {
             float4* dst = reinterpret_cast<float4*>(row + col);
             const float4 old = p.beta != 0.f ? *dst : make_float4(0.f, 0.f, 0.f, 0.f);
             *dst = make_float4(epilogue_apply(p, a4[0], old.x, bias[4 * g], kAct),
@@ -431,6 +439,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
           } else {
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
+              if (kMode == kEdgeC && col + c >= p.n) continue;
               float* dst = row + static_cast<std::int64_t>(col + c) * p.c_sn;
               *dst = epilogue_apply(p, a4[c], p.beta != 0.f ? *dst : 0.f, bias[4 * g + c], kAct);
             }
@@ -438,28 +447,35 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
         }
       }
     };
-    auto by_activation = [&](auto vec_c) {
+    auto by_activation = [&](auto mode_c) {
       switch (p.act) {
         case Activation::Relu:
-          store_tile(std::integral_constant<Activation, Activation::Relu>{}, vec_c);
+          store_tile(std::integral_constant<Activation, Activation::Relu>{}, mode_c);
           break;
         case Activation::Gelu:
-          store_tile(std::integral_constant<Activation, Activation::Gelu>{}, vec_c);
+          store_tile(std::integral_constant<Activation, Activation::Gelu>{}, mode_c);
           break;
         default:
-          store_tile(std::integral_constant<Activation, Activation::None>{}, vec_c);
+          store_tile(std::integral_constant<Activation, Activation::None>{}, mode_c);
       }
     };
-    if (c_vec)
-      by_activation(std::true_type{});
+    // The 128-register cp.async ring variants keep the per-element path for edge tiles (the compact one
+    // spills 52 bytes in one of them).
+    constexpr bool kCompactEdge = kRegs || MIN_BLOCKS * NT < 512;
+    if (m0 + BM > p.m || n0 + BN > p.n) {
+      if constexpr (kCompactEdge) {
+        by_activation(std::integral_constant<int, kEdgeC>{});
+      } else {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int g = 0; g < TN / 4; ++g)
+            store_run<4>(p, C, m0 + trow(i), n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g], c_vec);
+      }
+    } else if (c_vec)
+      by_activation(std::integral_constant<int, kVecC>{});
     else
-      by_activation(std::false_type{});
-  } else {
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int g = 0; g < TN / 4; ++g)
-        store_run<4>(p, C, m0 + trow(i), n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g], c_vec);
+      by_activation(std::integral_constant<int, kScalarC>{});
   }
 }
 
