@@ -591,7 +591,7 @@ TEST(Gemm, F32_PackedOperands) {
 }
 
 // The dispatcher packs where each copied element feeds at least 1024 FMAs (4095x4097x1023), not below;
-// with C in odd rows it takes the 128x128 2-CTA tile.
+// with C in odd rows it takes the 256x128 tile 8 deep (scalar stores).
 TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -604,12 +604,48 @@ TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
   const Config odd = choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::FP32);
   EXPECT_TRUE(odd.pack) << config_name(odd);
   EXPECT_EQ(odd.staging, Staging::Registers);
-  EXPECT_EQ(odd.kernel, Kernel::Simt128x128x2);  // C in odd rows: not the 16x8 tile
+  EXPECT_EQ(odd.kernel, Kernel::Simt256x128);  // C in odd rows: the 8-deep 16x8 tile
   const Config aligned = choose(rows(4096, 4096, 4096, 4096, 4096), MathMode::FP32);
   EXPECT_FALSE(aligned.pack);
   EXPECT_EQ(aligned.kernel, Kernel::Simt256x128k16);
   EXPECT_FALSE(choose(rows(1023, 1023, 1023, 1023, 1023), MathMode::FP32).pack);  // 512 FMAs per element
   EXPECT_FALSE(choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
+}
+
+// Big problems take the 256x128 tile 16 deep, and 8 deep where a K of at most 1024 leaves edge tiles.
+TEST(Gemm, F32_Dispatch_EdgeTilesOfShortKTakeThe8DeepTile) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  auto rows = [](int m, int n, int k) {
+    Problem p;
+    p.m = m, p.n = n, p.k = k;
+    p.a_sm = k, p.a_sk = 1, p.b_sk = n, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
+    return p;
+  };
+  EXPECT_EQ(choose(rows(4096, 4096, 1024), MathMode::FP32).kernel, Kernel::Simt256x128k16);
+  EXPECT_EQ(choose(rows(4096, 4100, 1024), MathMode::FP32).kernel, Kernel::Simt256x128);
+  EXPECT_EQ(choose(rows(4092, 4096, 1024), MathMode::FP32).kernel, Kernel::Simt256x128);
+  EXPECT_EQ(choose(rows(4100, 4100, 2048), MathMode::FP32).kernel, Kernel::Simt256x128k16);
+}
+
+// A last wave that leaves most SMs idle splits K (3000^3: 288 tiles of 256x128 on 132 SMs); full waves do
+// not.
+TEST(Gemm, F32_Dispatch_SplitsKToFillTheLastWave) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  auto rows = [](int m, int n, int k) {
+    Problem p;
+    p.m = m, p.n = n, p.k = k;
+    p.a_sm = k, p.a_sk = 1, p.b_sk = n, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
+    return p;
+  };
+  if (current_sm_count() != 132) GTEST_SKIP() << "the wave counts below are for 132 SMs";
+  const Config odd = choose(rows(3000, 3000, 3000), MathMode::FP32);
+  EXPECT_EQ(odd.kernel, Kernel::Simt256x128) << config_name(odd);
+  EXPECT_EQ(odd.split_k, 3) << config_name(odd);
+  EXPECT_EQ(odd.reduce, SplitReduce::Kernel) << config_name(odd);
+  EXPECT_EQ(choose(rows(4096, 4096, 4096), MathMode::FP32).split_k, 1);
+  EXPECT_EQ(choose(rows(4100, 4100, 4096), MathMode::FP32).split_k, 1);  // 85 % filled
 }
 
 // A launch captured into a CUDA graph keeps scratch of its own (split-K partials, packed operands). Eager
