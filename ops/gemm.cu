@@ -808,7 +808,7 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
         static_cast<std::int64_t>((p.m + t.bm - 1) / t.bm) * ((p.n + t.bn - 1) / t.bn) * p.batch;
     for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
       // Splitting only pays while the blocks do not fill the GPU a few times over, or to fill a last wave.
-      if (split > 1 && (p.k / split < 32 || blocks * split > 8 * sms)) break;
+      if (split > 1 && (p.k / split < 32 || blocks * split > 16 * sms)) break;
       for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16})
         for (bool pack : {false, true}) {
           if (math != MathMode::FP32 && st != Staging::Registers) continue;
@@ -861,6 +861,8 @@ Config choose(const Problem& p, MathMode math) {
   };
   // Register-staged with 16-byte loads for every operand run.
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
+  // Whether 256x128 tiles leave edge tiles (partly outside C).
+  const bool edges256 = p.m % 256 != 0 || p.n % 128 != 0;
   Config c;
   c.math = math;
   // The reduction of split K where a rule names one; the others get the default rule at the end.
@@ -965,32 +967,34 @@ Config choose(const Problem& p, MathMode math) {
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
     c.staging = Staging::CpAsync;
     if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
-  } else if (runs16 && p.k >= 512 && blocks(256, 128) >= 3 * sms / 4) {
+  } else if (runs16 && blocks(256, 128) >= 3 * sms / 4 &&
+             (p.k >= 512 || (p.k >= 256 && !edges256 && c_vectorisable(p)))) {
     // Big problems: 256x128 tiles of 16x8 threads (the fewest shared-memory reads per FMA), 16 deep, staged
-    // through registers (4096^3: 0.86x cuBLAS, where 128x128 gave 0.80x). Short K (a batch of 256^3) takes
-    // the 64x256 tile below: one 256x128 block per SM cannot hide its pipeline fill there. The same tile 8
-    // deep where C is not in float4 runs (4095x4097x1023 packed: 42.2-42.5 TFLOP/s, where 16 deep gave
-    // 41.3-41.4 and the 128x128 2-CTA tile 40.9-41.1) or a K of at most 1024 leaves edge tiles
-    // (4096x4100x1024 48.2 against 46.3, 4095x4096x1024 47.9 against 47.3; at 4096x4096x1024, no edge, 48.9
-    // against 49.1; at K of 2048 and 4096 the two are level).
-    const bool edges = p.m % 256 != 0 || p.n % 128 != 0;
-    c.kernel = c_vectorisable(p) && !(edges && p.k <= 1024) ? Kernel::Simt256x128k16 : Kernel::Simt256x128;
-    // A last wave that leaves SMs idle (fewer than 80 % of the slots of the waves filled): K split in 2 or 3
-    // where that fills more of them, the 8-deep tile, the splits added by the second kernel. The split costs
-    // about 10 % (2) and 12 % (3) of the rate beside the fill it buys: 3000^3 (288 tiles, 73 % filled) split
-    // 3 41.9 TFLOP/s against 35.7, 3000x3000x1024 37.3 against 34.2, 2100x2100x1024 (153 tiles) 31.8
-    // against at most 29.9.
+    // through registers (4096^3: 0.86x cuBLAS, where 128x128 gave 0.80x), also at a K of 256-511 without
+    // edge tiles (64 x 256^3: 42.9-43.0 TFLOP/s, where the 64x256 tile gave 42.2-42.5; 2048x2048x384 45.9
+    // against 44.8; 4096x4096x256 45.0 against 44.6). The same tile 8 deep where C is not in float4 runs
+    // (4095x4097x1023 packed: 42.2-42.5 TFLOP/s, where 16 deep gave 41.3-41.4 and the 128x128 2-CTA tile
+    // 40.9-41.1) or a K of at most 1024 leaves edge tiles (4096x4100x1024 48.2 against 46.3, 4095x4096x1024
+    // 47.9 against 47.3; at 4096x4096x1024, no edge, 48.9 against 49.1; at K of 2048 and 4096 the two are
+    // level).
+    c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) ? Kernel::Simt256x128k16 : Kernel::Simt256x128;
+    // A last wave that leaves SMs idle (under 90 % of the waves' slots filled): K split in 2 or 3 where that
+    // fills enough more of them, the 8-deep tile, the splits added by the second kernel. Against the slots it
+    // fills, a split runs at about 0.945 - 33 * split / K of the unsplit rate (fitted to 3000^3,
+    // 3000x3000x1024 and 4100x4100x4096): 3000^3 (288 tiles, 73 % filled) split 3 41.9 TFLOP/s against
+    // 35.7, 4100x4100x4096 (561, 85 %) 42.7 against 40.3, 2100x2100x1024 (153) 31.8 against at most 29.9.
+    // Splits over 16 blocks per SM were not measured (bench_gemm --sweep stops there).
     const std::int64_t tiles = blocks(256, 128);
     auto filled = [&](int s) {
       const std::int64_t b = tiles * s, waves = (b + sms - 1) / sms;
       return static_cast<double>(b) / static_cast<double>(waves * sms);
     };
-    if (filled(1) < 0.8) {
+    if (filled(1) < 0.9) {
       int best = 1;
-      double best_rate = filled(1);
+      double best_rate = 1.02 * filled(1);  // a split must promise 2 % to be taken
       for (int s : {2, 3}) {
-        const double rate = filled(s) * (s == 2 ? 0.90 : 0.88);
-        if (p.k / s >= 256 && rate > best_rate) best = s, best_rate = rate;
+        const double rate = filled(s) * (0.945 - 33.0 * s / p.k);
+        if (p.k / s >= 256 && tiles * s <= 16 * sms && rate > best_rate) best = s, best_rate = rate;
       }
       const Config split{Kernel::Simt256x128, best, MathMode::FP32, SplitReduce::Kernel};
       if (best > 1 && can_implement(p, split)) {
@@ -999,9 +1003,8 @@ Config choose(const Problem& p, MathMode math) {
       }
     }
   } else if (p.k < 512 && p.n >= 256 && vector_runs(p) && blocks(64, 256) >= sms) {
-    // Short K over many tiles (a batch of 64 x 256^3): 64x256 tiles of 16x8 threads, two blocks per SM, so
-    // each SM holds 8 warps of the fewest shared-memory reads per FMA (0.959x cuBLAS, where 128x128 2-CTA
-    // gave 0.925x and 256x128x16, one block per SM, 0.941x).
+    // Short K over many tiles with edge tiles or a K under 256: 64x256 tiles of 16x8 threads, two blocks per
+    // SM, so each SM holds 8 warps of the fewest shared-memory reads per FMA.
     c.kernel = Kernel::Simt64x256;
   } else if (runs16 && blocks(128, 128) < sms) {
     // Under one wave of 128x128 tiles (1024^3: 64): the 16-deep tile with K split in a cluster (split 2:

@@ -625,7 +625,12 @@ TEST(Gemm, F32_Dispatch_EdgeTilesOfShortKTakeThe8DeepTile) {
   EXPECT_EQ(choose(rows(4096, 4096, 1024), MathMode::FP32).kernel, Kernel::Simt256x128k16);
   EXPECT_EQ(choose(rows(4096, 4100, 1024), MathMode::FP32).kernel, Kernel::Simt256x128);
   EXPECT_EQ(choose(rows(4092, 4096, 1024), MathMode::FP32).kernel, Kernel::Simt256x128);
-  EXPECT_EQ(choose(rows(4100, 4100, 2048), MathMode::FP32).kernel, Kernel::Simt256x128k16);
+  EXPECT_EQ(choose(rows(4096, 4100, 2048), MathMode::FP32).kernel, Kernel::Simt256x128k16);  // K > 1024
+  // A K of 256-511 without edge tiles: the 16-deep tile too (a batch of 64 x 256^3); with edges, 64x256.
+  Problem batch = rows(256, 256, 256);
+  batch.batch = 64, batch.a_sb = 256 * 256, batch.b_sb = 256 * 256, batch.c_sb = 256 * 256;
+  EXPECT_EQ(choose(batch, MathMode::FP32).kernel, Kernel::Simt256x128k16);
+  EXPECT_EQ(choose(rows(4096, 4100, 256), MathMode::FP32).kernel, Kernel::Simt64x256);
 }
 
 // A last wave that leaves most SMs idle splits K (3000^3: 288 tiles of 256x128 on 132 SMs); full waves do
@@ -644,8 +649,10 @@ TEST(Gemm, F32_Dispatch_SplitsKToFillTheLastWave) {
   EXPECT_EQ(odd.kernel, Kernel::Simt256x128) << config_name(odd);
   EXPECT_EQ(odd.split_k, 3) << config_name(odd);
   EXPECT_EQ(odd.reduce, SplitReduce::Kernel) << config_name(odd);
-  EXPECT_EQ(choose(rows(4096, 4096, 4096), MathMode::FP32).split_k, 1);
-  EXPECT_EQ(choose(rows(4100, 4100, 4096), MathMode::FP32).split_k, 1);  // 85 % filled
+  const Config wide = choose(rows(4100, 4100, 4096), MathMode::FP32);  // 561 tiles, 85 % filled
+  EXPECT_EQ(wide.split_k, 3) << config_name(wide);
+  EXPECT_EQ(choose(rows(4096, 4096, 4096), MathMode::FP32).split_k, 1);  // 97 % filled
+  EXPECT_EQ(choose(rows(5000, 5000, 5000), MathMode::FP32).split_k, 1);  // split 2 promises under 2 %
 }
 
 // A launch captured into a CUDA graph keeps scratch of its own (split-K partials, packed operands). Eager
@@ -1054,7 +1061,9 @@ TEST(Gemm, Softmax_EveryKernel) {
                           Activation::None);
       if (cfg.split_k == 3 && layout != 2) {
         const auto [it, first] = by_split.emplace(kernel_name(cfg.kernel), c.contiguous().to_vector<float>());
-        if (!first) EXPECT_EQ(it->second, c.contiguous().to_vector<float>()) << "the two reductions differ";
+        if (!first) {
+          EXPECT_EQ(it->second, c.contiguous().to_vector<float>()) << "the two reductions differ";
+        }
       }
       ++ran;
     }
@@ -1097,7 +1106,9 @@ TEST(Gemm, Softmax_NonFiniteRowsAndEmptyK) {
           EXPECT_EQ(std::isnan(v), i == 2) << i << ", " << j;
           row_sum += v;
         }
-        if (i != 2) EXPECT_NEAR(row_sum, 1.0, 1e-5);
+        if (i != 2) {
+          EXPECT_NEAR(row_sum, 1.0, 1e-5);
+        }
       }
     }
     {
