@@ -612,25 +612,27 @@ TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
   EXPECT_FALSE(choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
 }
 
+// A row-major m x n x k problem in dense rows (no data: for the dispatcher).
+detail::gemm::Problem dense_rows(int m, int n, int k) {
+  detail::gemm::Problem p;
+  p.m = m, p.n = n, p.k = k;
+  p.a_sm = k, p.a_sk = 1, p.b_sk = n, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
+  return p;
+}
+
 // Big problems take the 256x128 tile 16 deep, and 8 deep where a K of at most 1024 leaves edge tiles.
 TEST(Gemm, F32_Dispatch_EdgeTilesOfShortKTakeThe8DeepTile) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
-  auto rows = [](int m, int n, int k) {
-    Problem p;
-    p.m = m, p.n = n, p.k = k;
-    p.a_sm = k, p.a_sk = 1, p.b_sk = n, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
-    return p;
-  };
-  EXPECT_EQ(choose(rows(4096, 4096, 1024), MathMode::FP32).kernel, Kernel::Simt256x128k16);
-  EXPECT_EQ(choose(rows(4096, 4100, 1024), MathMode::FP32).kernel, Kernel::Simt256x128);
-  EXPECT_EQ(choose(rows(4092, 4096, 1024), MathMode::FP32).kernel, Kernel::Simt256x128);
-  EXPECT_EQ(choose(rows(4096, 4100, 2048), MathMode::FP32).kernel, Kernel::Simt256x128k16);  // K > 1024
+  EXPECT_EQ(choose(dense_rows(4096, 4096, 1024), MathMode::FP32).kernel, Kernel::Simt256x128k16);
+  EXPECT_EQ(choose(dense_rows(4096, 4100, 1024), MathMode::FP32).kernel, Kernel::Simt256x128);
+  EXPECT_EQ(choose(dense_rows(4092, 4096, 1024), MathMode::FP32).kernel, Kernel::Simt256x128);
+  EXPECT_EQ(choose(dense_rows(4096, 4100, 2048), MathMode::FP32).kernel, Kernel::Simt256x128k16);  // K > 1024
   // A K of 256-511 without edge tiles: the 16-deep tile too (a batch of 64 x 256^3); with edges, 64x256.
-  Problem batch = rows(256, 256, 256);
+  Problem batch = dense_rows(256, 256, 256);
   batch.batch = 64, batch.a_sb = 256 * 256, batch.b_sb = 256 * 256, batch.c_sb = 256 * 256;
   EXPECT_EQ(choose(batch, MathMode::FP32).kernel, Kernel::Simt256x128k16);
-  EXPECT_EQ(choose(rows(4096, 4100, 256), MathMode::FP32).kernel, Kernel::Simt64x256);
+  EXPECT_EQ(choose(dense_rows(4096, 4100, 256), MathMode::FP32).kernel, Kernel::Simt64x256);
 }
 
 // A last wave that leaves most SMs idle splits K (3000^3: 288 tiles of 256x128 on 132 SMs); full waves do
@@ -638,21 +640,15 @@ TEST(Gemm, F32_Dispatch_EdgeTilesOfShortKTakeThe8DeepTile) {
 TEST(Gemm, F32_Dispatch_SplitsKToFillTheLastWave) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
-  auto rows = [](int m, int n, int k) {
-    Problem p;
-    p.m = m, p.n = n, p.k = k;
-    p.a_sm = k, p.a_sk = 1, p.b_sk = n, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
-    return p;
-  };
   if (current_sm_count() != 132) GTEST_SKIP() << "the wave counts below are for 132 SMs";
-  const Config odd = choose(rows(3000, 3000, 3000), MathMode::FP32);
+  const Config odd = choose(dense_rows(3000, 3000, 3000), MathMode::FP32);
   EXPECT_EQ(odd.kernel, Kernel::Simt256x128) << config_name(odd);
   EXPECT_EQ(odd.split_k, 3) << config_name(odd);
   EXPECT_EQ(odd.reduce, SplitReduce::Kernel) << config_name(odd);
-  const Config wide = choose(rows(4100, 4100, 4096), MathMode::FP32);  // 561 tiles, 85 % filled
+  const Config wide = choose(dense_rows(4100, 4100, 4096), MathMode::FP32);  // 561 tiles, 85 % filled
   EXPECT_EQ(wide.split_k, 3) << config_name(wide);
-  EXPECT_EQ(choose(rows(4096, 4096, 4096), MathMode::FP32).split_k, 1);  // 97 % filled
-  EXPECT_EQ(choose(rows(5000, 5000, 5000), MathMode::FP32).split_k, 1);  // split 2 promises under 2 %
+  EXPECT_EQ(choose(dense_rows(4096, 4096, 4096), MathMode::FP32).split_k, 1);  // 97 % filled
+  EXPECT_EQ(choose(dense_rows(5000, 5000, 5000), MathMode::FP32).split_k, 1);  // split 2 promises under 2 %
 }
 
 // A launch captured into a CUDA graph keeps scratch of its own (split-K partials, packed operands). Eager
