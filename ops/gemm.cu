@@ -326,6 +326,27 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The same where the source is contiguous along c (rows at any alignment, no transpose): a warp per row, each
+// lane 4 scalar loads (the warp's loads one 512-byte run) and one float4 store. No shared memory or barrier:
+// an operand moves at copy speed (4 bytes read and 4 written per element).
+__global__ void __launch_bounds__(256)
+    gemm_pack_rows(const float* __restrict__ src, std::int64_t s_r, std::int64_t s_b, int rows, int cols,
+                   int ld, float* __restrict__ dst, std::int64_t d_b) {
+  pdl_launch_dependents();  // the GEMM after it may start its blocks; they wait for this grid's writes
+  const int r = blockIdx.x * blockDim.y + threadIdx.y;
+  if (r >= rows) return;
+  const float* s = src + blockIdx.y * s_b + r * s_r;
+  float4* d = reinterpret_cast<float4*>(dst + blockIdx.y * d_b + static_cast<std::int64_t>(r) * ld);
+#pragma unroll 4
+  for (int c4 = threadIdx.x; c4 < ld / 4; c4 += 32) {
+    const int c = 4 * c4;
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = c + e < cols ? s[c + e] : 0.f;
+    d[c4] = make_float4(v[0], v[1], v[2], v[3]);
+  }
+}
+
 // ================================================================ launchers
 
 const char* kernel_name(Kernel k) {
@@ -590,6 +611,13 @@ Problem pack_shape(const Problem& p) {
 namespace {
 void launch_pack(const float* src, std::int64_t s_b, const PackedLayout& l, int batches, float* dst,
                  cudaStream_t stream) {
+  if (l.s_c == 1) {
+    const dim3 grid(static_cast<unsigned>((l.rows + 7) / 8), static_cast<unsigned>(batches));
+    gemm_pack_rows<<<grid, dim3(32, 8), 0, stream>>>(src, l.s_r, s_b, l.rows, l.cols, static_cast<int>(l.ld),
+                                                     dst, l.rows * l.ld);
+    MT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((l.ld + 31) / 32),
                   static_cast<unsigned>(std::min(65535, (l.rows + 31) / 32)), static_cast<unsigned>(batches));
   gemm_pack_operand<<<grid, dim3(32, 8), 0, stream>>>(src, l.s_r, l.s_c, s_b, l.rows, l.cols,

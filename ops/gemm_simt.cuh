@@ -145,8 +145,12 @@ struct SimtShape {
 // Runtime layout flags: a_kfast / b_kfast the operand is contiguous along k (the cp.async loaders walk k
 // fastest; register-staged variants have it in LOAD); a_vec / b_vec (register staging, last tiles) its
 // 4-element runs are 16-byte aligned; c_vec C takes float4 stores.
+// ROWS_C: the unsplit kernel for C in contiguous rows that are not 16-byte aligned (store_rows in the
+// epilogue). A separate instantiation: with that epilogue in the same kernel, ptxas scheduled the main loop
+// differently and the aligned problems lost 2-5 % (4096x4096x1024: 256x128x8 48.55 -> 47.57 TFLOP/s,
+// 256x128x16 48.9 -> 46.7, bench/gemm/NOTES.md round 16).
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, int LOAD,
-          bool SPLIT>
+          bool SPLIT, bool ROWS_C = false>
 __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
     gemm_simt(Problem p, int k_per_split, float* ws, bool a_kfast, bool b_kfast, bool a_vec, bool b_vec,
               bool c_vec) {
@@ -403,23 +407,30 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     cluster.sync();  // no block leaves while a peer may still read its shared memory
   } else {
     // The thread's TN bias values are loaded once, and the activation and C's layout are dispatched once per
-    // tile, so the unrolled stores stay short: float4 runs (c_vec) or any strides for an interior tile; an
-    // edge tile (partly outside C) takes scalar stores with each element's row and column checked. Edge
-    // tiles used to take the per-element store_run (the activation dispatched per element, ~14k instructions
-    // run once per block): the 16 edge blocks of 4096x4100x1024 then cost it 17 % against 4096x4224x1024 on
-    // the same grid without edges, and the 32 of 4095x4096x1024 9 % (bench/gemm/NOTES.md, round 15). A
-    // rolled loop over a local copy of the sums was slower still (ptxas unrolled it back).
+    // tile, so the unrolled stores stay short. Edge tiles (partly outside C) check each element's row and
+    // column; they used to take the per-element store_run (the activation dispatched per element, ~14k
+    // instructions run once per block), which cost 4096x4100x1024 17 % against 4096x4224x1024 on the same
+    // grid, and a rolled loop over a local copy of the sums was slower still (bench/gemm/NOTES.md, round 15).
+    //   kVecC    an interior tile of a C in 16-byte aligned rows: one float4 per fragment
+    //   store_rows  (ROWS_C kernels) C in contiguous rows at any alignment (rows of odd length, an offset
+    //            view), interior and edge tiles: the fragment's 4 values are shifted across lanes onto C's
+    //            16-byte boundaries, so a warp writes whole 32-byte sectors with float4 stores where scalar
+    //            stores of 4 values 16 bytes apart wrote each sector in 4 pieces (4095x4097x1023 +4 %)
+    //   kScalarC, kEdgeC  C with a column stride: scalar stores, unchecked or checked
     constexpr int kScalarC = 0, kVecC = 1, kEdgeC = 2;
     const int col0 = n0 + b_col;
+    auto load_bias = [&](float(&bias)[TN], bool edge) {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        const int col = col0 + (j / 4) * S::kLanesN * 4 + j % 4;
+        bias[j] = p.bias && (!edge || col < p.n) ? p.bias[col * p.bias_s] : 0.f;
+      }
+    };
     auto store_tile = [&](auto act_c, auto mode_c) {
       constexpr Activation kAct = decltype(act_c)::value;
       constexpr int kMode = decltype(mode_c)::value;
       float bias[TN];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        const int col = col0 + (j / 4) * S::kLanesN * 4 + j % 4;
-        bias[j] = p.bias && (kMode != kEdgeC || col < p.n) ? p.bias[col * p.bias_s] : 0.f;
-      }
+      load_bias(bias, kMode == kEdgeC);
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
         const int r = m0 + trow(i);
@@ -447,35 +458,122 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
         }
       }
     };
-    auto by_activation = [&](auto mode_c) {
+    // store_rows. The lanes of a warp that share a row hold its columns in runs of 4 (lane_n, fragment g: the
+    // warp's WN columns in order), and the run starting at column `col` lies `mis` floats past a 16-byte
+    // boundary (the same for every run of the row). Each lane stores the aligned float4 ending inside its
+    // run: the last `mis` values of the run before it (its left neighbour's, or for lane_n 0 its own of the
+    // fragment before, which lane kLanesN - 1 sends) and the first 4 - mis of its own. The warp's first run
+    // stores its first 4 - mis values and its last run its last mis as scalars (the neighbouring warp or
+    // block writes the rest of those two float4s). Every lane takes part in every shuffle: rows and columns
+    // outside C are checked at the stores only.
+    auto store_rows = [&](auto act_c, auto edge_c) {
+      constexpr Activation kAct = decltype(act_c)::value;
+      constexpr bool kEdge = decltype(edge_c)::value;
+      float bias[TN];
+      load_bias(bias, kEdge);
+      const int src = lane_n == 0 ? lane + S::kLanesN - 1 : lane - 1;
+      const bool first_lane = lane_n == 0, last_lane = lane_n == S::kLanesN - 1;
+      const auto c_words = static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(C) >> 2);
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const int r = m0 + trow(i);
+        const bool row_in = !kEdge || r < p.m;
+        float* row = C + static_cast<std::int64_t>(r) * p.c_sm;
+        const int mis =
+            static_cast<int>((c_words + static_cast<unsigned>(static_cast<std::int64_t>(r) * p.c_sm) +
+                              static_cast<unsigned>(col0)) &
+                             3u);
+        float before[4];  // this lane's values of the fragment before (sent by lane kLanesN - 1)
+#pragma unroll
+        for (int g = 0; g < TN / 4; ++g) {
+          const int col = col0 + g * S::kLanesN * 4;
+          float v[4], left[4];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const bool in = row_in && (!kEdge || col + c < p.n);
+            v[c] = epilogue_apply(p, acc[i][4 * g + c], p.beta != 0.f && in ? row[col + c] : 0.f,
+                                  bias[4 * g + c], kAct);
+          }
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            left[c] = __shfl_sync(0xffffffffu, last_lane && g > 0 ? before[c] : v[c], src);
+            before[c] = v[c];
+          }
+          if (!row_in) continue;
+          const bool head = first_lane && g == 0 && mis != 0;
+          const bool tail = last_lane && g == TN / 4 - 1 && mis != 0;
+          auto put = [&](int c0, int c1) {  // v[c0, c1) as scalars
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+              if (c >= c0 && c < c1 && (!kEdge || col + c < p.n)) row[col + c] = v[c];
+          };
+          if (head) {
+            put(0, 4 - mis);
+          } else {
+            // The aligned float4 at col - mis: left[4 - mis, 4) then v[0, 4 - mis).
+            float w[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              w[e] = mis == 0   ? v[e]
+                     : mis == 1 ? (e < 1 ? left[3 + e] : v[e - 1])
+                     : mis == 2 ? (e < 2 ? left[2 + e] : v[e - 2])
+                                : (e < 3 ? left[1 + e] : v[e - 3]);
+            float* slot = row + col - mis;
+            if (!kEdge || col - mis + 4 <= p.n) {
+              *reinterpret_cast<float4*>(slot) = make_float4(w[0], w[1], w[2], w[3]);
+            } else {
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (col - mis + e < p.n) slot[e] = w[e];
+            }
+          }
+          if (tail) put(4 - mis, 4);
+        }
+      }
+    };
+    auto by_activation = [&](auto store, auto mode_c) {
       switch (p.act) {
         case Activation::Relu:
-          store_tile(std::integral_constant<Activation, Activation::Relu>{}, mode_c);
+          store(std::integral_constant<Activation, Activation::Relu>{}, mode_c);
           break;
         case Activation::Gelu:
-          store_tile(std::integral_constant<Activation, Activation::Gelu>{}, mode_c);
+          store(std::integral_constant<Activation, Activation::Gelu>{}, mode_c);
           break;
         default:
-          store_tile(std::integral_constant<Activation, Activation::None>{}, mode_c);
+          store(std::integral_constant<Activation, Activation::None>{}, mode_c);
       }
     };
     // The 128-register cp.async ring variants keep the per-element path for edge tiles (the compact one
     // spills 52 bytes in one of them).
     constexpr bool kCompactEdge = kRegs || MIN_BLOCKS * NT < 512;
-    if (m0 + BM > p.m || n0 + BN > p.n) {
-      if constexpr (kCompactEdge) {
-        by_activation(std::integral_constant<int, kEdgeC>{});
-      } else {
+    static_assert(!ROWS_C || (kRegs && !SPLIT), "store_rows is built into unsplit register-staged kernels");
+    constexpr bool kShiftRows = ROWS_C;
+    const bool edge = m0 + BM > p.m || n0 + BN > p.n;
+    if (edge) {
+      if constexpr (!kCompactEdge) {
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
           for (int g = 0; g < TN / 4; ++g)
             store_run<4>(p, C, m0 + trow(i), n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g], c_vec);
+      } else if constexpr (kShiftRows) {
+        if (p.c_sn == 1)
+          by_activation(store_rows, std::true_type{});
+        else
+          by_activation(store_tile, std::integral_constant<int, kEdgeC>{});
+      } else {
+        by_activation(store_tile, std::integral_constant<int, kEdgeC>{});
       }
-    } else if (c_vec)
-      by_activation(std::integral_constant<int, kVecC>{});
-    else
-      by_activation(std::integral_constant<int, kScalarC>{});
+    } else if (c_vec) {
+      by_activation(store_tile, std::integral_constant<int, kVecC>{});
+    } else if constexpr (kShiftRows) {
+      if (p.c_sn == 1)
+        by_activation(store_rows, std::false_type{});
+      else
+        by_activation(store_tile, std::integral_constant<int, kScalarC>{});
+    } else {
+      by_activation(store_tile, std::integral_constant<int, kScalarC>{});
+    }
   }
 }
 
@@ -486,8 +584,10 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 // scalar-run variants would spill.
 // RING16: the configuration also has the ring of 16-byte copies with A k-major (Staging::CpAsync16, for
 // ring16_ready(p) problems).
+// ROWS_C: the configuration also has the unsplit register-staged kernels for C in unaligned contiguous rows
+// (gemm_simt's ROWS_C), taken for such a C; without them that C gets scalar stores.
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1,
-          bool RING = true, bool SCALAR_RUNS = true, bool RING16 = false>
+          bool RING = true, bool SCALAR_RUNS = true, bool RING16 = false, bool ROWS_C = false>
 void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging staging, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   const bool regs = staging == Staging::Registers;
@@ -523,6 +623,23 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   const bool b_kfast = p.b_sk == 1 && p.b_sn != 1;
   const int layout = (a_kfast ? 1 : 0) + (b_kfast ? 2 : 0) + (vector_runs(p) ? 0 : kScalarRuns);
   Kern kernel = reg_kernels[layout][split > 1 ? 1 : 0];
+  if constexpr (ROWS_C) {
+    auto rows = [](auto load) {
+      return gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs + decltype(load)::value,
+                       false, true>;
+    };
+    static const std::array<Kern, 8> rows_kernels = {
+        rows(integral_constant<int, 0>{}),         rows(integral_constant<int, 1>{}),
+        rows(integral_constant<int, 2>{}),         rows(integral_constant<int, 3>{}),
+        rows(integral_constant<int, kRuns + 0>{}), rows(integral_constant<int, kRuns + 1>{}),
+        rows(integral_constant<int, kRuns + 2>{}), rows(integral_constant<int, kRuns + 3>{})};
+    static const bool rows_once = [&] {
+      for (Kern k : rows_kernels) allow_smem(k, S::smem_bytes(Staging::Registers, false));
+      return true;
+    }();
+    (void)rows_once;
+    if (split == 1 && p.c_sn == 1 && !c_vectorisable(p)) kernel = rows_kernels[layout];
+  }
   if constexpr (RING) {
     // [B takes float4 loads][split > 1]. The scalar B loader needs more registers than a 2-blocks-per-SM
     // budget leaves (it would spill), so that variant always runs one block per SM; so does the 128x128
