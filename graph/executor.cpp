@@ -3,6 +3,7 @@
 // A run allocates nothing and never synchronises the host (except host-output pipelines): intermediates live
 // in one arena, outputs in a persistent buffer, inputs are read in place (or staged into persistent buffers),
 // so a whole run can be captured on the origin stream and replayed while the input pointers stay the same.
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <numeric>
@@ -393,6 +394,17 @@ TensorMap ExecutorImpl::run_cpu_path(const TensorMap& inputs) {
   return out;
 }
 
+void ExecutorImpl::count_edges(cudaGraph_t g) {
+  std::size_t n = 0;
+  MT_CUDA_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  if (n > 0) MT_CUDA_CHECK(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n));
+  m_stats.n_graph_edges = static_cast<int>(n);
+  m_stats.n_programmatic_edges = static_cast<int>(std::count_if(
+      data.begin(), data.end(), [](const auto& e) { return e.type == cudaGraphDependencyTypeProgrammatic; }));
+}
+
 TensorMap ExecutorImpl::run(const TensorMap& inputs) {
   if (m_device.is_cpu()) return run_cpu_path(inputs);
   std::vector<Tensor> bound = bind_inputs(m_prog.g, inputs, m_device, "Executor::run");
@@ -494,6 +506,7 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
       throw;
     }
     MT_CUDA_CHECK(cudaStreamEndCapture(origin, &g));
+    count_edges(g);
     bool updated = false;
     if (m_graph.exec) {
       cudaGraphExecUpdateResultInfo info{};

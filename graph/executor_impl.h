@@ -44,6 +44,7 @@ class ExecutorImpl {
   bool pipeline_eligible() const { return m_pipeline_ok; }
 
   void launch_all(cudaStream_t origin, bool timed);
+  void count_edges(cudaGraph_t g);  // into m_stats after a capture
   void launch_step(int i, cudaStream_t stream);
   Tensor node_tensor(int id) const;
   std::string summary() const;

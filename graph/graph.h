@@ -209,6 +209,9 @@ struct ExecStats {
   int n_runs = 0, n_plain_runs = 0, n_captures = 0, n_graph_updates = 0, n_reinstantiations = 0,
       n_replays = 0;
   int n_pipelined_runs = 0;
+  // Of the last captured CUDA graph: its dependency edges, and those that let a kernel start while the one
+  // before it finishes (programmatic dependent launch kept by the capture).
+  int n_graph_edges = 0, n_programmatic_edges = 0;
 };
 
 // Timings of the last profiled run.

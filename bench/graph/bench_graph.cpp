@@ -126,6 +126,10 @@ void bm_mlp(benchmark::State& state, std::int64_t batch, std::int64_t hidden, in
     time_runs(state, reps, [&] { benchmark::DoNotOptimize(eager_mlp(m)); });
   else
     time_runs(state, reps, [&] { benchmark::DoNotOptimize(exec->run(in)); });
+  if (o.cuda_graph) {  // the captured graph's edges, and those that keep launches overlapped (PDL)
+    state.counters["graph_edges"] = exec->stats().n_graph_edges;
+    state.counters["pdl_edges"] = exec->stats().n_programmatic_edges;
+  }
   const double flops =
       4.0 * static_cast<double>(batch) * static_cast<double>(hidden) * static_cast<double>(hidden);
   state.counters["TFLOPS"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);

@@ -173,6 +173,9 @@ TEST(GraphCuda, CudaGraphReplayEqualsPlainRunAndFollowsNewData) {
   EXPECT_EQ(eg.stats().n_plain_runs, 1);  // the warm-up
   EXPECT_EQ(eg.stats().n_captures, 1);
   EXPECT_EQ(eg.stats().n_replays, 2);
+  // The MLP's launches run in sequence: the captured graph has edges, some of them may be programmatic.
+  EXPECT_GT(eg.stats().n_graph_edges, 0);
+  EXPECT_LE(eg.stats().n_programmatic_edges, eg.stats().n_graph_edges);
   // A new input pointer: the graph is updated (or re-instantiated), not stale.
   Tensor x2 = uniform({32, 64}, 7).cuda();
   const Tensor y2 = eg.run({{"x", x2}}).at("y").clone();
@@ -331,7 +334,7 @@ TEST(GraphCuda, ProfileAndTrace) {
   ExecOptions o = gpu_options();
   o.profile = true;
   Executor e(m.g, o);
-  e.run({{"x", uniform({64, 128}, 3)}});  // host input: the trace shows the copy
+  e.run({{"x", uniform({64, 128}, 3)}});   // host input: the trace shows the copy
   ASSERT_EQ(e.last_profile().size(), 2u);  // linear+bias+relu, linear+bias+softmax
   for (const auto& t : e.last_profile()) EXPECT_GT(t.duration_us, 0.0);
   EXPECT_NE(e.profile_table().find("linear"), std::string::npos);

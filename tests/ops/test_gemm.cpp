@@ -401,6 +401,61 @@ TEST(Gemm, F32_EveryKernel_COddRowsAndTransposed) {
   }
 }
 
+// The 256x128x8 tile's ROWS_C kernels (C in contiguous rows that are not 16-byte aligned: float4 stores of
+// values shifted across lanes): C a view at column offset 1 or 2 in rows of n + 1 or n + 2, so the rows start
+// at every misalignment, in a batch of 3 whose entries start at different ones too; edge tiles along m and n;
+// B in odd rows (the scalar-run loaders); beta 0 over NaN and beta 1 with a bias and relu. The columns beside
+// C must stay untouched. (Rows of n + 3 at offset 1 with B aligned, the whole-run loaders: the test above.)
+TEST(Gemm, F32_RowsC_EveryAlignment_Batched) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const std::int64_t batch = 3, m = 259, n = 261, k = 40;
+  const Tensor a = test::make_input(InputSpec{Shape{batch, m, k}}, 31, Device::cuda(0));
+  const Tensor b = test::make_input(InputSpec{Shape{k, n}}, 32, Device::cuda(0));
+  const Tensor bias = test::make_input(InputSpec{Shape{n}}, 33, Device::cuda(0));
+  const Tensor c0 = test::make_input(InputSpec{Shape{batch, m, n}}, 34, Device::cuda(0));
+  const std::vector<float> bv = bias.to_vector<float>();
+  const MatD bd = to_double(b);
+  const Config cfg{Kernel::Simt256x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers};
+  for (std::int64_t pad = 1; pad <= 2; ++pad)
+    for (std::int64_t off = 1; off <= pad; ++off)
+      for (float beta : {0.f, 1.f}) {
+        SCOPED_TRACE(config_name(cfg) + " rows of n + " + std::to_string(pad) + ", offset " +
+                     std::to_string(off) + ", beta " + std::to_string(beta));
+        Guarded g(Shape{batch, m, n + pad}, DType::F32, Device::cuda(0));
+        g.view().fill_(7.25);
+        Tensor c = g.view().narrow(2, off, n);
+        if (beta != 0.f)
+          c.copy_(c0);
+        else
+          c.fill_(std::numeric_limits<double>::quiet_NaN());
+        Problem p = problem_2d(a.select(0, 0), b, c.select(0, 0));
+        p.batch = static_cast<int>(batch);
+        p.a_sb = a.stride(0), p.b_sb = 0, p.c_sb = c.stride(0);
+        p.alpha = -1.5f, p.beta = beta;
+        if (beta != 0.f) p.bias = bias.data<float>(), p.act = Activation::Relu;
+        ASSERT_NE(p.c_sm % 4, 0);  // rows not 16-byte aligned: the ROWS_C kernels
+        ASSERT_TRUE(can_implement(p, cfg));
+        launch(p, cfg, detail::stream_for(Device::cuda(0)));
+        EXPECT_EQ(g.check(), "");
+        for (std::int64_t e = 0; e < batch; ++e) {
+          const MatD wide = to_double(g.view().select(0, e));
+          for (Eigen::Index i = 0; i < m; ++i)
+            for (Eigen::Index j = 0; j < n + pad; ++j)
+              if (j < off || j >= off + n) {
+                ASSERT_EQ(wide(i, j), 7.25)
+                    << "column " << j << " of row " << i << " of entry " << e << " outside C was written";
+              }
+          const MatD cd = to_double(c0.select(0, e));
+          ErrorStats s;
+          double e2 = 0, s2 = 0;
+          accumulate_errors(to_double(c.select(0, e)), to_double(a.select(0, e)), bd, &cd,
+                            beta != 0.f ? &bv : nullptr, p.alpha, p.beta, p.act, 1.0, s, e2, s2);
+          EXPECT_EQ(s.n_bad, 0) << "entry " << e << ": " << s.str();
+        }
+      }
+}
+
 // The 16-byte cp.async ring (Staging::CpAsync16) on every tile built with it: K odd inside 16-byte aligned
 // rows (A the first 257 of 260 columns, so each row's last run copies 1 float and zero-fills 3), splits
 // whose k ranges start inside the matrix, a batch of 2 with B broadcast, and beta = 0 over a NaN-filled C.
