@@ -547,7 +547,6 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     // spills 52 bytes in one of them).
     constexpr bool kCompactEdge = kRegs || MIN_BLOCKS * NT < 512;
     static_assert(!ROWS_C || (kRegs && !SPLIT), "store_rows is built into unsplit register-staged kernels");
-    constexpr bool kShiftRows = ROWS_C;
     const bool edge = m0 + BM > p.m || n0 + BN > p.n;
     if (edge) {
       if constexpr (!kCompactEdge) {
@@ -556,7 +555,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 #pragma unroll
           for (int g = 0; g < TN / 4; ++g)
             store_run<4>(p, C, m0 + trow(i), n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g], c_vec);
-      } else if constexpr (kShiftRows) {
+      } else if constexpr (ROWS_C) {
         if (p.c_sn == 1)
           by_activation(store_rows, std::true_type{});
         else
@@ -566,7 +565,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
       }
     } else if (c_vec) {
       by_activation(store_tile, std::integral_constant<int, kVecC>{});
-    } else if constexpr (kShiftRows) {
+    } else if constexpr (ROWS_C) {
       if (p.c_sn == 1)
         by_activation(store_rows, std::false_type{});
       else
