@@ -2,17 +2,21 @@
 //
 //   MLP/<batch>x<hidden>/eager            the eager ops, one call per op (6 launches)
 //   MLP/<batch>x<hidden>/exec_unfused     executor, no fusion (10 launches), no CUDA graph
-//   MLP/<batch>x<hidden>/exec_fused       executor, fused (3 launches: 2 GEMMs with epilogues, softmax)
+//   MLP/<batch>x<hidden>/exec_fused       executor, fused (2 steps: each GEMM with its epilogue, the softmax
+//                                         in the second GEMM's split-K reduction where it splits)
 //   MLP/<batch>x<hidden>/exec_fused_graph executor, fused, replayed as a CUDA graph
-//   MLP/<batch>x<hidden>/exec_fused_graph_tf32x3  the same with the GEMMs in TF32x3 (3 tensor-core products
-//   per
+//   MLP/<batch>x<hidden>/exec_fused_graph_tf32x3
+//                                         the same with the GEMMs in 3xTF32 (3 tensor-core products per
 //                                         operand pair: float32-class accuracy, checked against the eager
 //                                         ops)
 //   HostAdd/<n>/{ideal_h2d,ideal_d2h,serial,pipelined}: c = a + b over pinned host arrays, back to the host
 //
 // Time is per run (wall clock over a batch of back-to-back runs, then one synchronise), which is what a
-// serving loop sees. PyTorch's numbers for the same MLP come from bench/graph/torch_mlp.py, run in the same
-// session; it reads this binary's JSON and prints the ratios. FLOPs per MLP run: 2 * 2 * batch * hidden^2.
+// serving loop sees. Counters: host_us (the launch path's host time per run), single_us (one run alone
+// between two events), launches (executor steps), and in the graph modes graph_edges / pdl_edges (the
+// captured graph's dependency edges, and those that let a kernel start while the one before it finishes).
+// PyTorch's numbers for the same MLP come from bench/graph/torch_mlp.py, run in the same session; it reads
+// this binary's JSON and prints the ratios. FLOPs per MLP run: 2 * 2 * batch * hidden^2.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
