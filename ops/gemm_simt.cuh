@@ -145,10 +145,13 @@ struct SimtShape {
 // Runtime layout flags: a_kfast / b_kfast the operand is contiguous along k (the cp.async loaders walk k
 // fastest; register-staged variants have it in LOAD); a_vec / b_vec (register staging, last tiles) its
 // 4-element runs are 16-byte aligned; c_vec C takes float4 stores.
-// ROWS_C: the unsplit kernel for C in contiguous rows that are not 16-byte aligned (store_rows in the
-// epilogue). A separate instantiation: with that epilogue in the same kernel, ptxas scheduled the main loop
-// differently and the aligned problems lost 2-5 % (4096x4096x1024: 256x128x8 48.55 -> 47.57 TFLOP/s,
-// 256x128x16 48.9 -> 46.7, bench/gemm/NOTES.md round 16).
+// ROWS_C: the unsplit kernel for C in contiguous rows that are not 16-byte aligned, whose epilogue is
+// store_rows alone. The main loop's speed follows the epilogue's code size, although the loop is the same
+// code: with store_rows beside the other stores in every kernel, the aligned problems lost 2-5 %
+// (4096x4096x1024: 256x128x8 48.55 -> 47.57 TFLOP/s, 256x128x16 48.9 -> 46.7; round 16); a ROWS_C kernel
+// with all of them issued 0.80 instructions per scheduler per cycle where the plain kernel issued 0.84, and
+// with store_rows alone, checked, it ran 4.5 % faster (4095x4097x1023: 44.0 -> 46.0 TFLOP/s; round 17 of
+// bench/gemm/NOTES.md).
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, int LOAD,
           bool SPLIT, bool ROWS_C = false>
 __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
@@ -412,10 +415,10 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     // instructions run once per block), which cost 4096x4100x1024 17 % against 4096x4224x1024 on the same
     // grid, and a rolled loop over a local copy of the sums was slower still (bench/gemm/NOTES.md, round 15).
     //   kVecC    an interior tile of a C in 16-byte aligned rows: one float4 per fragment
-    //   store_rows  (ROWS_C kernels) C in contiguous rows at any alignment (rows of odd length, an offset
-    //            view), interior and edge tiles: the fragment's 4 values are shifted across lanes onto C's
-    //            16-byte boundaries, so a warp writes whole 32-byte sectors with float4 stores where scalar
-    //            stores of 4 values 16 bytes apart wrote each sector in 4 pieces (4095x4097x1023 +4 %)
+    //   store_rows  (ROWS_C kernels, their only store) C in contiguous rows at any alignment (rows of odd
+    //            length, an offset view), every element checked: the fragment's 4 values are shifted across
+    //            lanes onto C's 16-byte boundaries, so a warp writes whole 32-byte sectors with float4 stores
+    //            where scalar stores of 4 values 16 bytes apart wrote each sector in 4 pieces
     //   kScalarC, kEdgeC  C with a column stride: scalar stores, unchecked or checked
     constexpr int kScalarC = 0, kVecC = 1, kEdgeC = 2;
     const int col0 = n0 + b_col;
@@ -466,18 +469,17 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     // stores its first 4 - mis values and its last run its last mis as scalars (the neighbouring warp or
     // block writes the rest of those two float4s). Every lane takes part in every shuffle: rows and columns
     // outside C are checked at the stores only.
-    auto store_rows = [&](auto act_c, auto edge_c) {
+    auto store_rows = [&](auto act_c) {
       constexpr Activation kAct = decltype(act_c)::value;
-      constexpr bool kEdge = decltype(edge_c)::value;
       float bias[TN];
-      load_bias(bias, kEdge);
+      load_bias(bias, true);
       const int src = lane_n == 0 ? lane + S::kLanesN - 1 : lane - 1;
       const bool first_lane = lane_n == 0, last_lane = lane_n == S::kLanesN - 1;
       const auto c_words = static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(C) >> 2);
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
         const int r = m0 + trow(i);
-        const bool row_in = !kEdge || r < p.m;
+        const bool row_in = r < p.m;
         float* row = C + static_cast<std::int64_t>(r) * p.c_sm;
         const int mis =
             static_cast<int>((c_words + static_cast<unsigned>(static_cast<std::int64_t>(r) * p.c_sm) +
@@ -490,7 +492,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
           float v[4], left[4];
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const bool in = row_in && (!kEdge || col + c < p.n);
+            const bool in = row_in && col + c < p.n;
             v[c] = epilogue_apply(p, acc[i][4 * g + c], p.beta != 0.f && in ? row[col + c] : 0.f,
                                   bias[4 * g + c], kAct);
           }
@@ -505,7 +507,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
           auto put = [&](int c0, int c1) {  // v[c0, c1) as scalars
 #pragma unroll
             for (int c = 0; c < 4; ++c)
-              if (c >= c0 && c < c1 && (!kEdge || col + c < p.n)) row[col + c] = v[c];
+              if (c >= c0 && c < c1 && col + c < p.n) row[col + c] = v[c];
           };
           if (head) {
             put(0, 4 - mis);
@@ -519,7 +521,7 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
                      : mis == 2 ? (e < 2 ? left[2 + e] : v[e - 2])
                                 : (e < 3 ? left[1 + e] : v[e - 3]);
             float* slot = row + col - mis;
-            if (!kEdge || col - mis + 4 <= p.n) {
+            if (col - mis + 4 <= p.n) {
               *reinterpret_cast<float4*>(slot) = make_float4(w[0], w[1], w[2], w[3]);
             } else {
 #pragma unroll
@@ -531,16 +533,16 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
         }
       }
     };
-    auto by_activation = [&](auto store, auto mode_c) {
+    auto by_activation = [&](auto store, auto... mode_c) {
       switch (p.act) {
         case Activation::Relu:
-          store(std::integral_constant<Activation, Activation::Relu>{}, mode_c);
+          store(std::integral_constant<Activation, Activation::Relu>{}, mode_c...);
           break;
         case Activation::Gelu:
-          store(std::integral_constant<Activation, Activation::Gelu>{}, mode_c);
+          store(std::integral_constant<Activation, Activation::Gelu>{}, mode_c...);
           break;
         default:
-          store(std::integral_constant<Activation, Activation::None>{}, mode_c);
+          store(std::integral_constant<Activation, Activation::None>{}, mode_c...);
       }
     };
     // The 128-register cp.async ring variants keep the per-element path for edge tiles (the compact one
@@ -548,28 +550,20 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     constexpr bool kCompactEdge = kRegs || MIN_BLOCKS * NT < 512;
     static_assert(!ROWS_C || (kRegs && !SPLIT), "store_rows is built into unsplit register-staged kernels");
     const bool edge = m0 + BM > p.m || n0 + BN > p.n;
-    if (edge) {
+    if constexpr (ROWS_C) {
+      by_activation(store_rows);
+    } else if (edge) {
       if constexpr (!kCompactEdge) {
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
           for (int g = 0; g < TN / 4; ++g)
             store_run<4>(p, C, m0 + trow(i), n0 + b_col + g * S::kLanesN * 4, &acc[i][4 * g], c_vec);
-      } else if constexpr (ROWS_C) {
-        if (p.c_sn == 1)
-          by_activation(store_rows, std::true_type{});
-        else
-          by_activation(store_tile, std::integral_constant<int, kEdgeC>{});
       } else {
         by_activation(store_tile, std::integral_constant<int, kEdgeC>{});
       }
     } else if (c_vec) {
       by_activation(store_tile, std::integral_constant<int, kVecC>{});
-    } else if constexpr (ROWS_C) {
-      if (p.c_sn == 1)
-        by_activation(store_rows, std::false_type{});
-      else
-        by_activation(store_tile, std::integral_constant<int, kScalarC>{});
     } else {
       by_activation(store_tile, std::integral_constant<int, kScalarC>{});
     }
