@@ -645,8 +645,30 @@ TEST(Gemm, F32_PackedOperands) {
     }
 }
 
+// Packed rows longer than one copy warp's 1024 columns (the row copy splits them: 1030 -> ld 1032 in two
+// pieces, 2501 -> 2504 in three), both operands in one copy launch, over a batch.
+TEST(Gemm, F32_PackedLongRows) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const std::int64_t m = 37, n = 2501, k = 1030, batch = 2;
+  const Device d = Device::cuda(0);
+  const Tensor a = test::make_input(InputSpec{Shape{batch, m, k}, Layout::Offset1}, 81, d);
+  const Tensor b = test::make_input(InputSpec{Shape{batch, k, n}, Layout::Offset1}, 82, d);
+  const Tensor c = empty(Shape{batch, m, n}, DType::F32, d);
+  Problem p;
+  p.m = m, p.n = n, p.k = k, p.batch = batch;
+  p.a = a.data<float>(), p.a_sm = a.stride(1), p.a_sk = a.stride(2), p.a_sb = a.stride(0);
+  p.b = b.data<float>(), p.b_sk = b.stride(1), p.b_sn = b.stride(2), p.b_sb = b.stride(0);
+  p.c = c.data<float>(), p.c_sm = n, p.c_sn = 1, p.c_sb = m * n;
+  ASSERT_TRUE(needs_pack(p));
+  const Config cfg{Kernel::Simt128x128x2, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers, true};
+  ASSERT_TRUE(can_implement(p, cfg));
+  launch(p, cfg, detail::stream_for(d));
+  expect_batches_match(c, a.contiguous(), b.contiguous(), {0, batch - 1});
+}
+
 // The dispatcher packs where each copied element feeds at least 1024 FMAs (4095x4097x1023), not below;
-// with C in odd rows it takes the 256x128 tile 8 deep (scalar stores).
+// with C in odd rows it takes the 256x128 tile 8 deep (its ROWS_C kernels: store_rows).
 TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
