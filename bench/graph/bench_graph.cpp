@@ -10,6 +10,11 @@
 //                                         operand pair: float32-class accuracy, checked against the eager
 //                                         ops)
 //   HostAdd/<n>/{ideal_h2d,ideal_d2h,serial,pipelined}: c = a + b over pinned host arrays, back to the host
+//   HostAdd/<n>/ideal_both                the H2D and D2H copies at once on two streams: the link's duplex
+//                                         rate, which bounds the pipeline from below on hosts where the two
+//                                         directions share bandwidth
+//   HostAdd/<n>/pipelined_chunk<C>M_streams<S>  the pipeline at other chunk sizes and stream counts (the
+//                                         defaults are 4 M floats on 4 streams)
 //
 // Time is per run (wall clock over a batch of back-to-back runs, then one synchronise), which is what a
 // serving loop sees. Counters: host_us (the launch path's host time per run), single_us (one run alone
@@ -164,7 +169,7 @@ HostAdd& host_add() {
   return h;
 }
 
-void bm_host(benchmark::State& state, int mode) {
+void bm_host(benchmark::State& state, int mode, std::int64_t chunk = 0, int streams = 0) {
   if (!cuda_available()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -172,24 +177,42 @@ void bm_host(benchmark::State& state, int mode) {
   HostAdd& h = host_add();
   const cudaStream_t s = current_stream(0);
   const std::size_t bytes = static_cast<std::size_t>(kHostN) * 4;
-  if (mode <= 1) {  // the ideal: the copies alone, at full pinned bandwidth
-    Tensor d = empty({2 * kHostN}, DType::F32, Device::cuda(0));
+  if (mode <= 1 || mode == 4) {  // the ideal: the copies alone, at full pinned bandwidth
+    Tensor d = empty({3 * kHostN}, DType::F32, Device::cuda(0));
     Tensor out = empty_pinned({kHostN});
+    char* dev = static_cast<char*>(d.data_ptr());
+    const cudaStream_t s2 = pool_stream(0, 1);
+    Event fork(false), join(false);
+    auto h2d = [&](cudaStream_t st) {
+      MT_CUDA_CHECK(cudaMemcpyAsync(dev, h.a.data_ptr(), bytes, cudaMemcpyHostToDevice, st));
+      MT_CUDA_CHECK(cudaMemcpyAsync(dev + bytes, h.b.data_ptr(), bytes, cudaMemcpyHostToDevice, st));
+    };
+    auto d2h = [&](cudaStream_t st) {
+      MT_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), dev + 2 * bytes, bytes, cudaMemcpyDeviceToHost, st));
+    };
     time_runs(state, 1, [&] {
       if (mode == 0) {
-        MT_CUDA_CHECK(cudaMemcpyAsync(d.data_ptr(), h.a.data_ptr(), bytes, cudaMemcpyHostToDevice, s));
-        MT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(d.data_ptr()) + bytes, h.b.data_ptr(), bytes,
-                                      cudaMemcpyHostToDevice, s));
-      } else {
-        MT_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), d.data_ptr(), bytes, cudaMemcpyDeviceToHost, s));
+        h2d(s);
+      } else if (mode == 1) {
+        d2h(s);
+      } else {  // both directions at once, on two streams: what the link gives the pipeline
+        fork.record(s);
+        fork.wait(s2);
+        d2h(s2);
+        h2d(s);
+        join.record(s2);
+        join.wait(s);
       }
     });
-    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(mode == 0 ? 2 * bytes : bytes),
-                                                benchmark::Counter::kIsIterationInvariantRate);
+    const std::size_t moved = mode == 0 ? 2 * bytes : mode == 1 ? bytes : 3 * bytes;
+    state.counters["GB/s"] =
+        benchmark::Counter(static_cast<double>(moved), benchmark::Counter::kIsIterationInvariantRate);
     return;
   }
   ExecOptions o;
   o.host_pipeline = mode == 3;
+  if (chunk > 0) o.pipeline_chunk = chunk;
+  if (streams > 0) o.pipeline_streams = streams;
   o.cuda_graph = false;
   Executor exec(h.g, o);
   Tensor out_host = empty_pinned({kHostN});
@@ -226,14 +249,27 @@ void register_all() {
           ->Iterations(h >= 4096 ? 3 : 20);  // each iteration is a batch of runs (see time_runs)
     }
   }
-  const char* host_modes[] = {"ideal_h2d", "ideal_d2h", "serial", "pipelined"};
-  for (int mode = 0; mode < 4; ++mode) {
+  const char* host_modes[] = {"ideal_h2d", "ideal_d2h", "serial", "pipelined", "ideal_both"};
+  for (int mode = 0; mode < 5; ++mode) {
     const std::string name = std::string("HostAdd/100M/") + host_modes[mode];
     benchmark::RegisterBenchmark(name.c_str(), [mode](benchmark::State& st) { bm_host(st, mode); })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond)
         ->Iterations(10);
   }
+  // The pipeline's chunk size (M floats) and stream count, around the defaults (4 M, 4 streams).
+  for (std::int64_t mega : {1, 2, 4, 8, 16})
+    for (int streams : {2, 3, 4}) {
+      const std::string name =
+          "HostAdd/100M/pipelined_chunk" + std::to_string(mega) + "M_streams" + std::to_string(streams);
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [mega, streams](benchmark::State& st) {
+                                     bm_host(st, 3, mega << 20, streams);
+                                   })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(10);
+    }
 }
 
 }  // namespace

@@ -119,12 +119,20 @@ def main():
                           f"{mt[key] / best:7.2f}")
         h2d, d2h = mt.get("HostAdd/100M/ideal_h2d"), mt.get("HostAdd/100M/ideal_d2h")
         ser, pipe = mt.get("HostAdd/100M/serial"), mt.get("HostAdd/100M/pipelined")
+        both = mt.get("HostAdd/100M/ideal_both")
         if h2d and d2h and pipe:
             ideal = max(h2d, d2h) / 1000.0
             print(f"\nhost add: ideal max(H2D {h2d / 1000:.2f}, D2H {d2h / 1000:.2f}) = {ideal:.2f} ms; "
                   f"pipelined {pipe / 1000:.2f} ms ({pipe / 1000 / ideal:.3f}x ideal, target <= 1.15x); "
                   f"serial {ser / 1000 if ser else float('nan'):.2f} ms"
                   + (f"; torch {host_ms:.2f} ms" if host_ms else ""))
+            if both:
+                print(f"both copies at once on two streams (the link's duplex rate): {both / 1000:.2f} ms "
+                      f"= {both / 1000 / ideal:.3f}x ideal")
+            sweep = sorted((v, k.split("/")[-1]) for k, v in mt.items() if "/pipelined_chunk" in k)
+            if sweep:
+                print("pipeline chunk x streams, fastest first: "
+                      + ", ".join(f"{name} {v / 1000:.2f} ms" for v, name in sweep[:5]))
 
 
 if __name__ == "__main__":
