@@ -10,9 +10,9 @@
 //                                         operand pair: float32-class accuracy, checked against the eager
 //                                         ops)
 //   HostAdd/<n>/{ideal_h2d,ideal_d2h,serial,pipelined}: c = a + b over pinned host arrays, back to the host
-//   HostAdd/<n>/ideal_both                the H2D and D2H copies at once on two streams: the link's duplex
-//                                         rate, which bounds the pipeline from below on hosts where the two
-//                                         directions share bandwidth
+//   HostAdd/<n>/ideal_both                the H2D and D2H copies at once on two streams, no compute: the
+//                                         link with both directions busy (on hosts where they share
+//                                         bandwidth, the pipeline's copies run slower than either alone)
 //   HostAdd/<n>/pipelined_chunk<C>M_streams<S>  the pipeline at other chunk sizes and stream counts (the
 //                                         defaults are 4 M floats on 4 streams)
 //
@@ -169,7 +169,11 @@ HostAdd& host_add() {
   return h;
 }
 
-void bm_host(benchmark::State& state, int mode, std::int64_t chunk = 0, int streams = 0) {
+enum class HostMode { IdealH2D, IdealD2H, Serial, Pipelined, IdealBoth };
+constexpr const char* kHostModeNames[] = {"ideal_h2d", "ideal_d2h", "serial", "pipelined", "ideal_both"};
+
+// chunk / streams: the pipeline's chunk size in elements and stream count (0: the ExecOptions defaults).
+void bm_host(benchmark::State& state, HostMode mode, std::int64_t chunk = 0, int streams = 0) {
   if (!cuda_available()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -177,7 +181,8 @@ void bm_host(benchmark::State& state, int mode, std::int64_t chunk = 0, int stre
   HostAdd& h = host_add();
   const cudaStream_t s = current_stream(0);
   const std::size_t bytes = static_cast<std::size_t>(kHostN) * 4;
-  if (mode <= 1 || mode == 4) {  // the ideal: the copies alone, at full pinned bandwidth
+  // The copies alone, at full pinned bandwidth.
+  if (mode != HostMode::Serial && mode != HostMode::Pipelined) {
     Tensor d = empty({3 * kHostN}, DType::F32, Device::cuda(0));
     Tensor out = empty_pinned({kHostN});
     char* dev = static_cast<char*>(d.data_ptr());
@@ -191,9 +196,9 @@ void bm_host(benchmark::State& state, int mode, std::int64_t chunk = 0, int stre
       MT_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), dev + 2 * bytes, bytes, cudaMemcpyDeviceToHost, st));
     };
     time_runs(state, 1, [&] {
-      if (mode == 0) {
+      if (mode == HostMode::IdealH2D) {
         h2d(s);
-      } else if (mode == 1) {
+      } else if (mode == HostMode::IdealD2H) {
         d2h(s);
       } else {  // both directions at once, on two streams: what the link gives the pipeline
         fork.record(s);
@@ -204,13 +209,15 @@ void bm_host(benchmark::State& state, int mode, std::int64_t chunk = 0, int stre
         join.wait(s);
       }
     });
-    const std::size_t moved = mode == 0 ? 2 * bytes : mode == 1 ? bytes : 3 * bytes;
+    const std::size_t moved = mode == HostMode::IdealH2D   ? 2 * bytes
+                              : mode == HostMode::IdealD2H ? bytes
+                                                           : 3 * bytes;
     state.counters["GB/s"] =
         benchmark::Counter(static_cast<double>(moved), benchmark::Counter::kIsIterationInvariantRate);
     return;
   }
   ExecOptions o;
-  o.host_pipeline = mode == 3;
+  o.host_pipeline = mode == HostMode::Pipelined;
   if (chunk > 0) o.pipeline_chunk = chunk;
   if (streams > 0) o.pipeline_streams = streams;
   o.cuda_graph = false;
@@ -218,10 +225,10 @@ void bm_host(benchmark::State& state, int mode, std::int64_t chunk = 0, int stre
   Tensor out_host = empty_pinned({kHostN});
   auto run = [&] {
     const TensorMap r = exec.run({{"a", h.a}, {"b", h.b}});
-    if (mode == 2) out_host.copy_(r.at("c"));  // serial: all in, compute, all out
+    if (mode == HostMode::Serial) out_host.copy_(r.at("c"));  // serial: all in, compute, all out
   };
   run();
-  const Tensor c = mode == 2 ? out_host : exec.run({{"a", h.a}, {"b", h.b}}).at("c");
+  const Tensor c = mode == HostMode::Serial ? out_host : exec.run({{"a", h.a}, {"b", h.b}}).at("c");
   const float* pc = c.data<float>();
   for (std::int64_t i = 0; i < kHostN; i += 9973) {
     const float want = static_cast<float>(i % 1000) * 0.001f + (1.0f - static_cast<float>(i % 7));
@@ -249,9 +256,9 @@ void register_all() {
           ->Iterations(h >= 4096 ? 3 : 20);  // each iteration is a batch of runs (see time_runs)
     }
   }
-  const char* host_modes[] = {"ideal_h2d", "ideal_d2h", "serial", "pipelined", "ideal_both"};
-  for (int mode = 0; mode < 5; ++mode) {
-    const std::string name = std::string("HostAdd/100M/") + host_modes[mode];
+  for (int m = 0; m < 5; ++m) {
+    const auto mode = static_cast<HostMode>(m);
+    const std::string name = std::string("HostAdd/100M/") + kHostModeNames[m];
     benchmark::RegisterBenchmark(name.c_str(), [mode](benchmark::State& st) { bm_host(st, mode); })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond)
@@ -262,10 +269,9 @@ void register_all() {
     for (int streams : {2, 3, 4}) {
       const std::string name =
           "HostAdd/100M/pipelined_chunk" + std::to_string(mega) + "M_streams" + std::to_string(streams);
-      benchmark::RegisterBenchmark(name.c_str(),
-                                   [mega, streams](benchmark::State& st) {
-                                     bm_host(st, 3, mega << 20, streams);
-                                   })
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [mega, streams](benchmark::State& st) { bm_host(st, HostMode::Pipelined, mega << 20, streams); })
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
           ->Iterations(10);
