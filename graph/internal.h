@@ -1,6 +1,7 @@
 // What the graph's implementation files share: input validation and node evaluation through the eager ops.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "graph/ir.h"
@@ -17,5 +18,14 @@ void require_outputs(const GraphData& g, const char* op);
 
 // Evaluates one non-leaf node through the eager ops on the device its inputs live on (allocating its result).
 Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins);
+
+// The host pipeline's pieces of `total` elements, in order: (offset, length). Pieces are `chunk` elements,
+// except the first and the last `chunk` elements, which ramp up and down in halves (chunk/8, chunk/8,
+// chunk/4, chunk/2 ... chunk/2, chunk/4, chunk/8, chunk/8; no piece under 64 Ki elements unless the whole
+// is): the first piece's copy in and the last piece's copy out overlap nothing, so they are kept short.
+struct PipelinePiece {
+  std::int64_t offset, length;
+};
+std::vector<PipelinePiece> pipeline_pieces(std::int64_t total, std::int64_t chunk);
 
 }  // namespace mt::detail

@@ -2,8 +2,9 @@
 // the host-to-device copies of one chunk overlap the kernel and the device-to-host copy of the previous ones.
 //
 // Napkin maths: with H2D and D2H on separate copy engines, a run takes about max(total H2D, total D2H) plus
-// one chunk's other copy and kernel at the ends. Chunks of 4 M floats (16 MB) keep that tail near 0.3 ms at
-// ~55 GB/s while amortising the per-copy overhead.
+// the first piece's copy in and the last piece's kernel and copy out, which overlap nothing. Chunks of 4 M
+// floats (16 MB) amortise the per-copy overhead; the ends ramp down to 512 Ki floats, so the last copy out
+// takes ~40 us at ~55 GB/s instead of ~0.3 ms (bench/gemm/NOTES.md, round 18).
 #include <algorithm>
 #include <cstring>
 
@@ -12,6 +13,36 @@
 #include "runtime/stream.h"
 
 namespace mt::detail {
+
+std::vector<PipelinePiece> pipeline_pieces(std::int64_t total, std::int64_t chunk) {
+  constexpr std::int64_t kMinPiece = std::int64_t(1) << 16;
+  constexpr int kHalvings = 3;
+  std::vector<PipelinePiece> out;
+  if (total <= 0) return out;
+  chunk = std::max<std::int64_t>(1, chunk);
+  // The sizes of one ramp, largest first: chunk/2, chunk/4, ..., and the rest of `n` elements.
+  auto ramp = [&](std::int64_t n) {
+    std::vector<std::int64_t> sizes;
+    for (int i = 0; i < kHalvings && n / 2 >= kMinPiece; ++i) {
+      sizes.push_back(n / 2);
+      n -= n / 2;
+    }
+    sizes.push_back(n);
+    return sizes;
+  };
+  const std::int64_t head = std::min(total, chunk), tail = std::min(total - head, chunk);
+  std::int64_t off = 0;
+  auto put = [&](std::int64_t len) {
+    if (len > 0) out.push_back({off, len});
+    off += len;
+  };
+  const std::vector<std::int64_t> up = ramp(head);
+  for (auto it = up.rbegin(); it != up.rend(); ++it) put(*it);
+  while (off + chunk < total - tail) put(chunk);
+  put(total - tail - off);  // the middle's last, shorter piece (none when it divides evenly)
+  for (std::int64_t len : ramp(tail)) put(len);
+  return out;
+}
 
 TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
   const Step& step = m_prog.steps[0];
@@ -62,13 +93,15 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
     m_prof_base.record(origin);
   }
   m_pipe_events.clear();
-  const std::int64_t n_chunks = (total + chunk - 1) / chunk;
+  const std::vector<PipelinePiece> pieces = pipeline_pieces(total, chunk);
+  const auto n_chunks = static_cast<std::int64_t>(pieces.size());
   if (timed) m_pipe_events.reserve(static_cast<size_t>(3 * n_chunks));
   char* out_host = static_cast<char*>(m_pipe_out_host[0].data_ptr());
   for (std::int64_t c = 0; c < n_chunks; ++c) {
     const int slot = static_cast<int>(c % n_slots);
     cudaStream_t st = streams[static_cast<size_t>(slot)];
-    const std::int64_t off = c * chunk, len = std::min(chunk, total - off);
+    const std::int64_t off = pieces[static_cast<size_t>(c)].offset,
+                       len = pieces[static_cast<size_t>(c)].length;
     const std::size_t bytes = static_cast<std::size_t>(len) * es;
     auto mark = [&](const char* what) -> PipeEvent& {
       m_pipe_events.push_back(PipeEvent{static_cast<int>(c), slot, what});

@@ -5,6 +5,7 @@
 
 #include "graph/codegen.h"
 #include "graph/graph.h"
+#include "graph/internal.h"
 #include "graph/program.h"
 #include "random_graph.h"
 
@@ -447,6 +448,40 @@ TEST(GraphCodegen, SameExpressionSameSource) {
   const Program pa = detail::build_program(a.data(), CompileFlags{}),
                 pb = detail::build_program(b.data(), CompileFlags{});
   EXPECT_EQ(detail::fused_kernel_source(pa, pa.steps[0]), detail::fused_kernel_source(pb, pb.steps[0]));
+}
+
+// The host pipeline's pieces tile [0, total) in order, none longer than a chunk, and ramp at both ends.
+TEST(GraphPipeline, PiecesCoverTheRangeAndRampAtTheEnds) {
+  constexpr std::int64_t M = std::int64_t(1) << 20, K = std::int64_t(1) << 10;
+  const std::pair<std::int64_t, std::int64_t> cases[] = {
+      {0, 4 * M},     {1, 4 * M},           {4 * M - 1, 4 * M},   {4 * M, 4 * M}, {4 * M + 1, 4 * M},
+      {8 * M, 4 * M}, {100'000'000, 4 * M}, {M + 12345, 128 * K}, {1000, 1},      {200 * K + 3, 64 * K},
+      {3 * M, 0}};
+  for (auto [total, chunk] : cases) {
+    SCOPED_TRACE(::testing::Message() << "total " << total << ", chunk " << chunk);
+    const std::vector<detail::PipelinePiece> p = detail::pipeline_pieces(total, chunk);
+    std::int64_t off = 0;
+    for (const auto& piece : p) {
+      EXPECT_EQ(piece.offset, off);
+      EXPECT_GT(piece.length, 0);
+      EXPECT_LE(piece.length, std::max<std::int64_t>(1, chunk));
+      off += piece.length;
+    }
+    EXPECT_EQ(off, total);
+  }
+  // 100 M floats in chunks of 4 M: 512 Ki, 512 Ki, 1 Mi, 2 Mi, then whole chunks, then 2 Mi, 1 Mi, 512 Ki,
+  // 512 Ki (the middle's last piece is shorter).
+  const auto p = detail::pipeline_pieces(100'000'000, 4 * M);
+  ASSERT_GE(p.size(), 8u);
+  const std::int64_t want[] = {512 * K, 512 * K, M, 2 * M};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(p[static_cast<size_t>(i)].length, want[i]) << "piece " << i;
+    EXPECT_EQ(p[p.size() - 1 - static_cast<size_t>(i)].length, want[i]) << "piece " << p.size() - 1 - i;
+  }
+  EXPECT_EQ(p[4].length, 4 * M);
+  // Small problems are not cut below 64 Ki elements: one piece.
+  EXPECT_EQ(detail::pipeline_pieces(100 * K, 4 * M).size(), 1u);
+  EXPECT_TRUE(detail::pipeline_pieces(0, 4 * M).empty());
 }
 
 }  // namespace
