@@ -409,6 +409,8 @@ const char* kernel_name(Kernel k) {
       return "simt_64x256x8_w64x64_t16x8_s3";
     case Kernel::Simt128x64k16:
       return "simt_128x64x16_w64x32_t8x8";
+    case Kernel::SimtTma128x64:
+      return "simt_128x64x32_w64x32_t8x8_s3_tma";
     case Kernel::Tensor128x128:
       return "mma_128x128x16_w64x32_s4";
     case Kernel::Tensor128x64:
@@ -424,7 +426,8 @@ const char* kernel_name(Kernel k) {
 std::vector<Kernel> simt_kernels() {
   return {Kernel::Simt128x128,    Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
           Kernel::Simt256x128k16, Kernel::Simt128x64,     Kernel::Simt64x64,     Kernel::Simt32x128,
-          Kernel::Simt32x64,      Kernel::Simt64x128,     Kernel::Simt64x256,    Kernel::Simt128x64k16};
+          Kernel::Simt32x64,      Kernel::Simt64x128,     Kernel::Simt64x256,    Kernel::Simt128x64k16,
+          Kernel::SimtTma128x64};
 }
 std::vector<Kernel> tensor_kernels() {
   return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64, Kernel::Wgmma};
@@ -715,6 +718,8 @@ TileInfo tile_of(Kernel k) {
       return {64, 256, 8};
     case Kernel::Simt128x64k16:
       return {128, 64, 16};
+    case Kernel::SimtTma128x64:
+      return {128, 64, 32};
     case Kernel::Tensor128x128:
       return {128, 128, 16};
     case Kernel::Tensor128x64:
@@ -823,6 +828,8 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       return launch_simt_64x256(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::Simt128x64k16:
       return launch_simt_128x64k16(p, split, cfg.reduce, cfg.staging, stream);
+    case Kernel::SimtTma128x64:
+      return launch_simt_tma_128x64(p, split, cfg.reduce, stream);
     default:
       MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
   }
@@ -846,6 +853,9 @@ bool can_implement(const Problem& p, const Config& cfg) {
   if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
   if (cfg.kernel == Kernel::Wgmma)
     return (cfg.split_k == 1 || cfg.reduce == SplitReduce::Cluster) && wgmma_can_implement(p, cfg.math);
+  // The TMA kernel has no other staging, and no other kernel has it.
+  if ((cfg.kernel == Kernel::SimtTma128x64) != (cfg.staging == Staging::Tma)) return false;
+  if (cfg.staging == Staging::Tma) return tma_ready(p);
   if (is_simt(cfg.kernel) && cfg.staging == Staging::Registers && !(a_reg_stageable(p) && b_reg_stageable(p)))
     return false;
   if (registers_only(cfg.kernel) && cfg.staging == Staging::CpAsync) return false;
@@ -877,7 +887,7 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
     for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
       // Splitting only pays while the blocks do not fill the GPU a few times over, or to fill a last wave.
       if (split > 1 && (p.k / split < 32 || blocks * split > 16 * sms)) break;
-      for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16})
+      for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16, Staging::Tma})
         for (bool pack : {false, true}) {
           if (math != MathMode::FP32 && st != Staging::Registers) continue;
           if (pack && (math != MathMode::FP32 || st == Staging::CpAsync || !needs_pack(p))) continue;
@@ -1022,11 +1032,15 @@ Config choose(const Problem& p, MathMode math) {
       c.staging = Staging::CpAsync;
     }
   } else if (p.n <= 64 && runs16 && blocks(128, 64) >= 3 * sms / 4) {
-    // Skinny N with tall M (16384x64x4096, where A streams from DRAM): 128x64 tiles 16 deep, register-staged,
-    // K split to about two blocks per SM and reduced in a cluster (split 2: 0.86-0.92x cuBLAS over four runs;
-    // in the sweep that timed them all, 37.8 TFLOP/s, where 256x64 tiles of 16x8 threads gave 36.3, 128x64
-    // 8 deep 34.5 and the same tile with its splits added in the launch through L2 37.3).
+    // Skinny N with tall M (16384x64x4096, where A streams from DRAM): 128x64 tiles, K split to about two
+    // blocks per SM and reduced in a cluster. Where TMA can fetch the operands, the TMA kernel (its turns
+    // between tiles are one mbarrier wait: 42.2 TFLOP/s split 2 in a prototype, where this rule's
+    // register-staged 128x64x16 ran 39.7-40.3, bench/gemm/NOTES.md round 19); else the 16-deep
+    // register-staged tile (split 2: 0.86-0.92x cuBLAS over four runs; in the sweep that timed them all,
+    // 37.8 TFLOP/s, where 256x64 tiles of 16x8 threads gave 36.3, 128x64 8 deep 34.5 and the same tile
+    // with its splits added in the launch through L2 37.3).
     c.kernel = Kernel::Simt128x64k16;
+    if (tma_ready(p)) c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma;
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
     if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
   } else if (p.n <= 64) {

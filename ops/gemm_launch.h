@@ -92,6 +92,8 @@ enum class Kernel {
   Simt64x256,     // 16x8 per thread in 4 warps, two blocks per SM: short K over many tiles (whole runs only)
   Simt128x64k16,  // skinny N under a tall M: 16 deep, so each tile's loads (A streams from DRAM) hide behind
                   // twice the math of an 8-deep tile; 8x8 per thread, two blocks per SM
+  SimtTma128x64,  // skinny N under a tall M, tiles brought by TMA (Staging::Tma only): 32 deep, 3 stages,
+                  // 4 consumer warps of 8x8 per thread and a producer warp, two blocks per SM
   Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,
   Tensor64x64,
@@ -114,6 +116,8 @@ enum class Staging {
   CpAsync,    // a multi-stage cp.async ring (any strides)
   CpAsync16,  // the ring with 16-byte copies only: A contiguous along k, kept k-major in shared memory, and B
               // contiguous along n, in 16-byte aligned rows (the configurations built for it)
+  Tma,        // one TMA copy per operand and stage into an mbarrier ring, issued by a producer warp
+              // (Kernel::SimtTma128x64 only; tma_ready problems)
 };
 
 // A cluster holds at most the portable cluster size of blocks.
@@ -136,6 +140,10 @@ std::string config_name(const Config& c);
 // (Staging::CpAsync16: A contiguous along k and B along n, in 16-byte aligned rows and batches).
 bool has_ring16(Kernel k);
 bool ring16_ready(const Problem& p);
+// The problems the TMA kernel takes (Staging::Tma): batch 1, A contiguous along k and B along n, each in
+// 16-byte aligned rows at least as long as the matrix's (any stride for a single row), on an sm_90 device
+// with the kernel built for it (ops/gemm_simt_tma.cu).
+bool tma_ready(const Problem& p);
 
 // Whether packing would copy an operand of `p` (Config::pack), and `p` as the kernel sees it after packing
 // (the copied operands' pointers null): each copied operand keeps its contiguous dim (k for an operand

@@ -709,5 +709,7 @@ void launch_simt_64x256(const Problem& p, int split, SplitReduce reduce, Staging
                         cudaStream_t stream);  // gemm_simt_skinny.cu
 void launch_simt_128x64k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
                            cudaStream_t stream);  // gemm_simt_skinny.cu
+void launch_simt_tma_128x64(const Problem& p, int split, SplitReduce reduce,
+                            cudaStream_t stream);  // gemm_simt_tma.cu
 
 }  // namespace mt::detail::gemm

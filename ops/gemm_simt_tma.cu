@@ -1,0 +1,305 @@
+// The production FP32 SGEMM fed by the Tensor Memory Accelerator (Kernel::SimtTma128x64, Staging::Tma): a
+// producer warp copies each 128x32 tile of A and 32x64 tile of B into a ring of shared-memory stages with one
+// TMA instruction per operand, and 4 consumer warps run the outer products (8x8 per thread) as soon as a
+// stage lands. Stages are handed over through mbarriers, so no block-wide barrier stops the math between
+// tiles and the consumers issue no loads to global memory at all.
+//
+// Built for the tall skinny product where A streams from DRAM (16384x64x4096). There the register-staged
+// 128x64x16 kernel spent its tile turns with no eligible warp: storing the staged tile, then the barrier
+// (issued IPC 3.02 against cuBLAS 3.41, ncu, bench/gemm/NOTES.md round 18). Here the turn is one mbarrier
+// wait per stage.
+//
+// Shared memory, per stage: A as [128 rows][32 k] with the TMA's 128-byte swizzle (16-byte chunk c of row r
+// lands at chunk c ^ (r % 8)), then B as [32 k][64 n], dense. A thread reads 4 k-steps of a row as one
+// float4; the 8 rows a warp reads at once are consecutive, so the swizzle puts them in 8 distinct 16-byte
+// bank groups and the reads are conflict free without padding (which TMA cannot write).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "ops/gemm_device.cuh"
+#include "ops/gemm_simt.cuh"
+#include "runtime/device.h"
+
+namespace mt::detail::gemm {
+
+namespace {
+
+constexpr int kTmaBM = 128, kTmaBN = 64, kTmaBK = 32, kTmaStages = 3;
+constexpr int kTmaConsumerWarps = (kTmaBM / 64) * (kTmaBN / 32);  // warp tiles of 64x32
+constexpr int kTmaThreads = 32 * (kTmaConsumerWarps + 1);         // + the producer warp
+constexpr int kTmaABytes = kTmaBM * kTmaBK * 4, kTmaBBytes = kTmaBK * kTmaBN * 4;
+constexpr int kTmaStageBytes = kTmaABytes + kTmaBBytes;
+// The split-K partial tile (cluster reduction) reuses the ring: rows of BN + 4 floats, so the 8 rows a warp
+// writes at once fall in distinct bank groups.
+constexpr int kTmaPartLd = kTmaBN + 4;
+// 1024 bytes of slack to align the ring to the swizzle atom, then the ring, then full and empty mbarriers.
+constexpr std::size_t kTmaSmemBytes = 1024 + kTmaStages * kTmaStageBytes + 2 * kTmaStages * 8;
+static_assert(kTmaBM * kTmaPartLd * 4 <= kTmaStages * kTmaStageBytes, "the partial tile must fit the ring");
+static_assert(kTmaBK * 4 == 128, "A's rows of one stage are one 128-byte swizzle span");
+
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrives once and adds `bytes` to the transactions the current phase waits for.
+__device__ __forceinline__ void mbar_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` has completed (a fresh barrier counts the phase before its first
+// as completed, parity 1).
+__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t ok = 0;
+  while (!ok)
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
+        : "memory");
+}
+// The box of `map` at (c0, c1) (c0 the contiguous dim) into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                            std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// SPLIT: K split over gridDim.z; the splits of a tile reduce in their cluster (ws == nullptr) or store raw
+// partials to ws for launch_splitk_reduce.
+template <bool SPLIT>
+__global__ void __launch_bounds__(kTmaThreads, 2)
+    gemm_simt_tma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                  Problem p, int k_per_split, float* ws, bool c_vec) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int BM = kTmaBM, BN = kTmaBN, BK = kTmaBK, S = kTmaStages, CW = kTmaConsumerWarps;
+  pdl_wait();  // launched to overlap the previous kernel: its writes (A, B, C, bias) first
+  extern __shared__ unsigned char smem_raw[];
+  // Offsets from the shared array keep the compiler's loads in the shared window (LDS, not generic loads).
+  unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  const std::uint32_t ring = smem_addr(smem);
+  const std::uint32_t full = ring + S * kTmaStageBytes, empty = full + 8 * S;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const BlockTile bt = block_tile<BM, BN, BK>(p, k_per_split);
+  const int m0 = bt.m0, n0 = bt.n0, n_tiles = bt.n_tiles;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full + 8 * s, 1);    // the producer's arrival; the TMA bytes complete the phase
+      mbar_init(empty + 8 * s, CW);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+  // Consumer warp (wm, wn) holds rows wm * 64 + lm + 8 i (i < 8) and columns wn * 32 + ln * 4 + {0..3} and
+  // + 16 of that; lanes with the same lm share A's reads, those with the same ln B's.
+  const int wm = warp / (BN / 32), wn = warp % (BN / 32);
+  const int lm = lane / 4, ln = lane % 4;
+  const int row0 = wm * 64 + lm, col0 = wn * 32 + ln * 4;
+
+  if (warp == CW) {
+    // Producer: one thread refills each stage as soon as every consumer warp has released it.
+    if (lane == 0) {
+      const int kt0 = bt.k_begin / BK;
+      for (int t = 0; t < n_tiles; ++t) {
+        const int s = t % S;
+        mbar_wait(empty + 8 * s, ((t / S) & 1) ^ 1);
+        mbar_expect_tx(full + 8 * s, kTmaStageBytes);
+        const std::uint32_t a_dst = ring + s * kTmaStageBytes;
+        tma_load_2d(a_dst, &map_a, (kt0 + t) * BK, m0, full + 8 * s);
+        tma_load_2d(a_dst + kTmaABytes, &map_b, n0, (kt0 + t) * BK, full + 8 * s);
+      }
+    }
+  } else {
+    for (int t = 0; t < n_tiles; ++t) {
+      const int s = t % S;
+      mbar_wait(full + 8 * s, (t / S) & 1);
+      const unsigned char* As = smem + s * kTmaStageBytes;
+      const float* Bs = reinterpret_cast<const float*>(As + kTmaABytes);
+      // Fragments: A's next 4 k-steps load while these 4 run, B's one k-step ahead.
+      float ra[2][8][4], rb[2][8];
+      auto load_a = [&](int buf, int chunk) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int r = row0 + 8 * i;  // r % 8 == lm
+          const float4 v = *reinterpret_cast<const float4*>(As + r * 128 + ((chunk ^ lm) << 4));
+          ra[buf][i][0] = v.x, ra[buf][i][1] = v.y, ra[buf][i][2] = v.z, ra[buf][i][3] = v.w;
+        }
+      };
+      auto load_b = [&](int buf, int q) {
+        const float4 x = *reinterpret_cast<const float4*>(Bs + q * BN + col0);
+        const float4 y = *reinterpret_cast<const float4*>(Bs + q * BN + col0 + 16);
+        rb[buf][0] = x.x, rb[buf][1] = x.y, rb[buf][2] = x.z, rb[buf][3] = x.w;
+        rb[buf][4] = y.x, rb[buf][5] = y.y, rb[buf][6] = y.z, rb[buf][7] = y.w;
+      };
+      load_a(0, 0);
+      load_b(0, 0);
+#pragma unroll
+      for (int q = 0; q < BK; ++q) {
+        if (q % 4 == 0 && q + 4 < BK) load_a((q / 4 + 1) & 1, q / 4 + 1);
+        if (q + 1 < BK) load_b((q + 1) & 1, q + 1);
+          // Odd rows backwards: consecutive FMAs share an operand (the operand reuse cache).
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) {
+            const int j = i % 2 ? 7 - jj : jj;
+            acc[i][j] = fmaf(ra[(q / 4) & 1][i][q % 4], rb[q & 1][j], acc[i][j]);
+          }
+      }
+      __syncwarp();  // the warp's reads of this stage are done
+      if (lane == 0) mbar_arrive(empty + 8 * s);
+    }
+  }
+
+  float* C = c_batch(p, bt.b);
+  if constexpr (SPLIT) {
+    if (ws != nullptr) {
+      // Raw sums to this split's plane; the reduce kernel (launched to overlap this one) adds the planes.
+      pdl_launch_dependents();
+      if (warp == CW) return;
+      float* w = ws + (static_cast<std::int64_t>(bt.split) * gridDim.y + bt.b) * p.m * p.n;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          store_partial<4>(w, p.m, p.n, m0 + row0 + 8 * i, n0 + col0 + 16 * h, &acc[i][4 * h]);
+      return;
+    }
+    // Cluster reduction: every block parks its partial tile in its ring (all stages consumed, so no copy is
+    // in flight), then each adds a slice of the tile across the cluster in split order.
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    float* red = reinterpret_cast<float*>(smem);
+    __syncthreads();
+    if (warp < CW) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float4*>(red + (row0 + 8 * i) * kTmaPartLd + col0 + 16 * h) =
+              make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
+    }
+    cluster.sync();
+    cluster_reduce_store<BM, BN, kTmaPartLd, kTmaThreads>(p, C, red, m0, n0, c_vec, tid);
+    cluster.sync();  // no block leaves while a peer may still read its shared memory
+  } else {
+    if (warp == CW) return;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        store_run<4>(p, C, m0 + row0 + 8 * i, n0 + col0 + 16 * h, &acc[i][4 * h], c_vec);
+  }
+#endif
+}
+
+// cuTensorMapEncodeTiled, reached through the runtime (the library does not link the driver).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t e =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      f = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A 2-D row-major fp32 matrix of `rows` x `cols` (row stride `ld` elements) in boxes of box_rows x box_cols,
+// out-of-range elements read as zeros.
+CUtensorMap tensor_map(const float* base, std::int64_t rows, std::int64_t cols, std::int64_t ld, int box_rows,
+                       int box_cols, bool swizzle128) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(float)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims,
+                                    strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MT_CHECK(r == CUDA_SUCCESS, InvalidArgument, "gemm: the TMA descriptor of a ", rows, "x", cols,
+           " operand (row stride ", ld, ") was refused (CUresult ", static_cast<int>(r), ")");
+  return map;
+}
+
+}  // namespace
+
+bool tma_ready(const Problem& p) {
+  const auto rows_ok = [](std::int64_t ld, std::int64_t cols, int rows) {
+    return (ld % 4 == 0 && ld >= cols) || rows == 1;
+  };
+  if (p.batch != 1 || p.m < 1 || p.n < 1 || p.k < 1) return false;
+  if (!(p.a_sk == 1 && rows_ok(p.a_sm, p.k, p.m) && aligned16(p.a))) return false;
+  if (!(p.b_sn == 1 && rows_ok(p.b_sk, p.n, p.k) && aligned16(p.b))) return false;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (device_properties(device).cc_major < 9 || encode_tiled() == nullptr) return false;
+  // The kernel's sm_90 image must be in the binary (an older target leaves its body empty).
+  static const bool built = [] {
+    cudaFuncAttributes attr;
+    const bool ok =
+        cudaFuncGetAttributes(&attr, gemm_simt_tma<false>) == cudaSuccess && attr.binaryVersion >= 90;
+    if (!ok) (void)cudaGetLastError();
+    return ok;
+  }();
+  return built;
+}
+
+void launch_simt_tma_128x64(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
+  MT_CHECK(tma_ready(p), InvalidArgument,
+           "gemm: the TMA kernel needs A contiguous along k and B along n, in 16-byte aligned rows, batch 1, "
+           "on sm_90");
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (auto* k : {gemm_simt_tma<false>, gemm_simt_tma<true>})
+      MT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kTmaSmemBytes)));
+  });
+  // A's rows with a stride of a whole row count as rows of K; a single row may have any stride.
+  const std::int64_t lda = p.m == 1 ? ((p.k + 3) / 4) * 4 : p.a_sm,
+                     ldb = p.k == 1 ? ((p.n + 3) / 4) * 4 : p.b_sk;
+  const CUtensorMap map_a = tensor_map(p.a, p.m, p.k, lda, kTmaBM, kTmaBK, true);
+  const CUtensorMap map_b = tensor_map(p.b, p.k, p.n, ldb, kTmaBK, kTmaBN, false);
+  const int tiles = ((p.m + kTmaBM - 1) / kTmaBM) * ((p.n + kTmaBN - 1) / kTmaBN);
+  const int kps = k_per_split(p, split, kTmaBK);
+  const bool reduce_kernel = split > 1 && reduce == SplitReduce::Kernel;
+  const bool cluster = split > 1 && reduce == SplitReduce::Cluster;
+  float* ws = reduce_kernel
+                  ? split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.m * p.n, stream)
+                  : nullptr;
+  LaunchConfig launch(dim3(tiles, 1, split), dim3(kTmaThreads), kTmaSmemBytes, stream,
+                      dim3(1, 1, cluster ? split : 1));
+  launch.overlap_previous_kernel();
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, split > 1 ? gemm_simt_tma<true> : gemm_simt_tma<false>, map_a,
+                                   map_b, p, kps, ws, c_vectorisable(p)));
+  MT_CUDA_CHECK_LAUNCH();
+  if (reduce_kernel) launch_splitk_reduce(p, ws, split, stream, /*overlap=*/true);
+}
+
+}  // namespace mt::detail::gemm
