@@ -1008,6 +1008,14 @@ Config choose(const Problem& p, MathMode math) {
       c.kernel = Kernel::Simt128x128k16;
       c.split_k = split_to_fill(blocks(128, 128), sms, 64);
       reduce = SplitReduce::Kernel;
+      if (p.k >= 1024 && tma_ready(p)) {
+        // Where TMA can fetch the operands, the TMA kernel's 128x64 tiles, two blocks per SM, K split to
+        // about two per SM (256x1024x1024 split 8: 27.9-28.3 TFLOP/s against 27.55-27.68 in four sweeps;
+        // the (256, 1024) MLP in a CUDA graph 39.6-39.8 us against 40.6-40.7, alternating runs; not at
+        // 512^3, where 64x64 tiles on the 16-byte ring led).
+        c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma;
+        c.split_k = split_to_fill(blocks(128, 64), 2 * sms, 64);
+      }
     } else if (p.m >= 256 && p.n >= 256 && p.k >= 256 && ring16_ready(p)) {
       // Few output tiles of a mid-sized problem with a shorter K (or 512^3 in rows not of whole 16-byte runs)
       // with A along k and B along n in aligned rows: 32x64 tiles on the 16-byte ring, K split to about two

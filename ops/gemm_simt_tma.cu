@@ -228,7 +228,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 }
 
 // A 2-D row-major fp32 matrix of `rows` x `cols` (row stride `ld` elements) in boxes of box_rows x box_cols,
-// out-of-range elements read as zeros.
+// out-of-range elements read as zeros. Encoding two descriptors costs about 0.11 us of host time per launch
+// (H200 host), so they are not cached.
 CUtensorMap tensor_map(const float* base, std::int64_t rows, std::int64_t cols, std::int64_t ld, int box_rows,
                        int box_cols, bool swizzle128) {
   CUtensorMap map;

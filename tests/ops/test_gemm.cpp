@@ -979,10 +979,13 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   EXPECT_EQ(small_m_odd.kernel, Kernel::Simt64x128);
   EXPECT_EQ(small_m_odd.reduce, SplitReduce::Kernel);
   // Few 128x128 tiles with K of 512 or more (the (256, 1024) MLP's layers, 512^3): 16 deep, K split to a
-  // wave, a second kernel adds the splits.
+  // wave, a second kernel adds the splits; with K of 1024 or more, the TMA kernel's 128x64 tiles where the
+  // device takes TMA, K split to about two blocks per SM.
   for (const Problem& p : {dense(256, 1024, 1024, 1), dense(512, 512, 512, 1)}) {
     const Config few = choose(p, MathMode::FP32);
-    EXPECT_EQ(few.kernel, Kernel::Simt128x128k16);
+    const bool tma = p.k >= 1024 && tma_ready(p);
+    EXPECT_EQ(few.kernel, tma ? Kernel::SimtTma128x64 : Kernel::Simt128x128k16);
+    EXPECT_EQ(few.staging, tma ? Staging::Tma : Staging::Registers);
     EXPECT_EQ(few.split_k, 8);
     EXPECT_EQ(few.reduce, SplitReduce::Kernel);
   }
