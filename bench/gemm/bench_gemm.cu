@@ -5,16 +5,18 @@
 //
 //   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
 //   bench_gemm --sweep=M,N,K[,BATCH] [--math=fp32|tf32|tf32x3] [--only=SUBSTRING]
-//                                                every configuration the dispatcher could pick, timed
-//                                                (--only: those whose name contains SUBSTRING, and
-//                                                the dispatcher's pick)
+//                                                every configuration the dispatcher could pick, each
+//                                                timed interleaved with cuBLAS (--only: those whose name
+//                                                contains SUBSTRING, and the dispatcher's pick)
 //   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch
 //   table)
 //
 // Method: inputs N(0,1); every kernel's result is validated against cuBLAS before it is timed; 2 warm-up
 // runs; each iteration is timed with CUDA events on its own stream; the counters report the median; operands
 // rotate over enough copies to exceed the 50 MB L2, so small shapes are not timed from cache. FLOPs = 2 * M *
-// N * K * batch.
+// N * K * batch. The dispatched fp32 row is also timed with its samples interleaved with cuBLAS's
+// (vs_cublas_fp32_interleaved): the card's clocks drift over a run (the cuBLAS row runs first), and a
+// target counts as met when both ratios meet it.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 
@@ -215,17 +217,22 @@ double validate(Operands& o, const Problem& p, const std::function<void(const Pr
 }
 
 // Median milliseconds of `iters` timed runs, rotating over the copies.
-double time_ms(Operands& o, int iters, const std::function<void(const Problem&)>& fn,
-               std::vector<double>* all = nullptr) {
+// Median ms per launch of each of `fns`, their samples interleaved (sample i of every fn, then sample i + 1),
+// so that drifts of the card's state over the run (its clocks under the power limit) fall on all of them
+// alike.
+std::vector<double> time_interleaved(Operands& o, int iters,
+                                     const std::vector<std::function<void(const Problem&)>>& fns,
+                                     std::vector<double>* all = nullptr) {
   cudaStream_t st = handles().stream;
-  for (int w = 0; w < 2; ++w) fn(problem_for(o, w % o.copies, nullptr));
+  for (const auto& fn : fns)
+    for (int w = 0; w < 2; ++w) fn(problem_for(o, w % o.copies, nullptr));
   cudaEvent_t e0, e1;
   MT_CUDA_CHECK(cudaEventCreate(&e0));
   MT_CUDA_CHECK(cudaEventCreate(&e1));
   // Short kernels are timed as bursts of back-to-back launches (operands still rotating), so host launch
   // cost and idle gaps between synchronised single launches do not count: a GEMM inside a graph or a layer
   // stack runs back to back too.
-  auto sample = [&](int i, int reps) {
+  auto sample = [&](const std::function<void(const Problem&)>& fn, int i, int reps) {
     MT_CUDA_CHECK(cudaEventRecord(e0, st));
     for (int r = 0; r < reps; ++r) fn(problem_for(o, (i * reps + r) % o.copies, nullptr));
     MT_CUDA_CHECK(cudaEventRecord(e1, st));
@@ -234,14 +241,25 @@ double time_ms(Operands& o, int iters, const std::function<void(const Problem&)>
     MT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
     return static_cast<double>(t) / reps;
   };
-  const int reps = sample(0, 1) < 0.2 ? 20 : 1;
-  std::vector<double> ms;
-  for (int i = 0; i < iters; ++i) ms.push_back(sample(i, reps));
+  std::vector<int> reps;
+  for (const auto& fn : fns) reps.push_back(sample(fn, 0, 1) < 0.2 ? 20 : 1);
+  std::vector<std::vector<double>> ms(fns.size());
+  for (int i = 0; i < iters; ++i)
+    for (std::size_t f = 0; f < fns.size(); ++f) ms[f].push_back(sample(fns[f], i, reps[f]));
   MT_CUDA_CHECK(cudaEventDestroy(e0));
   MT_CUDA_CHECK(cudaEventDestroy(e1));
-  if (all) *all = ms;
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  if (all) *all = ms[0];
+  std::vector<double> med;
+  for (auto& m : ms) {
+    std::sort(m.begin(), m.end());
+    med.push_back(m[m.size() / 2]);
+  }
+  return med;
+}
+
+double time_ms(Operands& o, int iters, const std::function<void(const Problem&)>& fn,
+               std::vector<double>* all = nullptr) {
+  return time_interleaved(o, iters, {fn}, all)[0];
 }
 
 int iterations_for(const GemmShape& s, double tflops_guess) {
@@ -252,6 +270,7 @@ int iterations_for(const GemmShape& s, double tflops_guess) {
 struct Row {
   std::string shape, impl, config;
   double tflops = 0, ratio = 0, ratio_tf32 = 0, err = 0;
+  double ratio_interleaved = 0;  // the dispatched fp32 row: against cuBLAS fp32, samples interleaved
 };
 std::vector<Row> g_rows;
 std::map<std::string, double> g_cublas_ms, g_cublas_tf32_ms;
@@ -293,6 +312,14 @@ void bm_gemm(benchmark::State& state, GemmShape s, Impl impl, WgmmaConfig wc) {
         tflops};
   r.err = err;
   if (g_cublas_ms.count(s.name())) r.ratio = g_cublas_ms[s.name()] / med;
+  if (impl == Impl::Dispatched) {
+    // The same two again, their samples interleaved: the cuBLAS row ran first, on a card not yet warmed
+    // by the rows after it (bench/gemm/NOTES.md, round 19).
+    const std::vector<double> both =
+        time_interleaved(o, iters, {[&](const Problem& p) { run_cublas(handles().pedantic, p); }, fn});
+    r.ratio_interleaved = both[0] / both[1];
+    state.counters["vs_cublas_fp32_interleaved"] = r.ratio_interleaved;
+  }
   if (tf32 && g_cublas_tf32_ms.count(s.name())) r.ratio_tf32 = g_cublas_tf32_ms[s.name()] / med;
   g_rows.push_back(r);
   state.counters["TFLOPs"] = tflops;
@@ -334,9 +361,11 @@ void register_all() {
 const char* target_of(const Row& r) {
   const bool big = r.shape == "2048x2048x2048" || r.shape == "4096x4096x4096" || r.shape == "8192x8192x8192";
   if (r.impl == "mt_fp32") {
+    // Met when both measurements say so: timed after the cuBLAS row, and interleaved with it.
     const double need = big ? 0.90 : 1.0;
-    return r.ratio >= need ? (big ? "met (>=0.90)" : "met (>=1.0)")
-                           : (big ? "MISSED (<0.90)" : "MISSED (<1.0)");
+    const double ratio = r.ratio_interleaved > 0 ? std::min(r.ratio, r.ratio_interleaved) : r.ratio;
+    return ratio >= need ? (big ? "met (>=0.90)" : "met (>=1.0)")
+                         : (big ? "MISSED (<0.90)" : "MISSED (<1.0)");
   }
   if ((r.impl == "mt_tf32x3" || r.impl == "wgmma_tf32x3") && r.shape == "4096x4096x4096")
     return r.ratio >= 1.5 ? "met (>=1.5)" : "MISSED (<1.5)";
@@ -344,11 +373,15 @@ const char* target_of(const Row& r) {
 }
 
 void print_summary() {
-  std::printf("\n| shape | kernel | config | TFLOP/s | vs cuBLAS fp32 | vs cuBLAS tf32 | target |\n");
-  std::printf("|---|---|---|---:|---:|---:|---|\n");
+  std::printf(
+      "\n| shape | kernel | config | TFLOP/s | vs cuBLAS fp32 | interleaved with it | vs cuBLAS tf32 | "
+      "target "
+      "|\n");
+  std::printf("|---|---|---|---:|---:|---:|---:|---|\n");
   for (const Row& r : g_rows) {
-    std::printf("| %s | %s | %s | %.2f | %.3f | %s | %s |\n", r.shape.c_str(), r.impl.c_str(),
+    std::printf("| %s | %s | %s | %.2f | %.3f | %s | %s | %s |\n", r.shape.c_str(), r.impl.c_str(),
                 r.config.c_str(), r.tflops, r.ratio,
+                r.ratio_interleaved > 0 ? std::to_string(r.ratio_interleaved).substr(0, 5).c_str() : "",
                 r.ratio_tf32 > 0 ? std::to_string(r.ratio_tf32).substr(0, 5).c_str() : "", target_of(r));
   }
 }
@@ -356,14 +389,16 @@ void print_summary() {
 void sweep(const GemmShape& s, MathMode math, const std::string& only) {
   Operands& o = operands(s);
   const Problem p0 = problem_for(o, 0, nullptr);
-  const double cub =
-      time_ms(o, iterations_for(s, 40), [&](const Problem& p) { run_cublas(handles().pedantic, p); });
+  const std::function<void(const Problem&)> cublas = [&](const Problem& p) {
+    run_cublas(handles().pedantic, p);
+  };
+  const double cub = time_ms(o, iterations_for(s, 40), cublas);
   const Config chosen = choose(p0, math);
   std::printf("sweep %s %s: cublas_fp32 %.2f TFLOP/s; dispatcher picks %s\n", s.name().c_str(),
               math_mode_name(math), s.flops() / (cub * 1e-3) / 1e12, config_name(chosen).c_str());
   struct R {
     std::string name;
-    double tflops, err;
+    double tflops, ratio, err;
   };
   std::vector<R> rs;
   for (const Config& c : candidates(p0, math)) {
@@ -371,14 +406,14 @@ void sweep(const GemmShape& s, MathMode math, const std::string& only) {
     if (config_name(c).find(only) == std::string::npos && config_name(c) != config_name(chosen)) continue;
     auto fn = [&](const Problem& p) { launch(p, c, handles().stream); };
     const double err = validate(o, p0, fn);
-    const double ms = time_ms(o, iterations_for(s, 60), fn);
-    rs.push_back({config_name(c), s.flops() / (ms * 1e-3) / 1e12, err});
+    // Interleaved with cuBLAS, so each ratio compares the two under the same state of the card.
+    const std::vector<double> ms = time_interleaved(o, iterations_for(s, 60), {cublas, fn});
+    rs.push_back({config_name(c), s.flops() / (ms[1] * 1e-3) / 1e12, ms[0] / ms[1], err});
   }
   std::sort(rs.begin(), rs.end(), [](const R& a, const R& b) { return a.tflops > b.tflops; });
   for (const R& r : rs)
-    std::printf("  %-48s %8.2f TFLOP/s  %.3fx cublas  err %.2e%s\n", r.name.c_str(), r.tflops,
-                r.tflops / (s.flops() / (cub * 1e-3) / 1e12), r.err,
-                r.err > (math == MathMode::TF32 ? 1e-2 : 1e-4) ? "  INVALID" : "");
+    std::printf("  %-48s %8.2f TFLOP/s  %.3fx cublas (interleaved)  err %.2e%s\n", r.name.c_str(), r.tflops,
+                r.ratio, r.err, r.err > (math == MathMode::TF32 ? 1e-2 : 1e-4) ? "  INVALID" : "");
   std::fflush(stdout);
 }
 
