@@ -15,8 +15,8 @@
 // runs; each iteration is timed with CUDA events on its own stream; the counters report the median; operands
 // rotate over enough copies to exceed the 50 MB L2, so small shapes are not timed from cache. FLOPs = 2 * M *
 // N * K * batch. The dispatched fp32 row is also timed with its samples interleaved with cuBLAS's
-// (vs_cublas_fp32_interleaved): the card's clocks drift over a run (the cuBLAS row runs first), and a
-// target counts as met when both ratios meet it.
+// (vs_cublas_fp32_interleaved): the card's clocks drift over a run under its power limit, and the cuBLAS row
+// runs first. A target counts as met when both ratios meet it.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 
@@ -241,11 +241,14 @@ std::vector<double> time_interleaved(Operands& o, int iters,
     MT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
     return static_cast<double>(t) / reps;
   };
-  std::vector<int> reps;
-  for (const auto& fn : fns) reps.push_back(sample(fn, 0, 1) < 0.2 ? 20 : 1);
+  // One burst length for all of them (bursts while any single launch takes under 0.2 ms), so that they are
+  // timed alike.
+  double first = 1e30;
+  for (const auto& fn : fns) first = std::min(first, sample(fn, 0, 1));
+  const int reps = first < 0.2 ? 20 : 1;
   std::vector<std::vector<double>> ms(fns.size());
   for (int i = 0; i < iters; ++i)
-    for (std::size_t f = 0; f < fns.size(); ++f) ms[f].push_back(sample(fns[f], i, reps[f]));
+    for (std::size_t f = 0; f < fns.size(); ++f) ms[f].push_back(sample(fns[f], i, reps));
   MT_CUDA_CHECK(cudaEventDestroy(e0));
   MT_CUDA_CHECK(cudaEventDestroy(e1));
   if (all) *all = ms[0];
