@@ -40,32 +40,6 @@ constexpr std::size_t kTmaSmemBytes = 1024 + kTmaStages * kTmaStageBytes + 2 * k
 static_assert(kTmaBM * kTmaPartLd * 4 <= kTmaStages * kTmaStageBytes, "the partial tile must fit the ring");
 static_assert(kTmaBK * 4 == 128, "A's rows of one stage are one 128-byte swizzle span");
 
-__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Arrives once and adds `bytes` to the transactions the current phase waits for.
-__device__ __forceinline__ void mbar_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the phase of parity `parity` has completed (a fresh barrier counts the phase before its first
-// as completed, parity 1).
-__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t ok = 0;
-  while (!ok)
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-}
 // The box of `map` at (c0, c1) (c0 the contiguous dim) into shared memory, completing on `bar`.
 __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, int c0, int c1,
                                             std::uint32_t bar) {
@@ -87,8 +61,8 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
   pdl_wait();  // launched to overlap the previous kernel: its writes (A, B, C, bias) first
   extern __shared__ unsigned char smem_raw[];
   // Offsets from the shared array keep the compiler's loads in the shared window (LDS, not generic loads).
-  unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-  const std::uint32_t ring = smem_addr(smem);
+  unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  const std::uint32_t ring = smem_u32(smem);
   const std::uint32_t full = ring + S * kTmaStageBytes, empty = full + 8 * S;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -120,7 +94,7 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
       const int kt0 = bt.k_begin / BK;
       for (int t = 0; t < n_tiles; ++t) {
         const int s = t % S;
-        mbar_wait(empty + 8 * s, ((t / S) & 1) ^ 1);
+        mbar_wait(empty + 8 * s, ((t / S) & 1) ^ 1);  // a fresh barrier passes parity 1 at once
         mbar_expect_tx(full + 8 * s, kTmaStageBytes);
         const std::uint32_t a_dst = ring + s * kTmaStageBytes;
         tma_load_2d(a_dst, &map_a, (kt0 + t) * BK, m0, full + 8 * s);

@@ -108,20 +108,6 @@ struct WgArgs {
 
 // ---------------------------------------------------------------- PTX wrappers (sm_90 / sm_90a)
 
-__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Arrives once and adds `bytes` to the transactions the current phase waits for.
-__device__ __forceinline__ void mbar_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
 // Arrives on the barrier at the same shared-memory offset in CTA `rank` of the cluster. Default (CTA-scope)
 // release: the stage's readers are wgmmas that have completed; a cluster-scope release would add a memory
 // barrier per arrival, which measured 1.3-2.3x slower end to end.
@@ -133,23 +119,6 @@ __device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t bar, std::uint
       "r"(rank)
       : "memory");
 }
-__device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t ok;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
-// Waits until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
-}
-
 // 1-D bulk copy global -> shared, completing `bytes` transactions on `bar`.
 __device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, std::uint32_t bytes,
                                           std::uint32_t bar) {
