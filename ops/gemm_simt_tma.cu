@@ -235,11 +235,12 @@ bool tma_ready(const Problem& p) {
     return false;
   }
   if (device_properties(device).cc_major < 9 || encode_tiled() == nullptr) return false;
-  // The kernel's sm_90 image must be in the binary (an older target leaves its body empty).
+  // The kernel must have been compiled for sm_90 or later: an older target leaves its body empty, also when
+  // its PTX is compiled for this device at load time (binaryVersion 90, ptxVersion that of the PTX).
   static const bool built = [] {
     cudaFuncAttributes attr;
-    const bool ok =
-        cudaFuncGetAttributes(&attr, gemm_simt_tma<false>) == cudaSuccess && attr.binaryVersion >= 90;
+    const bool ok = cudaFuncGetAttributes(&attr, gemm_simt_tma<false>) == cudaSuccess &&
+                    attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
     if (!ok) (void)cudaGetLastError();
     return ok;
   }();
