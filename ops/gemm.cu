@@ -411,6 +411,8 @@ const char* kernel_name(Kernel k) {
       return "simt_128x64x16_w64x32_t8x8";
     case Kernel::SimtTma128x64:
       return "simt_128x64x32_w64x32_t8x8_s3_tma";
+    case Kernel::SimtTma64x128:
+      return "simt_64x128x32_w64x32_t8x8_s3_tma";
     case Kernel::Tensor128x128:
       return "mma_128x128x16_w64x32_s4";
     case Kernel::Tensor128x64:
@@ -427,7 +429,16 @@ std::vector<Kernel> simt_kernels() {
   return {Kernel::Simt128x128,    Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
           Kernel::Simt256x128k16, Kernel::Simt128x64,     Kernel::Simt64x64,     Kernel::Simt32x128,
           Kernel::Simt32x64,      Kernel::Simt64x128,     Kernel::Simt64x256,    Kernel::Simt128x64k16,
-          Kernel::SimtTma128x64};
+          Kernel::SimtTma128x64,  Kernel::SimtTma64x128};
+}
+bool is_tma_kernel(Kernel k) {
+  switch (k) {
+    case Kernel::SimtTma128x64:
+    case Kernel::SimtTma64x128:
+      return true;
+    default:
+      return false;
+  }
 }
 std::vector<Kernel> tensor_kernels() {
   return {Kernel::Tensor128x128, Kernel::Tensor128x64, Kernel::Tensor64x64, Kernel::Wgmma};
@@ -720,6 +731,8 @@ TileInfo tile_of(Kernel k) {
       return {128, 64, 16};
     case Kernel::SimtTma128x64:
       return {128, 64, 32};
+    case Kernel::SimtTma64x128:
+      return {64, 128, 32};
     case Kernel::Tensor128x128:
       return {128, 128, 16};
     case Kernel::Tensor128x64:
@@ -829,7 +842,8 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     case Kernel::Simt128x64k16:
       return launch_simt_128x64k16(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::SimtTma128x64:
-      return launch_simt_tma_128x64(p, split, cfg.reduce, stream);
+    case Kernel::SimtTma64x128:
+      return launch_simt_tma(p, cfg.kernel, split, cfg.reduce, stream);
     default:
       MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
   }
@@ -853,8 +867,8 @@ bool can_implement(const Problem& p, const Config& cfg) {
   if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
   if (cfg.kernel == Kernel::Wgmma)
     return (cfg.split_k == 1 || cfg.reduce == SplitReduce::Cluster) && wgmma_can_implement(p, cfg.math);
-  // The TMA kernel has no other staging, and no other kernel has it.
-  if ((cfg.kernel == Kernel::SimtTma128x64) != (cfg.staging == Staging::Tma)) return false;
+  // The TMA kernels have no other staging, and no other kernel has it.
+  if (is_tma_kernel(cfg.kernel) != (cfg.staging == Staging::Tma)) return false;
   if (cfg.staging == Staging::Tma) return tma_ready(p);
   if (is_simt(cfg.kernel) && cfg.staging == Staging::Registers && !(a_reg_stageable(p) && b_reg_stageable(p)))
     return false;
@@ -988,7 +1002,14 @@ Config choose(const Problem& p, MathMode math) {
       // tile adds all 12 partials while most SMs idle).
       c.staging = Staging::Registers;
       reduce = SplitReduce::Kernel;
-      if (vector_runs(p)) {
+      if (tma_ready(p)) {
+        // Where TMA can fetch the operands, the TMA kernel's 64x128 tiles (8x8 per thread, two blocks per
+        // SM), K split to about two blocks per SM, the splits added by the second kernel: split 8 39.3-39.5
+        // TFLOP/s, 1.05-1.07x cuBLAS timed interleaved with it in two sweeps, where 64x256 split 16 gave
+        // 37.2-37.4 (0.99-1.00x), bench/gemm/NOTES.md round 20.
+        c.kernel = Kernel::SimtTma64x128, c.staging = Staging::Tma;
+        c.split_k = split_to_fill(blocks(64, 128), 2 * sms, 256, 16);
+      } else if (vector_runs(p)) {
         c.kernel = Kernel::Simt64x256;
         c.split_k = split_to_fill(blocks(64, 256), 2 * sms, 256, 16);
       } else {
@@ -1041,16 +1062,18 @@ Config choose(const Problem& p, MathMode math) {
     }
   } else if (p.n <= 64 && runs16 && blocks(128, 64) >= 3 * sms / 4) {
     // Skinny N with tall M (16384x64x4096, where A streams from DRAM): 128x64 tiles, K split to about two
-    // blocks per SM and reduced in a cluster. Where TMA can fetch the operands, the TMA kernel (its turns
-    // between tiles are one mbarrier wait: 42.2 TFLOP/s split 2 in a prototype, where this rule's
-    // register-staged 128x64x16 ran 39.7-40.3, bench/gemm/NOTES.md round 19); else the 16-deep
-    // register-staged tile (split 2: 0.86-0.92x cuBLAS over four runs; in the sweep that timed them all,
+    // blocks per SM. Where TMA can fetch the operands, the TMA kernel (its turns between tiles are one
+    // mbarrier wait: 42.2 TFLOP/s split 2 in a prototype, where this rule's register-staged 128x64x16 ran
+    // 39.7-40.3, bench/gemm/NOTES.md round 19), the splits added by the second kernel (43.2-45.5 TFLOP/s
+    // in three sweeps, where a cluster gave 42.0-43.4, round 20); else the 16-deep register-staged tile,
+    // reduced in a cluster (split 2: 0.86-0.92x cuBLAS over four runs; in the sweep that timed them all,
     // 37.8 TFLOP/s, where 256x64 tiles of 16x8 threads gave 36.3, 128x64 8 deep 34.5 and the same tile
     // with its splits added in the launch through L2 37.3).
     c.kernel = Kernel::Simt128x64k16;
-    if (tma_ready(p)) c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma;
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
     if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
+    if (tma_ready(p))
+      c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma, reduce = SplitReduce::Kernel;
   } else if (p.n <= 64) {
     // Other skinny N: 128x64 split to about two blocks per SM, reduced in a cluster, on the cp.async ring.
     c.kernel = Kernel::Simt128x64;

@@ -92,14 +92,16 @@ enum class Kernel {
   Simt64x256,     // 16x8 per thread in 4 warps, two blocks per SM: short K over many tiles (whole runs only)
   Simt128x64k16,  // skinny N under a tall M: 16 deep, so each tile's loads (A streams from DRAM) hide behind
                   // twice the math of an 8-deep tile; 8x8 per thread, two blocks per SM
-  SimtTma128x64,  // skinny N under a tall M, tiles brought by TMA (Staging::Tma only): 32 deep, 3 stages,
-                  // 4 consumer warps of 8x8 per thread and a producer warp, two blocks per SM
+  // Tiles brought by TMA (Staging::Tma only), 32 deep: consumer warps of 8x8 per thread and a producer warp.
+  SimtTma128x64,  // skinny N under a tall M: 4 consumer warps, 3 stages, two blocks per SM
+  SimtTma64x128,  // small M with a long K: 4 consumer warps side by side along N, 3 stages, two per SM
   Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,
   Tensor64x64,
   Wgmma,  // Hopper wgmma (sm_90a), TF32 modes: pack pass + warp-specialised kernel (ops/gemm_wgmma.cu)
 };
 const char* kernel_name(Kernel k);
+bool is_tma_kernel(Kernel k);          // the Kernel::SimtTma* kernels
 std::vector<Kernel> simt_kernels();    // the production FP32 configurations
 std::vector<Kernel> tensor_kernels();  // the production tensor-core configurations
 
@@ -117,7 +119,7 @@ enum class Staging {
   CpAsync16,  // the ring with 16-byte copies only: A contiguous along k, kept k-major in shared memory, and B
               // contiguous along n, in 16-byte aligned rows (the configurations built for it)
   Tma,        // one TMA copy per operand and stage into an mbarrier ring, issued by a producer warp
-              // (Kernel::SimtTma128x64 only; tma_ready problems)
+              // (the Kernel::SimtTma* kernels only, and they only this; tma_ready problems)
 };
 
 // A cluster holds at most the portable cluster size of blocks.

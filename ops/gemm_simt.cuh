@@ -709,7 +709,7 @@ void launch_simt_64x256(const Problem& p, int split, SplitReduce reduce, Staging
                         cudaStream_t stream);  // gemm_simt_skinny.cu
 void launch_simt_128x64k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
                            cudaStream_t stream);  // gemm_simt_skinny.cu
-void launch_simt_tma_128x64(const Problem& p, int split, SplitReduce reduce,
-                            cudaStream_t stream);  // gemm_simt_tma.cu
+// The TMA kernels (Kernel::SimtTma*), gemm_simt_tma.cu.
+void launch_simt_tma(const Problem& p, Kernel kernel, int split, SplitReduce reduce, cudaStream_t stream);
 
 }  // namespace mt::detail::gemm

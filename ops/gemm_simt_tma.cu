@@ -1,16 +1,17 @@
-// The production FP32 SGEMM fed by the Tensor Memory Accelerator (Kernel::SimtTma128x64, Staging::Tma): a
-// producer warp copies each 128x32 tile of A and 32x64 tile of B into a ring of shared-memory stages with one
+// The production FP32 SGEMMs fed by the Tensor Memory Accelerator (Kernel::SimtTma*, Staging::Tma): a
+// producer warp copies each BMx32 tile of A and 32xBN tile of B into a ring of shared-memory stages with one
 // TMA instruction per operand, and 4 consumer warps run the outer products (8x8 per thread) as soon as a
 // stage lands. Stages are handed over through mbarriers, so no block-wide barrier stops the math between
 // tiles and the consumers issue no loads to global memory at all.
 //
-// Built for the tall skinny product where A streams from DRAM (16384x64x4096). There the register-staged
-// 128x64x16 kernel spent its tile turns with no eligible warp: storing the staged tile, then the barrier
-// (issued IPC 3.02 against cuBLAS 3.41, ncu, bench/gemm/NOTES.md round 18). Here the turn is one mbarrier
-// wait per stage.
+// Built for the tall skinny product where A streams from DRAM (16384x64x4096, 128x64 tiles). There the
+// register-staged 128x64x16 kernel spent its tile turns with no eligible warp: storing the staged tile, then
+// the barrier (issued IPC 3.02 against cuBLAS 3.41, ncu, bench/gemm/NOTES.md round 18). Here the turn is one
+// mbarrier wait per stage. The same warps side by side along N (64x128 tiles) take the small-M product where
+// B streams (64x4096x4096).
 //
-// Shared memory, per stage: A as [128 rows][32 k] with the TMA's 128-byte swizzle (16-byte chunk c of row r
-// lands at chunk c ^ (r % 8)), then B as [32 k][64 n], dense. A thread reads 4 k-steps of a row as one
+// Shared memory, per stage: A as [BM rows][32 k] with the TMA's 128-byte swizzle (16-byte chunk c of row r
+// lands at chunk c ^ (r % 8)), then B as [32 k][BN n], dense. A thread reads 4 k-steps of a row as one
 // float4; the 8 rows a warp reads at once are consecutive, so the swizzle puts them in 8 distinct 16-byte
 // bank groups and the reads are conflict free without padding (which TMA cannot write).
 #include <cuda.h>
@@ -27,18 +28,28 @@ namespace mt::detail::gemm {
 
 namespace {
 
-constexpr int kTmaBM = 128, kTmaBN = 64, kTmaBK = 32, kTmaStages = 3;
-constexpr int kTmaConsumerWarps = (kTmaBM / 64) * (kTmaBN / 32);  // warp tiles of 64x32
-constexpr int kTmaThreads = 32 * (kTmaConsumerWarps + 1);         // + the producer warp
-constexpr int kTmaABytes = kTmaBM * kTmaBK * 4, kTmaBBytes = kTmaBK * kTmaBN * 4;
-constexpr int kTmaStageBytes = kTmaABytes + kTmaBBytes;
-// The split-K partial tile (cluster reduction) reuses the ring: rows of BN + 4 floats, so the 8 rows a warp
-// writes at once fall in distinct bank groups.
-constexpr int kTmaPartLd = kTmaBN + 4;
-// 1024 bytes of slack to align the ring to the swizzle atom, then the ring, then full and empty mbarriers.
-constexpr std::size_t kTmaSmemBytes = 1024 + kTmaStages * kTmaStageBytes + 2 * kTmaStages * 8;
-static_assert(kTmaBM * kTmaPartLd * 4 <= kTmaStages * kTmaStageBytes, "the partial tile must fit the ring");
-static_assert(kTmaBK * 4 == 128, "A's rows of one stage are one 128-byte swizzle span");
+// A TMA configuration: WM x WN consumer warps of 64x32 warp tiles (8x8 per thread) and a producer warp, BK =
+// 32 (one 128-byte swizzle span of A per row), S stages, MIN_BLOCKS blocks per SM (launch bounds).
+template <int WM_, int WN_, int S_, int MIN_BLOCKS_>
+struct TmaShape {
+  static constexpr int WM = WM_, WN = WN_, S = S_, kMinBlocks = MIN_BLOCKS_;
+  static constexpr int BM = 64 * WM, BN = 32 * WN, BK = 32;
+  static constexpr int kConsumerWarps = WM * WN;
+  static constexpr int kThreads = 32 * (kConsumerWarps + 1);  // + the producer warp
+  static constexpr int kABytes = BM * BK * 4, kBBytes = BK * BN * 4;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // The split-K partial tile (cluster reduction) reuses the ring: rows of BN + 4 floats, so the 8 rows a warp
+  // writes at once fall in distinct bank groups.
+  static constexpr int kPartLd = BN + 4;
+  // 1024 bytes of slack to align the ring to the swizzle atom, then the ring, then full and empty mbarriers.
+  static constexpr std::size_t kSmemBytes = 1024 + S * kStageBytes + 2 * S * 8;
+  static_assert(BM * kPartLd * 4 <= S * kStageBytes, "the partial tile must fit the ring");
+  static_assert(BM <= 256 && BN <= 256, "a TMA box spans at most 256 elements per dim");
+  static_assert(BK * 4 == 128, "A's rows of one stage are one 128-byte swizzle span");
+};
+// The configurations built (Kernel::SimtTma*; kernel_name() gives each tile).
+using Tma128x64 = TmaShape<2, 2, 3, 2>;
+using Tma64x128 = TmaShape<1, 4, 3, 2>;
 
 // The box of `map` at (c0, c1) (c0 the contiguous dim) into shared memory, completing on `bar`.
 __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, int c0, int c1,
@@ -52,18 +63,19 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
 
 // SPLIT: K split over gridDim.z; the splits of a tile reduce in their cluster (ws == nullptr) or store raw
 // partials to ws for launch_splitk_reduce.
-template <bool SPLIT>
-__global__ void __launch_bounds__(kTmaThreads, 2)
+template <class T, bool SPLIT>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     gemm_simt_tma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                   Problem p, int k_per_split, float* ws, bool c_vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int BM = kTmaBM, BN = kTmaBN, BK = kTmaBK, S = kTmaStages, CW = kTmaConsumerWarps;
+  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, S = T::S, CW = T::kConsumerWarps;
+  constexpr int kStageBytes = T::kStageBytes, kABytes = T::kABytes;
   pdl_wait();  // launched to overlap the previous kernel: its writes (A, B, C, bias) first
   extern __shared__ unsigned char smem_raw[];
   // Offsets from the shared array keep the compiler's loads in the shared window (LDS, not generic loads).
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   const std::uint32_t ring = smem_u32(smem);
-  const std::uint32_t full = ring + S * kTmaStageBytes, empty = full + 8 * S;
+  const std::uint32_t full = ring + S * kStageBytes, empty = full + 8 * S;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const BlockTile bt = block_tile<BM, BN, BK>(p, k_per_split);
@@ -95,18 +107,18 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
       for (int t = 0; t < n_tiles; ++t) {
         const int s = t % S;
         mbar_wait(empty + 8 * s, ((t / S) & 1) ^ 1);  // a fresh barrier passes parity 1 at once
-        mbar_expect_tx(full + 8 * s, kTmaStageBytes);
-        const std::uint32_t a_dst = ring + s * kTmaStageBytes;
+        mbar_expect_tx(full + 8 * s, kStageBytes);
+        const std::uint32_t a_dst = ring + s * kStageBytes;
         tma_load_2d(a_dst, &map_a, (kt0 + t) * BK, m0, full + 8 * s);
-        tma_load_2d(a_dst + kTmaABytes, &map_b, n0, (kt0 + t) * BK, full + 8 * s);
+        tma_load_2d(a_dst + kABytes, &map_b, n0, (kt0 + t) * BK, full + 8 * s);
       }
     }
   } else {
     for (int t = 0; t < n_tiles; ++t) {
       const int s = t % S;
       mbar_wait(full + 8 * s, (t / S) & 1);
-      const unsigned char* As = smem + s * kTmaStageBytes;
-      const float* Bs = reinterpret_cast<const float*>(As + kTmaABytes);
+      const unsigned char* As = smem + s * kStageBytes;
+      const float* Bs = reinterpret_cast<const float*>(As + kABytes);
       // Fragments: A's next 4 k-steps load while these 4 run, B's one k-step ahead.
       float ra[2][8][4], rb[2][8];
       auto load_a = [&](int buf, int chunk) {
@@ -168,11 +180,11 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
       for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<float4*>(red + (row0 + 8 * i) * kTmaPartLd + col0 + 16 * h) =
+          *reinterpret_cast<float4*>(red + (row0 + 8 * i) * T::kPartLd + col0 + 16 * h) =
               make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
     }
     cluster.sync();
-    cluster_reduce_store<BM, BN, kTmaPartLd, kTmaThreads>(p, C, red, m0, n0, c_vec, tid);
+    cluster_reduce_store<BM, BN, T::kPartLd, T::kThreads>(p, C, red, m0, n0, c_vec, tid);
     cluster.sync();  // no block leaves while a peer may still read its shared memory
   } else {
     if (warp == CW) return;
@@ -239,7 +251,7 @@ bool tma_ready(const Problem& p) {
   // its PTX is compiled for this device at load time (binaryVersion 90, ptxVersion that of the PTX).
   static const bool built = [] {
     cudaFuncAttributes attr;
-    const bool ok = cudaFuncGetAttributes(&attr, gemm_simt_tma<false>) == cudaSuccess &&
+    const bool ok = cudaFuncGetAttributes(&attr, gemm_simt_tma<Tma128x64, false>) == cudaSuccess &&
                     attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
     if (!ok) (void)cudaGetLastError();
     return ok;
@@ -247,35 +259,51 @@ bool tma_ready(const Problem& p) {
   return built;
 }
 
-void launch_simt_tma_128x64(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
-  MT_CHECK(tma_ready(p), InvalidArgument,
-           "gemm: the TMA kernel needs A contiguous along k and B along n, in 16-byte aligned rows, batch 1, "
-           "on sm_90");
+namespace {
+
+template <class T>
+void launch_tma(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
   static std::once_flag once;
   std::call_once(once, [] {
-    for (auto* k : {gemm_simt_tma<false>, gemm_simt_tma<true>})
+    for (auto* k : {gemm_simt_tma<T, false>, gemm_simt_tma<T, true>})
       MT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kTmaSmemBytes)));
+                                         static_cast<int>(T::kSmemBytes)));
   });
   // A's rows with a stride of a whole row count as rows of K; a single row may have any stride.
   const std::int64_t lda = p.m == 1 ? ((p.k + 3) / 4) * 4 : p.a_sm,
                      ldb = p.k == 1 ? ((p.n + 3) / 4) * 4 : p.b_sk;
-  const CUtensorMap map_a = tensor_map(p.a, p.m, p.k, lda, kTmaBM, kTmaBK, true);
-  const CUtensorMap map_b = tensor_map(p.b, p.k, p.n, ldb, kTmaBK, kTmaBN, false);
-  const int tiles = ((p.m + kTmaBM - 1) / kTmaBM) * ((p.n + kTmaBN - 1) / kTmaBN);
-  const int kps = k_per_split(p, split, kTmaBK);
+  const CUtensorMap map_a = tensor_map(p.a, p.m, p.k, lda, T::BM, T::BK, true);
+  const CUtensorMap map_b = tensor_map(p.b, p.k, p.n, ldb, T::BK, T::BN, false);
+  const int tiles = ((p.m + T::BM - 1) / T::BM) * ((p.n + T::BN - 1) / T::BN);
+  const int kps = k_per_split(p, split, T::BK);
   const bool reduce_kernel = split > 1 && reduce == SplitReduce::Kernel;
   const bool cluster = split > 1 && reduce == SplitReduce::Cluster;
   float* ws = reduce_kernel
                   ? split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.m * p.n, stream)
                   : nullptr;
-  LaunchConfig launch(dim3(tiles, 1, split), dim3(kTmaThreads), kTmaSmemBytes, stream,
+  LaunchConfig launch(dim3(tiles, 1, split), dim3(T::kThreads), T::kSmemBytes, stream,
                       dim3(1, 1, cluster ? split : 1));
   launch.overlap_previous_kernel();
-  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, split > 1 ? gemm_simt_tma<true> : gemm_simt_tma<false>, map_a,
-                                   map_b, p, kps, ws, c_vectorisable(p)));
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, split > 1 ? gemm_simt_tma<T, true> : gemm_simt_tma<T, false>,
+                                   map_a, map_b, p, kps, ws, c_vectorisable(p)));
   MT_CUDA_CHECK_LAUNCH();
   if (reduce_kernel) launch_splitk_reduce(p, ws, split, stream, /*overlap=*/true);
+}
+
+}  // namespace
+
+void launch_simt_tma(const Problem& p, Kernel kernel, int split, SplitReduce reduce, cudaStream_t stream) {
+  MT_CHECK(tma_ready(p), InvalidArgument,
+           "gemm: the TMA kernels need A contiguous along k and B along n, in 16-byte aligned rows, batch 1, "
+           "on sm_90");
+  switch (kernel) {
+    case Kernel::SimtTma128x64:
+      return launch_tma<Tma128x64>(p, split, reduce, stream);
+    case Kernel::SimtTma64x128:
+      return launch_tma<Tma64x128>(p, split, reduce, stream);
+    default:
+      MT_THROW(InvalidArgument, "gemm: ", kernel_name(kernel), " is not a TMA kernel");
+  }
 }
 
 }  // namespace mt::detail::gemm

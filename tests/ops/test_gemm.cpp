@@ -306,7 +306,7 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
                 // built with it; TMA staging is the TMA kernel's only one, for the same layouts in rows of
                 // whole 16-byte runs.
                 const bool whole_runs = m == 132 && la == Layout::Contiguous && lb == Layout::Contiguous;
-                const bool tma = cfg.kernel == Kernel::SimtTma128x64;
+                const bool tma = is_tma_kernel(cfg.kernel);
                 EXPECT_TRUE(
                     cfg.staging == Staging::CpAsync ||
                     (cfg.staging == Staging::CpAsync16 && (!ring16_ready(p) || !has_ring16(cfg.kernel))) ||
@@ -383,7 +383,7 @@ TEST(Gemm, F32_EveryKernel_COddRowsAndTransposed) {
             // A tile built without the 4-byte ring, the whole-run tile with B at offset 1, the 16-byte
             // ring with B at offset 1 or on a tile built without it, TMA staging on another kernel (or
             // another staging on the TMA kernel), or TMA with B at offset 1.
-            const bool tma = cfg.kernel == Kernel::SimtTma128x64;
+            const bool tma = is_tma_kernel(cfg.kernel);
             EXPECT_TRUE(
                 cfg.staging == Staging::CpAsync ||
                 (cfg.staging == Staging::CpAsync16 && (lb == Layout::Offset1 || !has_ring16(cfg.kernel))) ||
@@ -529,11 +529,12 @@ TEST(Gemm, F32_Ring16_OddKInAlignedRows) {
       Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync16}));
 }
 
-// The TMA-fed kernel (Kernel::SimtTma128x64, Staging::Tma) at awkward shapes: a single row and a single k,
-// K neither a multiple of the 32-deep tile nor of 4 (A the first columns of wider aligned rows: the TMA box
-// reads zeros past K), edge tiles along m and n, N under the 64-wide tile; unsplit, split in a cluster (2, 3
-// and 8 splits, some with empty k ranges) and through the second kernel; beta = 0 over a NaN-filled C with
-// bias and gelu, beta = -1.5 with relu. Guard bands around C stay untouched.
+// The TMA-fed kernels (Kernel::SimtTma*, Staging::Tma) at awkward shapes: a single row and a single k, K
+// neither a multiple of the 32-deep tile nor of 4 (A the first columns of wider aligned rows: the TMA box
+// reads zeros past K), edge tiles along m and n, N under the 64-wide tile, M and N just over a 64-row and a
+// 256-column tile; unsplit, split in a cluster (2, 3 and 8 splits, some with empty k ranges) and through the
+// second kernel; beta = 0 over a NaN-filled C with bias and gelu, beta = -1.5 with relu. Guard bands around
+// C stay untouched.
 TEST(Gemm, F32_Tma_AwkwardShapes) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -541,7 +542,9 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
     std::int64_t m, n, k, lda;
   };
   const Shape3 shapes[] = {{1, 4, 1, 4},          {5, 12, 7, 8},        {129, 68, 255, 260},
-                           {300, 64, 1000, 1000}, {1000, 40, 520, 520}, {257, 132, 33, 36}};
+                           {300, 64, 1000, 1000}, {1000, 40, 520, 520}, {257, 132, 33, 36},
+                           {65, 300, 200, 200}};
+  const Kernel kernels[] = {Kernel::SimtTma128x64, Kernel::SimtTma64x128};
   int ran = 0;
   for (const Shape3& s : shapes) {
     const Tensor a_rows = test::make_input(InputSpec{Shape{s.m, s.lda}}, 41, Device::cuda(0));
@@ -555,34 +558,35 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
       for (SplitReduce r : {SplitReduce::Cluster, SplitReduce::Kernel}) {
         if (split == 1 && r == SplitReduce::Kernel) continue;
         if (split == 8 && r == SplitReduce::Kernel) continue;
-        for (float beta : {0.f, -1.5f}) {
-          const Config cfg{Kernel::SimtTma128x64, split, MathMode::FP32, r, Staging::Tma};
-          SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " " +
-                       config_name(cfg) + " beta " + std::to_string(beta));
-          Guarded g(Shape{s.m, s.n}, DType::F32, Device::cuda(0));
-          if (beta != 0.f)
-            g.view().copy_(c0);
-          else
-            g.view().fill_(std::numeric_limits<double>::quiet_NaN());
-          Problem p = problem_2d(a, b, g.view());
-          p.bias = bias.data<float>();
-          p.alpha = 0.75f, p.beta = beta, p.act = beta != 0.f ? Activation::Relu : Activation::Gelu;
-          ASSERT_TRUE(tma_ready(p));
-          ASSERT_TRUE(can_implement(p, cfg));
-          launch(p, cfg, detail::stream_for(Device::cuda(0)));
-          EXPECT_EQ(g.check(), "");
-          ErrorStats st;
-          double e2 = 0, s2 = 0;
-          accumulate_errors(to_double(g.view()), ad, bd, &cd, &bv, p.alpha, p.beta, p.act, 1.0, st, e2, s2);
-          EXPECT_EQ(st.n_bad, 0) << st.str();
-          ++ran;
-        }
+        for (float beta : {0.f, -1.5f})
+          for (Kernel kernel : kernels) {
+            const Config cfg{kernel, split, MathMode::FP32, r, Staging::Tma};
+            SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " " +
+                         config_name(cfg) + " beta " + std::to_string(beta));
+            Guarded g(Shape{s.m, s.n}, DType::F32, Device::cuda(0));
+            if (beta != 0.f)
+              g.view().copy_(c0);
+            else
+              g.view().fill_(std::numeric_limits<double>::quiet_NaN());
+            Problem p = problem_2d(a, b, g.view());
+            p.bias = bias.data<float>();
+            p.alpha = 0.75f, p.beta = beta, p.act = beta != 0.f ? Activation::Relu : Activation::Gelu;
+            ASSERT_TRUE(tma_ready(p));
+            ASSERT_TRUE(can_implement(p, cfg));
+            launch(p, cfg, detail::stream_for(Device::cuda(0)));
+            EXPECT_EQ(g.check(), "");
+            ErrorStats st;
+            double e2 = 0, s2 = 0;
+            accumulate_errors(to_double(g.view()), ad, bd, &cd, &bv, p.alpha, p.beta, p.act, 1.0, st, e2, s2);
+            EXPECT_EQ(st.n_bad, 0) << st.str();
+            ++ran;
+          }
       }
   }
-  EXPECT_EQ(ran, 6 * 6 * 2);  // shapes x (unsplit, 2 and 3 either way, 8 in a cluster) x beta
+  EXPECT_EQ(ran, 7 * 6 * 2 * 2);  // shapes x (unsplit, 2 and 3 either way, 8 in a cluster) x beta x kernel
 }
 
-// What the TMA kernel refuses, with an error naming the configuration: A transposed, B in rows of 67 floats
+// What the TMA kernels refuse, with an error naming the configuration: A transposed, B in rows of 67 floats
 // (not whole 16-byte runs), A at an offset of one float, a batch of 2; the process stays usable (a valid
 // launch after them is right).
 TEST(Gemm, F32_Tma_RefusesLayoutsItCannotFetch) {
@@ -595,37 +599,51 @@ TEST(Gemm, F32_Tma_RefusesLayoutsItCannotFetch) {
   const Tensor b67 = test::make_input(InputSpec{Shape{k, 67}}, 54, Device::cuda(0)).narrow(1, 0, n);
   const Tensor a_off = test::make_input(InputSpec{Shape{m, k}, Layout::Offset1}, 55, Device::cuda(0));
   Tensor c = empty({m, n}, DType::F32, Device::cuda(0));
-  const Config cfg{Kernel::SimtTma128x64, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma};
-  EXPECT_EQ(config_name(cfg), "simt_128x64x32_w64x32_t8x8_s3_tma_splitk2_dsmem");
+  EXPECT_EQ(config_name(Config{Kernel::SimtTma128x64, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma}),
+            "simt_128x64x32_w64x32_t8x8_s3_tma_splitk2_dsmem");
   Problem batched = problem_2d(a, b, c);
   batched.batch = 2, batched.a_sb = 0, batched.b_sb = 0, batched.c_sb = 0;
-  for (const Problem& p : {problem_2d(a_t, b, c), problem_2d(a, b67, c), problem_2d(a_off, b, c), batched}) {
-    EXPECT_FALSE(tma_ready(p));
-    EXPECT_FALSE(can_implement(p, cfg));
-    expect_error<InvalidArgument>([&] { launch(p, cfg, detail::stream_for(Device::cuda(0))); },
-                                  {"simt_128x64x32_w64x32_t8x8_s3_tma", "cannot run"});
+  for (Kernel kernel : simt_kernels()) {
+    if (!is_tma_kernel(kernel)) continue;
+    const Config cfg{kernel, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma};
+    SCOPED_TRACE(config_name(cfg));
+    for (const Problem& p :
+         {problem_2d(a_t, b, c), problem_2d(a, b67, c), problem_2d(a_off, b, c), batched}) {
+      EXPECT_FALSE(tma_ready(p));
+      EXPECT_FALSE(can_implement(p, cfg));
+      expect_error<InvalidArgument>([&] { launch(p, cfg, detail::stream_for(Device::cuda(0))); },
+                                    {kernel_name(kernel), "cannot run"});
+    }
+    Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
+    launch(problem_2d(a, b, g.view()), cfg, detail::stream_for(Device::cuda(0)));
+    EXPECT_EQ(g.check(), "");
+    expect_product(to_double(g.view()), to_double(a), to_double(b));
   }
-  Guarded g(Shape{m, n}, DType::F32, Device::cuda(0));
-  launch(problem_2d(a, b, g.view()), cfg, detail::stream_for(Device::cuda(0)));
-  EXPECT_EQ(g.check(), "");
-  expect_product(to_double(g.view()), to_double(a), to_double(b));
 }
 
-// TMA staging belongs to the TMA kernel alone, on any machine.
+// TMA staging belongs to the TMA kernels alone, on any machine.
 TEST(Gemm, Tma_StagingBelongsToTheTmaKernel) {
   using namespace detail::gemm;
   Problem p;
   p.m = 256, p.n = 64, p.k = 128;
   p.a_sm = 128, p.a_sk = 1, p.b_sk = 64, p.b_sn = 1, p.c_sm = 64, p.c_sn = 1;
-  EXPECT_FALSE(can_implement(
-      p, Config{Kernel::SimtTma128x64, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers}));
-  EXPECT_FALSE(
-      can_implement(p, Config{Kernel::Simt128x64k16, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Tma}));
-  EXPECT_FALSE(can_implement(p, Config{Kernel::SimtTma128x64, 9, MathMode::FP32, SplitReduce::Cluster,
-                                       Staging::Tma}));  // over the portable cluster size
-  EXPECT_EQ(
-      can_implement(p, Config{Kernel::SimtTma128x64, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma}),
-      tma_ready(p));
+  int tma_kernels = 0;
+  for (Kernel kernel : simt_kernels()) {
+    SCOPED_TRACE(kernel_name(kernel));
+    if (!is_tma_kernel(kernel)) {
+      EXPECT_FALSE(can_implement(p, Config{kernel, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Tma}));
+      continue;
+    }
+    ++tma_kernels;
+    EXPECT_FALSE(
+        can_implement(p, Config{kernel, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers}));
+    EXPECT_FALSE(can_implement(p, Config{kernel, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync}));
+    EXPECT_FALSE(can_implement(p, Config{kernel, 9, MathMode::FP32, SplitReduce::Cluster,
+                                         Staging::Tma}));  // over the portable cluster size
+    EXPECT_EQ(can_implement(p, Config{kernel, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma}),
+              tma_ready(p));
+  }
+  EXPECT_EQ(tma_kernels, 2);
 }
 
 // The register-staged loaders need each operand contiguous along one of its dims; the cp.async ring takes
@@ -968,11 +986,14 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
     p.c_sm = n, p.c_sn = 1, p.c_sb = m * n;
     return p;
   };
-  // 48 x (32 tiles of 128 + 4) x 2048: 64x256, K split and added by a second kernel; B in rows of 4101 (no
-  // whole 16-byte runs) takes 64x128.
+  // 48 x (32 tiles of 128 + 4) x 2048: the TMA kernel's 64x128 tiles where the device takes TMA, else
+  // 64x256, K split and added by a second kernel; B in rows of 4101 (no whole 16-byte runs) takes the
+  // register-staged 64x128.
   const std::int64_t wide_n = 32 * 128 + 4;
   const Config small_m = choose(dense(48, wide_n, 2048, 1), MathMode::FP32);
-  EXPECT_EQ(small_m.kernel, Kernel::Simt64x256);
+  const bool small_m_tma = tma_ready(dense(48, wide_n, 2048, 1));
+  EXPECT_EQ(small_m.kernel, small_m_tma ? Kernel::SimtTma64x128 : Kernel::Simt64x256);
+  EXPECT_EQ(small_m.staging, small_m_tma ? Staging::Tma : Staging::Registers);
   EXPECT_GT(small_m.split_k, 1);
   EXPECT_EQ(small_m.reduce, SplitReduce::Kernel);
   const Config small_m_odd = choose(dense(48, wide_n + 1, 2048, 1), MathMode::FP32);
@@ -996,14 +1017,15 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
                              Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Cluster}));
   EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
                              Config{Kernel::Wgmma, 2, MathMode::TF32, SplitReduce::Kernel}));
-  // (3/4 of a wave of 128-row tiles + 1 row) x 40 x 520: 128x64 tiles, split 2 in a cluster; TMA-fed where
-  // the device takes TMA (dense() has null operands: aligned), else 16 deep, register-staged.
+  // (3/4 of a wave of 128-row tiles + 1 row) x 40 x 520: 128x64 tiles, split 2; TMA-fed where the device
+  // takes TMA (dense() has null operands: aligned), the splits added by the second kernel, else 16 deep,
+  // register-staged, reduced in a cluster.
   const std::int64_t tall_m = 128 * ((3 * sms + 3) / 4) + 1;
   const Config skinny = choose(dense(tall_m, 40, 520, 1), MathMode::FP32);
-  EXPECT_EQ(skinny.kernel,
-            tma_ready(dense(tall_m, 40, 520, 1)) ? Kernel::SimtTma128x64 : Kernel::Simt128x64k16);
+  const bool skinny_tma = tma_ready(dense(tall_m, 40, 520, 1));
+  EXPECT_EQ(skinny.kernel, skinny_tma ? Kernel::SimtTma128x64 : Kernel::Simt128x64k16);
   EXPECT_EQ(skinny.split_k, 2);
-  EXPECT_EQ(skinny.reduce, SplitReduce::Cluster);
+  EXPECT_EQ(skinny.reduce, skinny_tma ? SplitReduce::Kernel : SplitReduce::Cluster);
   // A batch of 100x260x68 with at least one 64x256 tile per SM: 64x256, unsplit; rows of A not in whole
   // 16-byte runs take another tile.
   const std::int64_t batch = (sms + 3) / 4;
