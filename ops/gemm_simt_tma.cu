@@ -62,11 +62,16 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
 }
 
 // SPLIT: K split over gridDim.z; the splits of a tile reduce in their cluster (ws == nullptr) or store raw
-// partials to ws for launch_splitk_reduce.
+// partials to ws for launch_splitk_reduce. The splits take the 32-deep k-tiles in turn (split s: k-tiles s,
+// s + splits, s + 2 * splits, ...), not a contiguous k range each: the splits of a tile run at the same time,
+// so they fetch neighbouring 128-byte runs of each row of A together instead of runs a K range apart. Where A
+// streams from DRAM that measured faster (16384x64x4096 split 2: the kernel 189.5 against 192.5 us, H100,
+// ncu; bench/gemm/NOTES.md round 21). Each split still adds its k-tiles in order and the reduction adds the
+// splits in order, so results do not depend on timing.
 template <class T, bool SPLIT>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     gemm_simt_tma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                  Problem p, int k_per_split, float* ws, bool c_vec) {
+                  Problem p, float* ws, bool c_vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int BM = T::BM, BN = T::BN, BK = T::BK, S = T::S, CW = T::kConsumerWarps;
   constexpr int kStageBytes = T::kStageBytes, kABytes = T::kABytes;
@@ -78,8 +83,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const std::uint32_t full = ring + S * kStageBytes, empty = full + 8 * S;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const BlockTile bt = block_tile<BM, BN, BK>(p, k_per_split);
-  const int m0 = bt.m0, n0 = bt.n0, n_tiles = bt.n_tiles;
+  const BlockTile bt = block_tile<BM, BN, BK>(p, 0);  // the tile and split (not its k range: see above)
+  const int m0 = bt.m0, n0 = bt.n0, splits = gridDim.z;
+  const int n_tiles = ((p.k + BK - 1) / BK - bt.split + splits - 1) / splits;  // k-tiles split, split + splits..
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(full + 8 * s, 1);    // the producer's arrival; the TMA bytes complete the phase
@@ -103,14 +109,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   if (warp == CW) {
     // Producer: one thread refills each stage as soon as every consumer warp has released it.
     if (lane == 0) {
-      const int kt0 = bt.k_begin / BK;
       for (int t = 0; t < n_tiles; ++t) {
-        const int s = t % S;
+        const int s = t % S, k0 = (bt.split + t * splits) * BK;
         mbar_wait(empty + 8 * s, ((t / S) & 1) ^ 1);  // a fresh barrier passes parity 1 at once
         mbar_expect_tx(full + 8 * s, kStageBytes);
         const std::uint32_t a_dst = ring + s * kStageBytes;
-        tma_load_2d(a_dst, &map_a, (kt0 + t) * BK, m0, full + 8 * s);
-        tma_load_2d(a_dst + kABytes, &map_b, n0, (kt0 + t) * BK, full + 8 * s);
+        tma_load_2d(a_dst, &map_a, k0, m0, full + 8 * s);
+        tma_load_2d(a_dst + kABytes, &map_b, n0, k0, full + 8 * s);
       }
     }
   } else {
@@ -275,7 +280,6 @@ void launch_tma(const Problem& p, int split, SplitReduce reduce, cudaStream_t st
   const CUtensorMap map_a = tensor_map(p.a, p.m, p.k, lda, T::BM, T::BK, true);
   const CUtensorMap map_b = tensor_map(p.b, p.k, p.n, ldb, T::BK, T::BN, false);
   const int tiles = ((p.m + T::BM - 1) / T::BM) * ((p.n + T::BN - 1) / T::BN);
-  const int kps = k_per_split(p, split, T::BK);
   const bool reduce_kernel = split > 1 && reduce == SplitReduce::Kernel;
   const bool cluster = split > 1 && reduce == SplitReduce::Cluster;
   float* ws = reduce_kernel
@@ -285,7 +289,7 @@ void launch_tma(const Problem& p, int split, SplitReduce reduce, cudaStream_t st
                       dim3(1, 1, cluster ? split : 1));
   launch.overlap_previous_kernel();
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, split > 1 ? gemm_simt_tma<T, true> : gemm_simt_tma<T, false>,
-                                   map_a, map_b, p, kps, ws, c_vectorisable(p)));
+                                   map_a, map_b, p, ws, c_vectorisable(p)));
   MT_CUDA_CHECK_LAUNCH();
   if (reduce_kernel) launch_splitk_reduce(p, ws, split, stream, /*overlap=*/true);
 }
