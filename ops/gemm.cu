@@ -493,6 +493,9 @@ void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStr
 bool has_ring16(Kernel k) {
   return k == Kernel::Simt64x64 || k == Kernel::Simt32x128 || k == Kernel::Simt32x64;
 }
+bool lanes_ready(const Problem& p) {
+  return p.a_sk == 1 && p.b_sn == 1;
+}
 bool ring16_ready(const Problem& p) {
   return p.a_sk == 1 && (p.a_sm % 4 == 0 || p.m == 1) && (p.a_sb % 4 == 0 || p.batch == 1) &&
          aligned16(p.a) && b_vectorisable(p);

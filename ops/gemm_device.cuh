@@ -33,6 +33,11 @@ __device__ __forceinline__ void cp_async4(float* dst, const float* src, int byte
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
 }
+// 4 bytes, all read.
+__device__ __forceinline__ void cp_async4_whole(float* dst, const float* src) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src));
+}
 // 16 bytes, of which the first `bytes` (0..16, a multiple of 4) come from global memory. Bypasses L1 (.cg):
 // every byte of a tile is read once per block. compute-sanitizer counts a partial copy as a read of all 16
 // bytes: callers use one only where the whole run lies in the operand's padded row (cp_async_run otherwise).
@@ -180,6 +185,109 @@ struct ScalarLoader {
       }
     }
     base += step;
+  }
+};
+
+// Lane loaders (the kLoadLanes ring): 4-byte cp.async per element for row-major operands at any leading
+// dimension and alignment, the lanes of a warp along the operand's contiguous dimension, each copy's shared
+// address a fixed offset from the thread's first. Rows and columns past the matrix's edge read the row or
+// column one tile width before them instead (edge_index; their products land only in rows and columns of C
+// that are never stored), so a tile that lies inside K copies with no predicate; the tile that holds the end
+// of K zero-fills past it in both operands (an Inf or NaN of the operand never meets the other's padding).
+// Reading the matrix's last row or column instead made a one-column edge tile's 128 copies per thread and
+// k-tile hit one address, and that tile took about 1.5x an inner tile's time (4096x4097x1024, H100).
+//
+// LaneLoaderK: an operand contiguous along k (A, row-major) into [BK][BX + PAD]. Lane group of BK threads per
+// row: a warp reads 32 / BK rows of BK consecutive elements each, and thread element j sits j * (NT / BK)
+// rows below element 0. With (BX + PAD) % 32 == 4 and BK == 8, the transposing stores of a warp hit 32
+// distinct banks.
+// Index x (from the tile's first, x0) of a tile BX wide, moved inside [0, n_x - x0) when past the edge: one
+// tile width back, where that stays in the matrix, else onto its last row or column.
+template <int BX>
+__device__ __forceinline__ int edge_index(int x, int x0, int n_x) {
+  return x0 + x < n_x ? x : x0 >= BX ? x - BX : n_x - 1 - x0;
+}
+
+template <int BX, int BK, int PAD, int NT>
+struct LaneLoaderK {
+  static constexpr int kRowsPerPass = NT / BK;
+  static constexpr int kElems = BX / kRowsPerPass;
+  static_assert(NT % BK == 0 && BX % kRowsPerPass == 0, "the block's threads must tile BX x BK");
+
+  const float* ptr;    // row x0 of the tile, the thread's k of the next tile
+  const float* valid;  // any readable address, given to cp.async when it copies 0 bytes
+  int roff[kElems];    // edge_index(row) * sx: 32-bit within a tile (can_implement checks it fits)
+  int soff;            // k * (BX + PAD) + row of element 0
+  int k;               // the thread's k within a tile
+
+  __device__ __forceinline__ void init(const float* g, std::int64_t sx, int x0, int n_x, int k0, int tid) {
+    k = tid % BK;
+    const int row = tid / BK;
+    valid = g;
+    ptr = g + static_cast<std::int64_t>(x0) * sx + k0 + k;
+    soff = k * (BX + PAD) + row;
+#pragma unroll
+    for (int j = 0; j < kElems; ++j)
+      roff[j] = static_cast<int>(static_cast<std::int64_t>(edge_index<BX>(row + j * kRowsPerPass, x0, n_x)) * sx);
+  }
+  // Element j of the next tile, which lies inside K, into `s`; advance() once all are issued.
+  __device__ __forceinline__ void copy(float* s, int j) const {
+    cp_async4_whole(s + soff + j * kRowsPerPass, ptr + roff[j]);
+  }
+  __device__ __forceinline__ void advance() { ptr += BK; }
+  // The whole next tile (first k `k0`) into `s`; elements at k >= k_end read as 0.
+  __device__ __forceinline__ void load(float* s, int k0, int k_end) {
+    const bool ok = k0 + k < k_end;
+#pragma unroll
+    for (int j = 0; j < kElems; ++j)
+      cp_async4(s + soff + j * kRowsPerPass, ok ? ptr + roff[j] : valid, ok ? 4 : 0);
+    advance();
+  }
+};
+
+// LaneLoaderX: an operand contiguous along x (B, row-major) into [BK][BX + PAD]. A warp reads one k-row, its
+// lanes 32 consecutive elements; thread element j sits 32 * (j % (BX / 32)) columns right of and
+// (NT / 32) * (j / (BX / 32)) k-rows below element 0.
+template <int BX, int BK, int PAD, int NT>
+struct LaneLoaderX {
+  static constexpr int kRunsX = BX / 32, kWarps = NT / 32;
+  static constexpr int kElems = BX * BK / NT;
+  static_assert(BX % 32 == 0 && NT % 32 == 0 && BK % kWarps == 0, "the block's warps must tile BK x BX");
+
+  const float* ptr;  // k-row of element 0 in the next tile, column x0
+  const float* valid;
+  std::int64_t step;  // BK * sk
+  std::int64_t pass;  // kWarps * sk
+  int xoff[kRunsX];   // edge_index(column) of each run
+  int soff;           // k * (BX + PAD) + lane of element 0
+  int k;              // the k-row of element 0 within a tile
+
+  __device__ __forceinline__ void init(const float* g, std::int64_t sk, int x0, int n_x, int k0, int tid) {
+    const int lane = tid % 32;
+    k = tid / 32;
+    valid = g;
+    ptr = g + x0 + static_cast<std::int64_t>(k0 + k) * sk;
+    step = static_cast<std::int64_t>(BK) * sk;
+    pass = static_cast<std::int64_t>(kWarps) * sk;
+    soff = k * (BX + PAD) + lane;
+#pragma unroll
+    for (int r = 0; r < kRunsX; ++r) xoff[r] = edge_index<BX>(lane + 32 * r, x0, n_x);
+  }
+  // Element e of the next tile, which lies inside K, into `s`; advance() once all are issued.
+  __device__ __forceinline__ void copy(float* s, int e) const {
+    const int kp = e / kRunsX, r = e % kRunsX;
+    cp_async4_whole(s + soff + kp * kWarps * (BX + PAD) + 32 * r, ptr + kp * pass + xoff[r]);
+  }
+  __device__ __forceinline__ void advance() { ptr += step; }
+  // The whole next tile (first k `k0`) into `s`; elements at k >= k_end read as 0.
+  __device__ __forceinline__ void load(float* s, int k0, int k_end) {
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      const int kp = e / kRunsX, r = e % kRunsX;
+      const bool ok = k0 + k + kp * kWarps < k_end;
+      cp_async4(s + soff + kp * kWarps * (BX + PAD) + 32 * r, ok ? ptr + kp * pass + xoff[r] : valid, ok ? 4 : 0);
+    }
+    advance();
   }
 };
 

@@ -142,6 +142,9 @@ std::string config_name(const Config& c);
 // (Staging::CpAsync16: A contiguous along k and B along n, in 16-byte aligned rows and batches).
 bool has_ring16(Kernel k);
 bool ring16_ready(const Problem& p);
+// The problems the lane loaders take (the 256x128 tile's Staging::CpAsync, unsplit: A contiguous along k and
+// B along n, any leading dimension and alignment).
+bool lanes_ready(const Problem& p);
 // The problems the TMA kernel takes (Staging::Tma): batch 1, A contiguous along k and B along n, each in
 // 16-byte aligned rows at least as long as the matrix's (any stride for a single row), on an sm_90 device
 // with the kernel built for it (ops/gemm_simt_tma.cu).

@@ -98,7 +98,12 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //                 on k. Runs are one 16-byte load each (vector_runs), or with kScalarRuns 4 scalar loads.
 // Shared memory per block: STAGES (2 for kLoadRegs) * BK * (BM + BN + 2 * kPad) * 4 bytes, with A's stage
 // BM * (BK + kPad) for kLoadKMajorA.
-constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadRegs = 4, kScalarRuns = 4;
+//   kLoadLanes    the ring of 4-byte copies for A contiguous along k and B along n at any leading dimension and
+//                 alignment (LaneLoaderK / LaneLoaderX: the lanes along each operand's contiguous dimension,
+//                 no predicate inside K), turned early like the register-staged loop: tile t + 1's wait and
+//                 barrier come once tile t's last k-row's fragments are loaded, and tile t + STAGES refills
+//                 tile t's slot. Unsplit only.
+constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadLanes = 3, kLoadRegs = 4, kScalarRuns = 4;
 // Rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks. k-major A rows of BK + 4
 // (12 or 20 floats, an odd number of float4s): the 8 consecutive rows a warp reads at once (trow) sit in
 // distinct bank quads.
@@ -166,6 +171,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   constexpr bool kRegs = LOAD >= kLoadRegs;
   constexpr bool kVecRuns = LOAD < kLoadRegs + kScalarRuns;  // kRegs: one 16-byte load per run
   constexpr bool kKMajorA = LOAD == kLoadKMajorA;
+  constexpr bool kLanes = LOAD == kLoadLanes;
+  static_assert(!kLanes || !SPLIT, "the lane-loader ring is built unsplit");
   constexpr int kStageA = kKMajorA ? S::kStageAK : S::kStageA;
   float* sB = smem + (kRegs ? 2 : STAGES) * kStageA;  // register staging: two buffers
 
@@ -221,13 +228,15 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   // The tile's k-rows, row 0's fragments already in buffer 0. `turn` runs once the last row's fragments are
   // loaded (before the outer product of the row before it), `last_row` in place of the (absent) next row's
   // fragment loads, before the last row's outer product.
-  auto tile_rows = [&](const float* As, const float* Bs, auto&& turn, auto&& last_row) {
+  // `each_row(q)` runs before k-row q's outer product, after the next row's fragment loads.
+  auto tile_rows_with = [&](const float* As, const float* Bs, auto&& turn, auto&& last_row, auto&& each_row) {
 #pragma unroll
     for (int q = 0; q < BK; ++q) {
       if (q + 1 < BK)
         load_frags(As, Bs, (q + 1) & 1, q + 1);
       else
         last_row();
+      each_row(q);
       if (q + 2 == BK) turn();
 #pragma unroll
       for (int i = 0; i < TM; ++i)
@@ -237,6 +246,9 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
           acc[i][j] = fmaf(ra[q & 1][i], rb[q & 1][j], acc[i][j]);
         }
     }
+  };
+  auto tile_rows = [&](const float* As, const float* Bs, auto&& turn, auto&& last_row) {
+    tile_rows_with(As, Bs, turn, last_row, [](int) {});
   };
   auto compute_tile = [&](const float* As, const float* Bs) {
     load_frags(As, Bs, 0, 0);
@@ -352,6 +364,73 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
       }
       __syncthreads();
     }
+  } else if constexpr (kLanes) {
+    LaneLoaderK<BM, BK, kSimtPad, NT> la;
+    LaneLoaderX<BN, BK, kSimtPad, NT> lb;
+    la.init(a_batch(p, b), p.a_sm, m0, p.m, k_begin, tid);
+    lb.init(b_batch(p, b), p.b_sk, n0, p.n, k_begin, tid);
+    const int n_whole = (k_end - k_begin) / BK;  // tiles that lie inside K
+    // Tile i lives in slot i % STAGES. Tiles 0 .. STAGES - 2 go first, one group each; tile t's loop issues
+    // tile t + STAGES - 1 into the slot of tile t - 1 (whose reads all came before tile t - 1's turn), and
+    // tile t's turn waits for tile t + 1 (STAGES - 2 younger groups may stay in flight).
+    auto fill = [&](int slot, int tile) {  // predicated: for tiles that may reach past K
+      const int k0 = k_begin + tile * BK;
+      la.load(sA + slot * S::kStageA, k0, k_end);
+      lb.load(sB + slot * S::kStageB, k0, k_end);
+    };
+#pragma unroll
+    for (int s = 0; s + 1 < STAGES; ++s) {
+      if (s < n_tiles) fill(s, s);
+      cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    load_frags(sA, sB, 0, 0);
+    int cur = 0, prev = STAGES - 1;  // the slots of tiles t and t - 1
+    auto run_tile = [&](auto&& each_row) {
+      const int nxt = cur + 1 == STAGES ? 0 : cur + 1;
+      const auto turn = [] {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+      };
+      // Past the last tile this reads slot nxt's stale tile into fragments that are never used.
+      tile_rows_with(sA + cur * S::kStageA, sB + cur * S::kStageB, turn,
+                     [&] { load_frags(sA + nxt * S::kStageA, sB + nxt * S::kStageB, 0, 0); }, each_row);
+      prev = cur;
+      cur = nxt;
+    };
+    // While the tile to issue lies inside K, its copies are spread over the first kCopyRows k-rows, a few
+    // beside each row's FMAs: issued back to back, the copies' address registers were still unread when
+    // ptxas reused them, and the FMAs after the burst stalled on them.
+    constexpr int kCopyRows = 4;
+    int t = 0;
+    for (; t + STAGES - 1 < n_whole; ++t) {
+      float* const fa = sA + prev * S::kStageA;
+      float* const fb = sB + prev * S::kStageB;
+      run_tile([&](int q) {
+#pragma unroll
+        for (int j = 0; j < la.kElems; ++j)
+          if (j * kCopyRows / la.kElems == q) la.copy(fa, j);
+#pragma unroll
+        for (int e = 0; e < lb.kElems; ++e)
+          if (e * kCopyRows / lb.kElems == q) lb.copy(fb, e);
+        if (q == kCopyRows - 1) {
+          la.advance();
+          lb.advance();
+          cp_async_commit();
+        }
+      });
+    }
+    for (; t < n_tiles; ++t) {
+      const int slot = prev, tile = t + STAGES - 1;
+      run_tile([&](int q) {
+        if (q == 0) {
+          if (tile < n_tiles) fill(slot, tile);
+          cp_async_commit();
+        }
+      });
+    }
+    cp_async_wait<0>();
   } else {
     using LoaderA =
         std::conditional_t<kKMajorA, KVecLoader<BM, BK, kSimtPad, NT>, ScalarLoader<BM, BK, kSimtPad, NT, 8>>;
@@ -548,7 +627,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     // The 128-register cp.async ring variants keep the per-element path for edge tiles (the compact one
     // spills 52 bytes in one of them).
     constexpr bool kCompactEdge = kRegs || MIN_BLOCKS * NT < 512;
-    static_assert(!ROWS_C || (kRegs && !SPLIT), "store_rows is built into unsplit register-staged kernels");
+    static_assert(!ROWS_C || ((kRegs || kLanes) && !SPLIT),
+                  "store_rows is built into unsplit register-staged and lane-ring kernels");
     const bool edge = m0 + BM > p.m || n0 + BN > p.n;
     if constexpr (ROWS_C) {
       by_activation(store_rows);
@@ -579,8 +659,10 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 // ring16_ready(p) problems).
 // ROWS_C: the configuration also has the unsplit register-staged kernels for C in unaligned contiguous rows
 // (gemm_simt's ROWS_C), taken for such a C; without them that C gets scalar stores.
+// LANES: the configuration's unsplit 4-byte ring takes the lane loaders (kLoadLanes) for A contiguous along k
+// and B along n.
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1,
-          bool RING = true, bool SCALAR_RUNS = true, bool RING16 = false, bool ROWS_C = false>
+          bool RING = true, bool SCALAR_RUNS = true, bool RING16 = false, bool ROWS_C = false, bool LANES = false>
 void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging staging, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   const bool regs = staging == Staging::Registers;
@@ -650,6 +732,20 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
     }();
     (void)ring_once;
     if (staging == Staging::CpAsync) kernel = ring_kernels[b_vectorisable(p) ? 1 : 0][split > 1 ? 1 : 0];
+  }
+  if constexpr (LANES) {
+    static_assert(RING, "the lane loaders are a variant of the 4-byte ring");
+    // [C in unaligned contiguous rows (store_rows)].
+    static const Kern lanes_kernels[2] = {
+        gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadLanes, false>,
+        gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadLanes, false, ROWS_C>};
+    static const bool lanes_once = [&] {
+      for (Kern k : lanes_kernels) allow_smem(k, S::smem_bytes(Staging::CpAsync, false));
+      return true;
+    }();
+    (void)lanes_once;
+    if (staging == Staging::CpAsync && split == 1 && lanes_ready(p))
+      kernel = lanes_kernels[ROWS_C && p.c_sn == 1 && !c_vectorisable(p) ? 1 : 0];
   }
   if constexpr (RING16) {
     static const Kern ring16_kernels[2] = {

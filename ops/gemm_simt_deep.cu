@@ -9,7 +9,7 @@ void launch_simt_128x128k16(const Problem& p, int split, SplitReduce reduce, Sta
 }
 void launch_simt_256x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
                          cudaStream_t stream) {
-  launch_simt<256, 128, 8, 64, 64, 16, 8, 3, 1, true, true, false, true>(p, split, reduce, staging, stream);
+  launch_simt<256, 128, 8, 64, 64, 16, 8, 3, 1, true, true, false, true, true>(p, split, reduce, staging, stream);
 }
 
 void launch_simt_256x128k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
