@@ -931,6 +931,12 @@ Config choose(const Problem& p, MathMode math) {
                           (q.b ? 0.0 : double(b_layout(p).elements(batches_of(p.b_sb, p.batch))));
     if (double(p.m) * p.n * p.k * p.batch >= 1024.0 * copied) {
       Config c = choose(q, math);
+      // Where that is the unsplit 256x128 tile and A runs along k, B along n, the tile's 4-byte cp.async
+      // ring with the lane loaders reads the operands in place as fast as the kernel reads packed ones, and
+      // the copy is saved (4095x4097x1023, H100: 46.4 TFLOP/s, 1.01x cuBLAS timed interleaved with it, where
+      // the copy and the register-staged kernel gave 44.6, 0.97x; bench/gemm/NOTES.md round 24).
+      const Config lanes{Kernel::Simt256x128, 1, math, SplitReduce::Kernel, Staging::CpAsync};
+      if (c.kernel == lanes.kernel && c.split_k == 1 && lanes_ready(p) && can_implement(p, lanes)) return lanes;
       c.pack = true;
       if (can_implement(p, c)) return c;
     }

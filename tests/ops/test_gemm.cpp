@@ -463,6 +463,90 @@ TEST(Gemm, F32_RowsC_EveryAlignment_Batched) {
       }
 }
 
+// The 256x128 tile's lane-loader ring (Staging::CpAsync with A along k and B along n: LaneLoaderK / X) at
+// every edge it handles: K below one tile, K ending inside a tile, fewer tiles than ring slots; edge tiles
+// along m and n whose outside rows and columns read the tile before them (m0, n0 >= the tile) or the last
+// row and column (a single tile), among them one-row and one-column tiles; operands at offset 1 in odd rows;
+// C in rows with float4 runs (n % 4 == 0) or without (store_rows); a batch of 2 with B broadcast; beta 0 over
+// a NaN-filled C, or beta -1.5 with a bias and relu.
+TEST(Gemm, F32_LaneRing_EdgesAndKTails) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const Config cfg{Kernel::Simt256x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
+  struct Case {
+    std::int64_t m, n, k;
+    Layout layout;
+    int batch;
+  };
+  const Case cases[] = {{1, 1, 1, Layout::Offset1, 1},       {1, 129, 9, Layout::Offset1, 1},
+                        {255, 1, 8, Layout::Contiguous, 1},  {257, 129, 1, Layout::Offset1, 1},
+                        {300, 257, 7, Layout::Offset1, 2},   {513, 385, 23, Layout::Offset1, 1},
+                        {511, 129, 17, Layout::Contiguous, 2}, {260, 132, 31, Layout::Offset1, 1},
+                        {260, 132, 48, Layout::Contiguous, 1}, {767, 641, 100, Layout::Offset1, 1}};
+  for (const Case& t : cases)
+    for (float beta : {0.f, -1.5f}) {
+      SCOPED_TRACE(std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k) + " batch " +
+                   std::to_string(t.batch) + " " + test::layout_name(t.layout) + " beta " +
+                   std::to_string(beta));
+      const Tensor a = test::make_input(InputSpec{Shape{t.batch, t.m, t.k}, t.layout}, 91, d);
+      const Tensor b = test::make_input(InputSpec{Shape{t.k, t.n}, t.layout}, 92, d);
+      const Tensor bias = test::make_input(InputSpec{Shape{t.n}}, 93, d);
+      const Tensor c0 = test::make_input(InputSpec{Shape{t.batch, t.m, t.n}}, 94, d);
+      Guarded g(Shape{t.batch, t.m, t.n}, DType::F32, d);  // NaN-filled
+      if (beta != 0.f) g.view().copy_(c0);
+      Problem p = problem_2d(a.select(0, 0), b, g.view().select(0, 0));
+      p.batch = t.batch;
+      p.a_sb = a.stride(0), p.b_sb = 0, p.c_sb = g.view().stride(0);
+      p.alpha = -1.5f, p.beta = beta;
+      if (beta != 0.f) p.bias = bias.data<float>(), p.act = Activation::Relu;
+      ASSERT_TRUE(lanes_ready(p));
+      ASSERT_TRUE(can_implement(p, cfg));
+      launch(p, cfg, detail::stream_for(d));
+      EXPECT_EQ(g.check(), "");
+      const std::vector<float> bv = bias.to_vector<float>();
+      const MatD bd = to_double(b);
+      for (int e = 0; e < t.batch; ++e) {
+        const MatD cd = to_double(c0.select(0, e));
+        ErrorStats s;
+        double e2 = 0, s2 = 0;
+        accumulate_errors(to_double(g.view().select(0, e)), to_double(a.select(0, e)), bd, &cd,
+                          beta != 0.f ? &bv : nullptr, p.alpha, p.beta, p.act, 1.0, s, e2, s2);
+        EXPECT_EQ(s.n_bad, 0) << "entry " << e << ": " << s.str();
+      }
+    }
+}
+
+// An Inf in A's last row and a NaN in B's last column, both read in the tile that holds the end of K, reach
+// only that row and column of C through the lane-loader ring: the rows and columns the edge tiles read from
+// inside the matrix in place of the outside ones, and the zeros past K, carry them nowhere else.
+TEST(Gemm, F32_LaneRing_NonFiniteStayInTheirRowAndColumn) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const std::int64_t m = 513, n = 257, k = 21;
+  const Config cfg{Kernel::Simt256x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
+  Tensor a = test::make_input(InputSpec{Shape{m, k}, Layout::Offset1}, 95, d);
+  Tensor b = test::make_input(InputSpec{Shape{k, n}, Layout::Offset1}, 96, d);
+  a.narrow(0, m - 1, 1).narrow(1, k - 2, 1).fill_(std::numeric_limits<double>::infinity());
+  b.narrow(0, k - 1, 1).narrow(1, n - 1, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+  Guarded g(Shape{m, n}, DType::F32, d);
+  Problem p = problem_2d(a, b, g.view());
+  ASSERT_TRUE(can_implement(p, cfg));
+  launch(p, cfg, detail::stream_for(d));
+  EXPECT_EQ(g.check(), "");
+  const MatD got = to_double(g.view());
+  for (Eigen::Index j = 0; j < n; ++j) EXPECT_FALSE(std::isfinite(got(m - 1, j))) << "row " << m - 1;
+  for (Eigen::Index i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(got(i, n - 1))) << "row " << i;
+  // The rest against float64 over the finite part of the operands.
+  const MatD ad = to_double(a).topRows(m - 1), bd = to_double(b).leftCols(n - 1);
+  ErrorStats s;
+  double e2 = 0, s2 = 0;
+  accumulate_errors(MatD(got.topLeftCorner(m - 1, n - 1)), ad, bd, nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0,
+                    s, e2, s2);
+  EXPECT_EQ(s.n_bad, 0) << s.str();
+}
+
 // The 16-byte cp.async ring (Staging::CpAsync16) on every tile built with it: K odd inside 16-byte aligned
 // rows (A the first 257 of 260 columns, so each row's last run copies 1 float and zero-fills 3), splits
 // whose k ranges start inside the matrix, a batch of 2 with B broadcast, and beta = 0 over a NaN-filled C.
@@ -791,9 +875,10 @@ TEST(Gemm, F32_PackedLongRows) {
   expect_batches_match(c, a.contiguous(), b.contiguous(), {0, batch - 1});
 }
 
-// The dispatcher packs where each copied element feeds at least 1024 FMAs (4095x4097x1023), not below;
-// with C in odd rows it takes the 256x128 tile 8 deep (its ROWS_C kernels: store_rows).
-TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
+// Unaligned operands of a problem where each copied element would feed at least 1024 FMAs (4095x4097x1023):
+// row-major ones are read in place by the 256x128 tile's lane-loader ring; other layouts are packed; below
+// that size neither. With C in odd rows the 256x128 tile runs 8 deep (its ROWS_C kernels: store_rows).
+TEST(Gemm, F32_Dispatch_UnalignedBigProblems) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   auto rows = [](int m, int n, int k, std::int64_t lda, std::int64_t ldb) {
@@ -803,9 +888,15 @@ TEST(Gemm, F32_Dispatch_PacksUnalignedBigProblems) {
     return p;
   };
   const Config odd = choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::FP32);
-  EXPECT_TRUE(odd.pack) << config_name(odd);
-  EXPECT_EQ(odd.staging, Staging::Registers);
+  EXPECT_FALSE(odd.pack) << config_name(odd);
+  EXPECT_EQ(odd.staging, Staging::CpAsync);
   EXPECT_EQ(odd.kernel, Kernel::Simt256x128);  // C in odd rows: the 8-deep 16x8 tile
+  EXPECT_EQ(odd.split_k, 1);
+  Problem odd_t = rows(4095, 4097, 1023, 1023, 4097);  // A transposed: stored k x m in rows of 4095
+  odd_t.a_sm = 1, odd_t.a_sk = 4095;
+  const Config packed = choose(odd_t, MathMode::FP32);
+  EXPECT_TRUE(packed.pack) << config_name(packed);
+  EXPECT_EQ(packed.staging, Staging::Registers);
   const Config aligned = choose(rows(4096, 4096, 4096, 4096, 4096), MathMode::FP32);
   EXPECT_FALSE(aligned.pack);
   EXPECT_EQ(aligned.kernel, Kernel::Simt256x128k16);
