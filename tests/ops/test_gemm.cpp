@@ -188,6 +188,20 @@ detail::gemm::Problem problem_2d(const Tensor& a, const Tensor& b, const Tensor&
   return p;
 }
 
+// Each entry e of the batched C against p's epilogue over entry e of `a` and of `c0`, with `b` broadcast.
+void expect_entries_match(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& c0,
+                          const std::vector<float>* bias, const detail::gemm::Problem& p) {
+  const MatD bd = to_double(b);
+  for (std::int64_t e = 0; e < c.size(0); ++e) {
+    const MatD cd = to_double(c0.select(0, e));
+    ErrorStats s;
+    double e2 = 0, s2 = 0;
+    accumulate_errors(to_double(c.select(0, e)), to_double(a.select(0, e)), bd, &cd, bias, p.alpha, p.beta,
+                      p.act, 1.0, s, e2, s2);
+    EXPECT_EQ(s.n_bad, 0) << "entry " << e << ": " << s.str();
+  }
+}
+
 void run_both(const GemmCase& c) {
   run_gemm_case(c, Device::cpu());
   if (cuda_available()) run_gemm_case(c, Device::cuda(0));
@@ -422,7 +436,6 @@ TEST(Gemm, F32_RowsC_EveryAlignment_Batched) {
   const Tensor bias = test::make_input(InputSpec{Shape{n}}, 33, Device::cuda(0));
   const Tensor c0 = test::make_input(InputSpec{Shape{batch, m, n}}, 34, Device::cuda(0));
   const std::vector<float> bv = bias.to_vector<float>();
-  const MatD bd = to_double(b);
   const Config cfg{Kernel::Simt256x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers};
   for (std::int64_t pad = 1; pad <= 2; ++pad)
     for (std::int64_t off = 1; off <= pad; ++off)
@@ -453,13 +466,8 @@ TEST(Gemm, F32_RowsC_EveryAlignment_Batched) {
                 ASSERT_EQ(wide(i, j), 7.25)
                     << "column " << j << " of row " << i << " of entry " << e << " outside C was written";
               }
-          const MatD cd = to_double(c0.select(0, e));
-          ErrorStats s;
-          double e2 = 0, s2 = 0;
-          accumulate_errors(to_double(c.select(0, e)), to_double(a.select(0, e)), bd, &cd,
-                            beta != 0.f ? &bv : nullptr, p.alpha, p.beta, p.act, 1.0, s, e2, s2);
-          EXPECT_EQ(s.n_bad, 0) << "entry " << e << ": " << s.str();
         }
+        expect_entries_match(c, a, b, c0, beta != 0.f ? &bv : nullptr, p);
       }
 }
 
@@ -505,15 +513,7 @@ TEST(Gemm, F32_LaneRing_EdgesAndKTails) {
       launch(p, cfg, detail::stream_for(d));
       EXPECT_EQ(g.check(), "");
       const std::vector<float> bv = bias.to_vector<float>();
-      const MatD bd = to_double(b);
-      for (int e = 0; e < t.batch; ++e) {
-        const MatD cd = to_double(c0.select(0, e));
-        ErrorStats s;
-        double e2 = 0, s2 = 0;
-        accumulate_errors(to_double(g.view().select(0, e)), to_double(a.select(0, e)), bd, &cd,
-                          beta != 0.f ? &bv : nullptr, p.alpha, p.beta, p.act, 1.0, s, e2, s2);
-        EXPECT_EQ(s.n_bad, 0) << "entry " << e << ": " << s.str();
-      }
+      expect_entries_match(g.view(), a, b, c0, beta != 0.f ? &bv : nullptr, p);
     }
 }
 
