@@ -101,8 +101,8 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //   kLoadLanes    the ring of 4-byte copies for A contiguous along k and B along n at any leading dimension and
 //                 alignment (LaneLoaderK / LaneLoaderX: the lanes along each operand's contiguous dimension,
 //                 no predicate inside K), turned early like the register-staged loop: tile t + 1's wait and
-//                 barrier come once tile t's last k-row's fragments are loaded, and tile t + STAGES refills
-//                 tile t's slot. Unsplit only.
+//                 barrier come once tile t's last k-row's fragments are loaded, and tile t's first k-rows
+//                 issue tile t + STAGES - 1 into tile t - 1's slot. Unsplit only.
 constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadLanes = 3, kLoadRegs = 4, kScalarRuns = 4;
 // Rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks. k-major A rows of BK + 4
 // (12 or 20 floats, an odd number of float4s): the 8 consecutive rows a warp reads at once (trow) sit in
