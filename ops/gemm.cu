@@ -936,7 +936,8 @@ Config choose(const Problem& p, MathMode math) {
       // the copy is saved (4095x4097x1023, H100: 46.4 TFLOP/s, 1.01x cuBLAS timed interleaved with it, where
       // the copy and the register-staged kernel gave 44.6, 0.97x; bench/gemm/NOTES.md round 24).
       const Config lanes{Kernel::Simt256x128, 1, math, SplitReduce::Kernel, Staging::CpAsync};
-      if (c.kernel == lanes.kernel && c.split_k == 1 && lanes_ready(p) && can_implement(p, lanes)) return lanes;
+      if (c.kernel == lanes.kernel && c.split_k == 1 && lanes_ready(p) && can_implement(p, lanes))
+        return lanes;
       c.pack = true;
       if (can_implement(p, c)) return c;
     }

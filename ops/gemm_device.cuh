@@ -194,13 +194,9 @@ struct ScalarLoader {
 // column one tile width before them instead (edge_index; their products land only in rows and columns of C
 // that are never stored), so a tile that lies inside K copies with no predicate; the tile that holds the end
 // of K zero-fills past it in both operands (an Inf or NaN of the operand never meets the other's padding).
-// Reading the matrix's last row or column instead made a one-column edge tile's 128 copies per thread and
+// Reading the matrix's last row or column instead made a one-column edge tile's 128 copies per warp and
 // k-tile hit one address, and that tile took about 1.5x an inner tile's time (4096x4097x1024, H100).
-//
-// LaneLoaderK: an operand contiguous along k (A, row-major) into [BK][BX + PAD]. Lane group of BK threads per
-// row: a warp reads 32 / BK rows of BK consecutive elements each, and thread element j sits j * (NT / BK)
-// rows below element 0. With (BX + PAD) % 32 == 4 and BK == 8, the transposing stores of a warp hit 32
-// distinct banks.
+
 // Index x (from the tile's first, x0) of a tile BX wide, moved inside [0, n_x - x0) when past the edge: one
 // tile width back, where that stays in the matrix, else onto its last row or column.
 template <int BX>
@@ -208,6 +204,10 @@ __device__ __forceinline__ int edge_index(int x, int x0, int n_x) {
   return x0 + x < n_x ? x : x0 >= BX ? x - BX : n_x - 1 - x0;
 }
 
+// LaneLoaderK: an operand contiguous along k (A, row-major) into [BK][BX + PAD]. Lane group of BK threads per
+// row: a warp reads 32 / BK rows of BK consecutive elements each, and thread element j sits j * (NT / BK)
+// rows below element 0. With (BX + PAD) % 32 == 4 and BK == 8, the transposing stores of a warp hit 32
+// distinct banks.
 template <int BX, int BK, int PAD, int NT>
 struct LaneLoaderK {
   static constexpr int kRowsPerPass = NT / BK;
@@ -228,7 +228,8 @@ struct LaneLoaderK {
     soff = k * (BX + PAD) + row;
 #pragma unroll
     for (int j = 0; j < kElems; ++j)
-      roff[j] = static_cast<int>(static_cast<std::int64_t>(edge_index<BX>(row + j * kRowsPerPass, x0, n_x)) * sx);
+      roff[j] =
+          static_cast<int>(static_cast<std::int64_t>(edge_index<BX>(row + j * kRowsPerPass, x0, n_x)) * sx);
   }
   // Element j of the next tile, which lies inside K, into `s`; advance() once all are issued.
   __device__ __forceinline__ void copy(float* s, int j) const {
@@ -285,7 +286,8 @@ struct LaneLoaderX {
     for (int e = 0; e < kElems; ++e) {
       const int kp = e / kRunsX, r = e % kRunsX;
       const bool ok = k0 + k + kp * kWarps < k_end;
-      cp_async4(s + soff + kp * kWarps * (BX + PAD) + 32 * r, ok ? ptr + kp * pass + xoff[r] : valid, ok ? 4 : 0);
+      cp_async4(s + soff + kp * kWarps * (BX + PAD) + 32 * r, ok ? ptr + kp * pass + xoff[r] : valid,
+                ok ? 4 : 0);
     }
     advance();
   }

@@ -98,12 +98,13 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //                 on k. Runs are one 16-byte load each (vector_runs), or with kScalarRuns 4 scalar loads.
 // Shared memory per block: STAGES (2 for kLoadRegs) * BK * (BM + BN + 2 * kPad) * 4 bytes, with A's stage
 // BM * (BK + kPad) for kLoadKMajorA.
-//   kLoadLanes    the ring of 4-byte copies for A contiguous along k and B along n at any leading dimension and
+//   kLoadLanes    the ring of 4-byte copies for A contiguous along k and B along n, any leading dimension and
 //                 alignment (LaneLoaderK / LaneLoaderX: the lanes along each operand's contiguous dimension,
 //                 no predicate inside K), turned early like the register-staged loop: tile t + 1's wait and
 //                 barrier come once tile t's last k-row's fragments are loaded, and tile t's first k-rows
 //                 issue tile t + STAGES - 1 into tile t - 1's slot. Unsplit only.
-constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadLanes = 3, kLoadRegs = 4, kScalarRuns = 4;
+constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadLanes = 3, kLoadRegs = 4,
+              kScalarRuns = 4;
 // Rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks. k-major A rows of BK + 4
 // (12 or 20 floats, an odd number of float4s): the 8 consecutive rows a warp reads at once (trow) sit in
 // distinct bank quads.
@@ -662,7 +663,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
 // LANES: the configuration's unsplit 4-byte ring takes the lane loaders (kLoadLanes) for A contiguous along k
 // and B along n.
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1,
-          bool RING = true, bool SCALAR_RUNS = true, bool RING16 = false, bool ROWS_C = false, bool LANES = false>
+          bool RING = true, bool SCALAR_RUNS = true, bool RING16 = false, bool ROWS_C = false,
+          bool LANES = false>
 void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging staging, cudaStream_t stream) {
   using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
   const bool regs = staging == Staging::Registers;

@@ -542,8 +542,8 @@ TEST(Gemm, F32_LaneRing_NonFiniteStayInTheirRowAndColumn) {
   const MatD ad = to_double(a).topRows(m - 1), bd = to_double(b).leftCols(n - 1);
   ErrorStats s;
   double e2 = 0, s2 = 0;
-  accumulate_errors(MatD(got.topLeftCorner(m - 1, n - 1)), ad, bd, nullptr, nullptr, 1.f, 0.f, Activation::None, 1.0,
-                    s, e2, s2);
+  accumulate_errors(MatD(got.topLeftCorner(m - 1, n - 1)), ad, bd, nullptr, nullptr, 1.f, 0.f,
+                    Activation::None, 1.0, s, e2, s2);
   EXPECT_EQ(s.n_bad, 0) << s.str();
 }
 
