@@ -923,13 +923,15 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
 Config choose(const Problem& p, MathMode math) {
   if (math == MathMode::FP32 && needs_pack(p)) {
     // Operands without whole 16-byte runs (4095x4097x1023: odd leading dimensions) are copied once into
-    // aligned scratch where each copied element feeds at least 1024 FMAs: the copy (8 bytes per element at
-    // ~3 TB/s) then costs at most ~6 % of the kernel at 45 TFLOP/s, and the kernel takes 16-byte loads
-    // instead of 4 scalar ones per run (0.82x cuBLAS unpacked at 4095x4097x1023).
+    // aligned scratch where each copied element feeds at least 512 FMAs: the copy (8 bytes per element at
+    // ~3 TB/s) then costs at most ~11 % of the kernel at 45 TFLOP/s, and the kernel takes 16-byte loads
+    // instead of 4 scalar ones per run (0.82x cuBLAS unpacked at 4095x4097x1023; unpacked against packed,
+    // H100: 2047x2049x2047 0.69x against 1.03x, 1279x1281x1279 0.75x against 0.89x, 1535x1537x1535 0.50x
+    // against 0.62x; bench/gemm/NOTES.md round 25).
     const Problem q = pack_shape(p);
     const double copied = (q.a ? 0.0 : double(a_layout(p).elements(batches_of(p.a_sb, p.batch)))) +
                           (q.b ? 0.0 : double(b_layout(p).elements(batches_of(p.b_sb, p.batch))));
-    if (double(p.m) * p.n * p.k * p.batch >= 1024.0 * copied) {
+    if (double(p.m) * p.n * p.k * p.batch >= 512.0 * copied) {
       Config c = choose(q, math);
       // Where that is the unsplit 256x128 tile and A runs along k, B along n, the tile's 4-byte cp.async
       // ring with the lane loaders reads the operands in place as fast as the kernel reads packed ones, and
@@ -1101,18 +1103,32 @@ Config choose(const Problem& p, MathMode math) {
     // 47.9 against 47.3; at 4096x4096x1024, no edge, 48.9 against 49.1; at K of 2048 and 4096 the two are
     // level).
     c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) ? Kernel::Simt256x128k16 : Kernel::Simt256x128;
-    // A last wave that leaves SMs idle (under 90 % of the waves' slots filled): K split in 2 or 3 where that
-    // fills enough more of them, the 8-deep tile, the splits added by the second kernel. Against the slots it
-    // fills, a split runs at about 0.945 - 33 * split / K of the unsplit rate (fitted to 3000^3,
-    // 3000x3000x1024 and 4100x4100x4096): 3000^3 (288 tiles, 73 % filled) split 3 41.9 TFLOP/s against
-    // 35.7, 4100x4100x4096 (561, 85 %) 42.7 against 40.3, 2100x2100x1024 (153) 31.8 against at most 29.9.
-    // Splits over 16 blocks per SM were not measured (bench_gemm --sweep stops there).
-    const std::int64_t tiles = blocks(256, 128);
-    auto filled = [&](int s) {
-      const std::int64_t b = tiles * s, waves = (b + sms - 1) / sms;
-      return static_cast<double>(b) / static_cast<double>(waves * sms);
+    // The share of its waves' slots that `b` blocks fill, `per_sm` resident per SM.
+    auto fill = [&](std::int64_t b, int per_sm) {
+      const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sms, waves = (b + slots - 1) / slots;
+      return static_cast<double>(b) / static_cast<double>(waves * slots);
     };
-    if (filled(1) < 0.9) {
+    const std::int64_t tiles = blocks(256, 128);
+    auto filled = [&](int s) { return fill(tiles * s, 1); };
+    // The TMA kernel's 128x64 tiles, two blocks per SM, where they fill their waves and 256x128 tiles, in
+    // two waves at most, do not (136 tiles of 256x128 on 132 SMs, H100, interleaved with cuBLAS:
+    // 2048x2056x2048 split 2 in a cluster 1.12-1.13x, unsplit 1.08x, where 256x128 split 3 gave 0.88-0.90x;
+    // 2047x2049x2047 packed split 2 1.09-1.10x, unsplit 1.03x, where 256x128 split 3-4 gave 0.77-0.91x;
+    // bench/gemm/NOTES.md round 25). Over more waves the 256x128 tile's higher rate outweighs its idle
+    // slots (5000^3: 800 tiles, 87 % filled, unsplit 0.93x; the TMA tile there was not measured). K split
+    // 2 in a cluster where each split keeps 1024 of K (its 32-deep k-tiles taken in turn: 32 each).
+    auto filled_tma = [&](int s) { return fill(blocks(128, 64) * s, 2); };
+    if (filled(1) < 0.9 && tiles <= 2 * sms && filled_tma(1) >= 0.95 && tma_ready(p)) {
+      c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma;
+      c.split_k = (p.k + 1) / 2 >= 1024 && filled_tma(2) >= 0.95 ? 2 : 1;
+      reduce = SplitReduce::Cluster;
+    } else if (filled(1) < 0.9) {
+      // A last wave that leaves SMs idle (under 90 % of the waves' slots filled): K split in 2 or 3 where
+      // that fills enough more of them, the 8-deep tile, the splits added by the second kernel. Against the
+      // slots it fills, a split runs at about 0.945 - 33 * split / K of the unsplit rate (fitted to 3000^3,
+      // 3000x3000x1024 and 4100x4100x4096): 3000^3 (288 tiles, 73 % filled) split 3 41.9 TFLOP/s against
+      // 35.7, 4100x4100x4096 (561, 85 %) 42.7 against 40.3, 2100x2100x1024 (153) 31.8 against at most 29.9.
+      // Splits over 16 blocks per SM were not measured (bench_gemm --sweep stops there).
       int best = 1;
       double best_rate = 1.02 * filled(1);  // a split must promise 2 % to be taken
       for (int s : {2, 3}) {

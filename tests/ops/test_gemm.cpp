@@ -262,6 +262,13 @@ TEST(Gemm, F32_4095x4097x1023) {
   run_gemm_case(GemmCase(4095, 4097, 1023), Device::cuda(0));
 }
 
+// Packed operands on the TMA kernel, K split 2 in a cluster, C in odd rows (the dispatcher's pick on 132
+// SMs).
+TEST(Gemm, F32_2047x2049x2047) {
+  MT_REQUIRE_GPU();
+  run_gemm_case(GemmCase(2047, 2049, 2047), Device::cuda(0));
+}
+
 // ---------------------------------------------------------------- every kernel of the ladder, directly
 
 // Two shapes: 127x129x255 (every edge odd: no 16-byte runs), and 132x136x260, whose contiguous operands run
@@ -900,8 +907,17 @@ TEST(Gemm, F32_Dispatch_UnalignedBigProblems) {
   const Config aligned = choose(rows(4096, 4096, 4096, 4096, 4096), MathMode::FP32);
   EXPECT_FALSE(aligned.pack);
   EXPECT_EQ(aligned.kernel, Kernel::Simt256x128k16);
-  EXPECT_FALSE(choose(rows(1023, 1023, 1023, 1023, 1023), MathMode::FP32).pack);  // 512 FMAs per element
+  EXPECT_FALSE(choose(rows(1023, 1023, 1023, 1023, 1023), MathMode::FP32).pack);  // 511.5 FMAs per element
   EXPECT_FALSE(choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
+  if (current_sm_count() == 132) {
+    // 136 tiles of 256x128 fill 52 % of two waves; 528 tiles of 128x64, two per SM, fill two: the TMA
+    // kernel on the packed operands, K split 2 in a cluster.
+    const Config mid = choose(rows(2047, 2049, 2047, 2047, 2049), MathMode::FP32);
+    EXPECT_TRUE(mid.pack) << config_name(mid);
+    EXPECT_EQ(mid.kernel, Kernel::SimtTma128x64) << config_name(mid);
+    EXPECT_EQ(mid.split_k, 2) << config_name(mid);
+    EXPECT_EQ(mid.reduce, SplitReduce::Cluster) << config_name(mid);
+  }
 }
 
 // A row-major m x n x k problem in dense rows (no data: for the dispatcher).
@@ -940,7 +956,17 @@ TEST(Gemm, F32_Dispatch_SplitsKToFillTheLastWave) {
   const Config wide = choose(dense_rows(4100, 4100, 4096), MathMode::FP32);  // 561 tiles, 85 % filled
   EXPECT_EQ(wide.split_k, 3) << config_name(wide);
   EXPECT_EQ(choose(dense_rows(4096, 4096, 4096), MathMode::FP32).split_k, 1);  // 97 % filled
-  EXPECT_EQ(choose(dense_rows(5000, 5000, 5000), MathMode::FP32).split_k, 1);  // split 2 promises under 2 %
+  // 800 tiles of 256x128 (87 % filled, over two waves): that tile, unsplit (split 2 promises under 2 %).
+  const Config big = choose(dense_rows(5000, 5000, 5000), MathMode::FP32);
+  EXPECT_EQ(big.kernel, Kernel::Simt256x128k16) << config_name(big);
+  EXPECT_EQ(big.split_k, 1) << config_name(big);
+  // 136 tiles of 256x128 (52 % of two waves), 528 of 128x64 (two whole waves of two per SM): the TMA kernel,
+  // K split 2 in a cluster where each split keeps 1024 of K.
+  const Config mid = choose(dense_rows(2048, 2056, 2048), MathMode::FP32);
+  EXPECT_EQ(mid.kernel, Kernel::SimtTma128x64) << config_name(mid);
+  EXPECT_EQ(mid.split_k, 2) << config_name(mid);
+  EXPECT_EQ(mid.reduce, SplitReduce::Cluster) << config_name(mid);
+  EXPECT_EQ(choose(dense_rows(2048, 2056, 2040), MathMode::FP32).split_k, 1) << "1020 of K per split";
 }
 
 // A launch captured into a CUDA graph keeps scratch of its own (split-K partials, packed operands). Eager
