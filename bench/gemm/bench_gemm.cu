@@ -4,10 +4,11 @@
 // bench/gemm/NOTES.md.
 //
 //   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
-//   bench_gemm --sweep=M,N,K[,BATCH] [--math=fp32|tf32|tf32x3] [--only=SUBSTRING]
+//   bench_gemm --sweep=M,N,K[,BATCH] [--sweep=...] [--math=fp32|tf32|tf32x3] [--only=REGEX]
 //                                                every configuration the dispatcher could pick, each
 //                                                timed interleaved with cuBLAS (--only: those whose name
-//                                                contains SUBSTRING, and the dispatcher's pick)
+//                                                REGEX matches somewhere, and the dispatcher's pick); each
+//                                                row is printed as it is timed, then all of them ranked
 //   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch
 //   table)
 //
@@ -26,6 +27,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -389,7 +391,7 @@ void print_summary() {
   }
 }
 
-void sweep(const GemmShape& s, MathMode math, const std::string& only) {
+void sweep(const GemmShape& s, MathMode math, const std::regex& only) {
   Operands& o = operands(s);
   const Problem p0 = problem_for(o, 0, nullptr);
   const std::function<void(const Problem&)> cublas = [&](const Problem& p) {
@@ -403,20 +405,29 @@ void sweep(const GemmShape& s, MathMode math, const std::string& only) {
     std::string name;
     double tflops, ratio, err;
   };
+  auto row = [&](const R& r) {
+    char line[256];
+    std::snprintf(line, sizeof line, "%-48s %8.2f TFLOP/s  %.3fx cublas (interleaved)  err %.2e%s",
+                  r.name.c_str(), r.tflops, r.ratio, r.err,
+                  r.err > (math == MathMode::TF32 ? 1e-2 : 1e-4) ? "  INVALID" : "");
+    return std::string(line);
+  };
   std::vector<R> rs;
   for (const Config& c : candidates(p0, math)) {
     // The dispatcher's pick is always timed, beside those --only selects.
-    if (config_name(c).find(only) == std::string::npos && config_name(c) != config_name(chosen)) continue;
+    if (!std::regex_search(config_name(c), only) && config_name(c) != config_name(chosen)) continue;
     auto fn = [&](const Problem& p) { launch(p, c, handles().stream); };
     const double err = validate(o, p0, fn);
     // Interleaved with cuBLAS, so each ratio compares the two under the same state of the card.
     const std::vector<double> ms = time_interleaved(o, iterations_for(s, 60), {cublas, fn});
     rs.push_back({config_name(c), s.flops() / (ms[1] * 1e-3) / 1e12, ms[0] / ms[1], err});
+    // As it is timed, so that a run cut short still reports what it measured.
+    std::printf("  . %s\n", row(rs.back()).c_str());
+    std::fflush(stdout);
   }
   std::sort(rs.begin(), rs.end(), [](const R& a, const R& b) { return a.tflops > b.tflops; });
-  for (const R& r : rs)
-    std::printf("  %-48s %8.2f TFLOP/s  %.3fx cublas (interleaved)  err %.2e%s\n", r.name.c_str(), r.tflops,
-                r.ratio, r.err, r.err > (math == MathMode::TF32 ? 1e-2 : 1e-4) ? "  INVALID" : "");
+  std::printf("ranked %s:\n", s.name().c_str());
+  for (const R& r : rs) std::printf("  %s\n", row(r).c_str());
   std::fflush(stdout);
 }
 
@@ -429,28 +440,40 @@ int main(int argc, char** argv) {
   }
   std::printf("device: %s\n", mt::device_properties(0).name.c_str());
   MathMode math = MathMode::FP32;
-  std::string only;
+  std::regex only("");
   for (int i = 1; i < argc; ++i) {
     if (!std::strncmp(argv[i], "--math=", 7))
       math = !std::strcmp(argv[i] + 7, "tf32")     ? MathMode::TF32
              : !std::strcmp(argv[i] + 7, "tf32x3") ? MathMode::TF32x3
                                                    : MathMode::FP32;
-    if (!std::strncmp(argv[i], "--only=", 7)) only = argv[i] + 7;
+    if (!std::strncmp(argv[i], "--only=", 7)) {
+      try {
+        only = std::regex(argv[i] + 7);
+      } catch (const std::regex_error& e) {
+        std::fprintf(stderr, "bench_gemm: --only='%s' is not a regular expression: %s\n", argv[i] + 7, e.what());
+        return 2;
+      }
+    }
   }
+  bool swept = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strncmp(argv[i], "--sweep=", 8)) {
       GemmShape s{0, 0, 0, 1};
-      std::sscanf(argv[i] + 8, "%d,%d,%d,%d", &s.m, &s.n, &s.k, &s.batch);
+      if (std::sscanf(argv[i] + 8, "%d,%d,%d,%d", &s.m, &s.n, &s.k, &s.batch) < 3) {
+        std::fprintf(stderr, "bench_gemm: --sweep wants M,N,K[,BATCH], got '%s'\n", argv[i] + 8);
+        return 2;
+      }
       sweep(s, math, only);
       operand_cache() = Operands{};
-      return 0;
+      swept = true;
     }
     if (!std::strcmp(argv[i], "--sweep-all")) {
       for (const GemmShape& s : kShapes) sweep(s, math, only);
       operand_cache() = Operands{};
-      return 0;
+      swept = true;
     }
   }
+  if (swept) return 0;
   register_all();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
