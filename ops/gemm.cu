@@ -928,10 +928,16 @@ Config choose(const Problem& p, MathMode math) {
     // instead of 4 scalar ones per run (0.82x cuBLAS unpacked at 4095x4097x1023; unpacked against packed,
     // H100: 2047x2049x2047 0.69x against 1.03x, 1279x1281x1279 0.75x against 0.89x, 1535x1537x1535 0.50x
     // against 0.62x; bench/gemm/NOTES.md round 25).
+    //   Where the problem fills a wave of 64x64 tiles, the unpacked rules take register-staged tiles on
+    // scalar loads, and 256 FMAs per copied element suffice (1023x1025x1023, 511.99 FMAs per element: 0.48x
+    // cuBLAS unpacked, 0.83x packed; the copy costs at most ~20 %). Fewer tiles take the 4-byte cp.async
+    // ring, which reads unaligned operands at its full rate.
     const Problem q = pack_shape(p);
     const double copied = (q.a ? 0.0 : double(a_layout(p).elements(batches_of(p.a_sb, p.batch)))) +
                           (q.b ? 0.0 : double(b_layout(p).elements(batches_of(p.b_sb, p.batch))));
-    if (double(p.m) * p.n * p.k * p.batch >= 512.0 * copied) {
+    const double tiles64 = std::ceil(p.m / 64.0) * std::ceil(p.n / 64.0) * p.batch;
+    const double per_copied = tiles64 >= current_sm_count() ? 256.0 : 512.0;
+    if (double(p.m) * p.n * p.k * p.batch >= per_copied * copied) {
       Config c = choose(q, math);
       // Where that is the unsplit 256x128 tile and A runs along k, B along n, the tile's 4-byte cp.async
       // ring with the lane loaders reads the operands in place as fast as the kernel reads packed ones, and
@@ -962,6 +968,11 @@ Config choose(const Problem& p, MathMode math) {
     for (int s : {2, 3, 4, 6, 8, 12, 16})
       if (s <= max_split && nblocks * s <= target && p.k / s >= min_k) split = s;
     return split;
+  };
+  // The share of its waves' slots that `b` blocks fill, `per_sm` resident per SM.
+  auto fill = [&](std::int64_t b, int per_sm) {
+    const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sms, waves = (b + slots - 1) / slots;
+    return static_cast<double>(b) / static_cast<double>(waves * slots);
   };
   // Register-staged with 16-byte loads for every operand run.
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
@@ -1103,11 +1114,6 @@ Config choose(const Problem& p, MathMode math) {
     // 47.9 against 47.3; at 4096x4096x1024, no edge, 48.9 against 49.1; at K of 2048 and 4096 the two are
     // level).
     c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) ? Kernel::Simt256x128k16 : Kernel::Simt256x128;
-    // The share of its waves' slots that `b` blocks fill, `per_sm` resident per SM.
-    auto fill = [&](std::int64_t b, int per_sm) {
-      const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sms, waves = (b + slots - 1) / slots;
-      return static_cast<double>(b) / static_cast<double>(waves * slots);
-    };
     const std::int64_t tiles = blocks(256, 128);
     auto filled = [&](int s) { return fill(tiles * s, 1); };
     // The TMA kernel's 128x64 tiles, two blocks per SM, where they fill their waves and 256x128 tiles, in
@@ -1141,13 +1147,43 @@ Config choose(const Problem& p, MathMode math) {
         reduce = SplitReduce::Kernel;
       }
     }
+  } else if (runs16 && p.k >= 512) {
+    // Under 3/4 of a wave of 256x128 tiles with K of 512 or more (1023x1025x1023, 1279x1281x1279 and
+    // 1535x1537x1535 packed, 1536^3): the wave model, fitted to H100 sweeps interleaved with cuBLAS
+    // (bench/gemm/NOTES.md round 26). A configuration's rate is taken as its tile's own rate, times the
+    // share of its tiles' area inside C, times the share of its waves' slots its blocks fill, times
+    // ks / (ks + 32) for ks of K per split: each block's fixed cost and its share of the reduction in a
+    // cluster come to about 32 of K (256x128 split 2 / 4 / 8 at 1280^3, same fill: 1.024 / 0.980 / 0.880x
+    // cuBLAS; the model says 1 / 0.955 / 0.875). Both tiles hold one block per SM.
+    //   The 128x128 tile runs at 0.95 of the 256x128 tile's rate where both fill alike (1023x1025x1023
+    // split 3: 0.77 against 0.83x; 1279x1281x1279 split 2: 0.90 against 0.95x), and only up to split 3: at 4
+    // and 8 it ran 10-15 % under the model (1535x1537x1535 split 4: 0.74x, where split 3 gave 0.84x). Splits
+    // of 6 are left out: their clusters fit the GPU's poorly (0.53x at 1023x1025x1023, where 8 gave 0.66x).
+    struct Option {
+      Kernel kernel;
+      double rate;
+      int max_split;
+    };
+    double best = 0;
+    for (const Option o : {Option{Kernel::Simt256x128, 1.0, 8}, Option{Kernel::Simt128x128k16, 0.95, 3}}) {
+      const TileInfo t = tile_of(o.kernel);
+      const std::int64_t b = blocks(t.bm, t.bn);
+      const double inside = double(p.m) * p.n * batch / (double(b) * t.bm * t.bn);
+      for (int s : {1, 2, 3, 4, 8}) {
+        const double ks = double(p.k) / s;
+        if (s > o.max_split || ks < 128) break;
+        const double rate = o.rate * inside * fill(b * s, 1) * ks / (ks + 32);
+        if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s;
+      }
+    }
+    reduce = SplitReduce::Cluster;
   } else if (p.k < 512 && p.n >= 256 && vector_runs(p) && blocks(64, 256) >= sms) {
     // Short K over many tiles with edge tiles or a K under 256: 64x256 tiles of 16x8 threads, two blocks per
     // SM, so each SM holds 8 warps of the fewest shared-memory reads per FMA.
     c.kernel = Kernel::Simt64x256;
   } else if (runs16 && blocks(128, 128) < sms) {
-    // Under one wave of 128x128 tiles (1024^3: 64): the 16-deep tile with K split in a cluster (split 2:
-    // 1.01x cuBLAS).
+    // Under one wave of 128x128 tiles with K under 512: the 16-deep tile with K split in a cluster (the
+    // rule 1024^3 took before the wave model, which keeps it there: split 2, 1.01-1.13x cuBLAS).
     c.kernel = Kernel::Simt128x128k16;
     c.split_k = split_for(blocks(128, 128), sms, 128);
   } else {

@@ -450,7 +450,8 @@ int main(int argc, char** argv) {
       try {
         only = std::regex(argv[i] + 7);
       } catch (const std::regex_error& e) {
-        std::fprintf(stderr, "bench_gemm: --only='%s' is not a regular expression: %s\n", argv[i] + 7, e.what());
+        std::fprintf(stderr, "bench_gemm: --only='%s' is not a regular expression: %s\n", argv[i] + 7,
+                     e.what());
         return 2;
       }
     }

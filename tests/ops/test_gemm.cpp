@@ -882,7 +882,7 @@ TEST(Gemm, F32_PackedLongRows) {
   expect_batches_match(c, a.contiguous(), b.contiguous(), {0, batch - 1});
 }
 
-// Unaligned operands of a problem where each copied element would feed at least 1024 FMAs (4095x4097x1023):
+// Unaligned operands of a problem where each copied element would feed enough FMAs (4095x4097x1023):
 // row-major ones are read in place by the 256x128 tile's lane-loader ring; other layouts are packed; below
 // that size neither. With C in odd rows the 256x128 tile runs 8 deep (its ROWS_C kernels: store_rows).
 TEST(Gemm, F32_Dispatch_UnalignedBigProblems) {
@@ -907,7 +907,14 @@ TEST(Gemm, F32_Dispatch_UnalignedBigProblems) {
   const Config aligned = choose(rows(4096, 4096, 4096, 4096, 4096), MathMode::FP32);
   EXPECT_FALSE(aligned.pack);
   EXPECT_EQ(aligned.kernel, Kernel::Simt256x128k16);
-  EXPECT_FALSE(choose(rows(1023, 1023, 1023, 1023, 1023), MathMode::FP32).pack);  // 511.5 FMAs per element
+  // Where a wave of 64x64 tiles is filled, 256 FMAs per copied element pay for the copy: 1023^3 (511.5 per
+  // element, 256 tiles) packs, 255x2113x1023 (227.5, 136 tiles) does not. Fewer tiles need 512:
+  // 511x513x511 (256.0, 72 tiles) does not pack.
+  if (current_sm_count() > 72 && current_sm_count() <= 136) {  // the tile counts straddle the SM count
+    EXPECT_TRUE(choose(rows(1023, 1023, 1023, 1023, 1023), MathMode::FP32).pack);
+    EXPECT_FALSE(choose(rows(255, 2113, 1023, 1023, 2113), MathMode::FP32).pack);
+    EXPECT_FALSE(choose(rows(511, 513, 511, 511, 513), MathMode::FP32).pack);
+  }
   EXPECT_FALSE(choose(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
   if (current_sm_count() == 132) {
     // 136 tiles of 256x128 fill 52 % of two waves; 528 tiles of 128x64, two per SM, fill two: the TMA
@@ -967,6 +974,42 @@ TEST(Gemm, F32_Dispatch_SplitsKToFillTheLastWave) {
   EXPECT_EQ(mid.split_k, 2) << config_name(mid);
   EXPECT_EQ(mid.reduce, SplitReduce::Cluster) << config_name(mid);
   EXPECT_EQ(choose(dense_rows(2048, 2056, 2040), MathMode::FP32).split_k, 1) << "1020 of K per split";
+}
+
+// Under 3/4 of a wave of 256x128 tiles with K of 512 or more, the wave model: the tile and split that fill
+// the most of their waves' slots, less each block's fixed cost; the 128x128 tile counts at 0.95 of the
+// 256x128 tile's rate. K split in a cluster.
+TEST(Gemm, F32_Dispatch_MidGridsTakeTheWaveModel) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  if (current_sm_count() != 132) GTEST_SKIP() << "the wave counts below are for 132 SMs";
+  struct Case {
+    int m, n, k;
+    Kernel kernel;
+    int split;
+  };
+  for (const Case& c : {
+           // Rows of odd length: packed first. 36 tiles of 256x128, split 3: 82 % of a wave (split 2 and 4
+           // fill 55 %).
+           Case{1023, 1025, 1023, Kernel::Simt256x128, 3},
+           Case{1279, 1281, 1279, Kernel::Simt256x128, 2},  // 55 tiles, split 2: 83 %
+           // 78 tiles, split 3: 89 % of two waves (156 of 128x128 split 3 fill as much, at 0.95 the rate).
+           Case{1535, 1537, 1535, Kernel::Simt256x128, 3},
+           Case{1536, 1536, 1536, Kernel::Simt256x128, 3},
+           // 64 tiles of 128x128, split 2: 97 % of a wave with 512 of K each, where 32 of 256x128 split 4
+           // keep 256.
+           Case{1024, 1024, 1024, Kernel::Simt128x128k16, 2},
+           Case{1280, 1280, 1280, Kernel::Simt256x128, 2},  // 50 tiles, split 2: 76 %, 640 of K each
+       }) {
+    const Problem p = dense_rows(c.m, c.n, c.k);
+    const Config got = choose(p, MathMode::FP32);
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
+    EXPECT_EQ(got.kernel, c.kernel) << config_name(got);
+    EXPECT_EQ(got.split_k, c.split) << config_name(got);
+    EXPECT_EQ(got.pack, needs_pack(p)) << config_name(got);
+    EXPECT_EQ(got.reduce, SplitReduce::Cluster) << config_name(got);
+    EXPECT_EQ(got.staging, Staging::Registers) << config_name(got);
+  }
 }
 
 // A launch captured into a CUDA graph keeps scratch of its own (split-K partials, packed operands). Eager
