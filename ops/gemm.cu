@@ -893,6 +893,47 @@ void launch(const Problem& p, const Config& cfg, cudaStream_t stream) {
 
 // ================================================================ dispatch
 
+namespace {
+__global__ void cluster_probe_kernel() {}
+
+// How many blocks of `size`-block clusters are resident at once where each SM holds one block. A cluster sits
+// within one GPC, so sizes that do not divide a GPC's SM count leave SMs out (H100, 132 SMs: 132 at sizes 1
+// and 2, 117 at 3, 120 at 4 and 8, 102 at 6). Asked of the runtime once per device and size, for a probe
+// kernel held to one block per SM by its shared memory; where the runtime cannot say, the SMs in whole
+// clusters.
+int cluster_slots(int size) {
+  const int sms = current_sm_count();
+  if (size <= 1) return sms;
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, int> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(device, size);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int per_sm = 0, per_block = 0, clusters = 0;
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(size);
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  cfg.gridDim = dim3(static_cast<unsigned>(size)), cfg.blockDim = dim3(128);
+  cfg.attrs = &cluster, cfg.numAttrs = 1;
+  const bool asked =
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+      (cfg.dynamicSmemBytes = std::min<std::size_t>(per_block, per_sm / 2 + 4096),
+       cudaFuncSetAttribute(cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(cfg.dynamicSmemBytes)) == cudaSuccess) &&
+      cudaOccupancyMaxActiveClusters(&clusters, cluster_probe_kernel, &cfg) == cudaSuccess && clusters > 0;
+  if (!asked) (void)cudaGetLastError();  // not sticky: clear it, so it is not reported by a later check
+  const int slots = asked ? std::min(clusters * size, sms) : sms / size * size;
+  cache.emplace(key, slots);
+  return slots;
+}
+}  // namespace
+
+
 std::vector<Config> candidates(const Problem& p, MathMode math) {
   std::vector<Config> out;
   const std::vector<Kernel> kernels = math == MathMode::FP32 ? simt_kernels() : tensor_kernels();
@@ -1149,30 +1190,33 @@ Config choose(const Problem& p, MathMode math) {
     }
   } else if (runs16 && p.k >= 512) {
     // Under 3/4 of a wave of 256x128 tiles with K of 512 or more (1023x1025x1023, 1279x1281x1279 and
-    // 1535x1537x1535 packed, 1536^3): the wave model, fitted to H100 sweeps interleaved with cuBLAS
-    // (bench/gemm/NOTES.md round 26). A configuration's rate is taken as its tile's own rate, times the
-    // share of its tiles' area inside C, times the share of its waves' slots its blocks fill, times
-    // ks / (ks + 32) for ks of K per split: each block's fixed cost and its share of the reduction in a
-    // cluster come to about 32 of K (256x128 split 2 / 4 / 8 at 1280^3, same fill: 1.024 / 0.980 / 0.880x
-    // cuBLAS; the model says 1 / 0.955 / 0.875). Both tiles hold one block per SM.
-    //   The 128x128 tile runs at 0.95 of the 256x128 tile's rate where both fill alike (1023x1025x1023
-    // split 3: 0.77 against 0.83x; 1279x1281x1279 split 2: 0.90 against 0.95x), and only up to split 3: at 4
-    // and 8 it ran 10-15 % under the model (1535x1537x1535 split 4: 0.74x, where split 3 gave 0.84x). Splits
-    // of 6 are left out: their clusters fit the GPU's poorly (0.53x at 1023x1025x1023, where 8 gave 0.66x).
+    // 1535x1537x1535 packed, 1536^3, 1792^3): the wave model, fitted to H100 sweeps interleaved with cuBLAS
+    // (bench/gemm/NOTES.md round 26). Both tiles hold one block per SM, and K splits reduce in a cluster.
+    // A configuration's rate is taken as the product of
+    // - its tile's own rate: the 128x128 tile's is 0.95 of the 256x128 tile's (1023x1025x1023 split 3:
+    //   0.77 against 0.83x cuBLAS; 1279x1281x1279 split 2: 0.90 against 0.95x, at the same fill);
+    // - the share of its tiles' area inside C;
+    // - the share of the SMs its blocks keep busy over their waves, a wave being as many blocks as fit in
+    //   whole clusters (cluster_slots: 1792^3 split 4, 392 blocks, takes four waves of 120 on an H100, not
+    //   three of 132: 0.86x, where split 2 of the 128x128 tile, in three waves of 132, gives 1.09x);
+    // - ks / (ks + 32) for ks of K per split: each block's fixed cost and its share of the reduction come to
+    //   about 32 of K (256x128 split 2 / 4 / 8 at 1280^3, same waves: 1.024 / 0.980 / 0.880x cuBLAS; the
+    //   model says 1 / 0.955 / 0.875).
     struct Option {
       Kernel kernel;
       double rate;
-      int max_split;
     };
     double best = 0;
-    for (const Option o : {Option{Kernel::Simt256x128, 1.0, 8}, Option{Kernel::Simt128x128k16, 0.95, 3}}) {
+    for (const Option o : {Option{Kernel::Simt256x128, 1.0}, Option{Kernel::Simt128x128k16, 0.95}}) {
       const TileInfo t = tile_of(o.kernel);
       const std::int64_t b = blocks(t.bm, t.bn);
       const double inside = double(p.m) * p.n * batch / (double(b) * t.bm * t.bn);
-      for (int s : {1, 2, 3, 4, 8}) {
+      for (int s : {1, 2, 3, 4, 6, 8}) {
         const double ks = double(p.k) / s;
-        if (s > o.max_split || ks < 128) break;
-        const double rate = o.rate * inside * fill(b * s, 1) * ks / (ks + 32);
+        if (ks < 128) break;
+        const std::int64_t slots = cluster_slots(s), waves = (b * s + slots - 1) / slots;
+        const double busy = double(b * s) / double(waves * sms);
+        const double rate = o.rate * inside * busy * ks / (ks + 32);
         if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s;
       }
     }

@@ -976,9 +976,9 @@ TEST(Gemm, F32_Dispatch_SplitsKToFillTheLastWave) {
   EXPECT_EQ(choose(dense_rows(2048, 2056, 2040), MathMode::FP32).split_k, 1) << "1020 of K per split";
 }
 
-// Under 3/4 of a wave of 256x128 tiles with K of 512 or more, the wave model: the tile and split that fill
-// the most of their waves' slots, less each block's fixed cost; the 128x128 tile counts at 0.95 of the
-// 256x128 tile's rate. K split in a cluster.
+// Under 3/4 of a wave of 256x128 tiles with K of 512 or more, the wave model: the tile and split that keep
+// the most SMs busy over their waves (as many blocks per wave as fit in whole clusters), less each block's
+// fixed cost; the 128x128 tile counts at 0.95 of the 256x128 tile's rate. K split in a cluster.
 TEST(Gemm, F32_Dispatch_MidGridsTakeTheWaveModel) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -989,17 +989,19 @@ TEST(Gemm, F32_Dispatch_MidGridsTakeTheWaveModel) {
     int split;
   };
   for (const Case& c : {
-           // Rows of odd length: packed first. 36 tiles of 256x128, split 3: 82 % of a wave (split 2 and 4
-           // fill 55 %).
+           // Rows of odd length: packed first. 36 tiles of 256x128, split 3: 108 blocks, one wave of 117 in
+           // clusters of 3 (82 % of the SMs; split 2 55 %, split 4 two waves of 120, 55 %).
            Case{1023, 1025, 1023, Kernel::Simt256x128, 3},
            Case{1279, 1281, 1279, Kernel::Simt256x128, 2},  // 55 tiles, split 2: 83 %
-           // 78 tiles, split 3: 89 % of two waves (156 of 128x128 split 3 fill as much, at 0.95 the rate).
+           // 78 tiles, split 3: two waves of 117, 89 % (156 of 128x128 split 3 as much, at 0.95 the rate).
            Case{1535, 1537, 1535, Kernel::Simt256x128, 3},
            Case{1536, 1536, 1536, Kernel::Simt256x128, 3},
-           // 64 tiles of 128x128, split 2: 97 % of a wave with 512 of K each, where 32 of 256x128 split 4
-           // keep 256.
+           // 64 tiles of 128x128, split 2: 97 % of a wave with 512 of K each (32 of 256x128, split 3: 73 %).
            Case{1024, 1024, 1024, Kernel::Simt128x128k16, 2},
            Case{1280, 1280, 1280, Kernel::Simt256x128, 2},  // 50 tiles, split 2: 76 %, 640 of K each
+           // 98 tiles of 256x128: split 4 takes four waves of 120 blocks in clusters of 4 (74 %); 196 of
+           // 128x128, split 2, three waves of 132 (99 %).
+           Case{1792, 1792, 1792, Kernel::Simt128x128k16, 2},
        }) {
     const Problem p = dense_rows(c.m, c.n, c.k);
     const Config got = choose(p, MathMode::FP32);
