@@ -18,6 +18,7 @@
 // 3xTF32) are in ops/gemm_tf32.cu.
 #include <algorithm>
 #include <climits>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -911,28 +912,31 @@ int cluster_slots(int size) {
   const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(device, size);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  int per_sm = 0, per_block = 0, clusters = 0;
-  cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = static_cast<unsigned>(size);
   cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(size)), cfg.blockDim = dim3(128);
   cfg.attrs = &cluster, cfg.numAttrs = 1;
-  const bool asked =
+  int per_sm = 0, per_block = 0, clusters = 0;
+  bool asked =
       cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-      (cfg.dynamicSmemBytes = std::min<std::size_t>(per_block, per_sm / 2 + 4096),
-       cudaFuncSetAttribute(cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            static_cast<int>(cfg.dynamicSmemBytes)) == cudaSuccess) &&
-      cudaOccupancyMaxActiveClusters(&clusters, cluster_probe_kernel, &cfg) == cudaSuccess && clusters > 0;
+      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess;
+  if (asked) {
+    // Over half an SM's shared memory: one block per SM.
+    cfg.dynamicSmemBytes = std::min<std::size_t>(per_block, per_sm / 2 + 4096);
+    asked = cudaFuncSetAttribute(cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(cfg.dynamicSmemBytes)) == cudaSuccess &&
+            cudaOccupancyMaxActiveClusters(&clusters, cluster_probe_kernel, &cfg) == cudaSuccess &&
+            clusters > 0;
+  }
   if (!asked) (void)cudaGetLastError();  // not sticky: clear it, so it is not reported by a later check
   const int slots = asked ? std::min(clusters * size, sms) : sms / size * size;
   cache.emplace(key, slots);
   return slots;
 }
 }  // namespace
-
 
 std::vector<Config> candidates(const Problem& p, MathMode math) {
   std::vector<Config> out;
@@ -1010,10 +1014,12 @@ Config choose(const Problem& p, MathMode math) {
       if (s <= max_split && nblocks * s <= target && p.k / s >= min_k) split = s;
     return split;
   };
+  // The waves `b` blocks take where `slots` of them run at once.
+  auto waves = [](std::int64_t b, std::int64_t slots) { return (b + slots - 1) / slots; };
   // The share of its waves' slots that `b` blocks fill, `per_sm` resident per SM.
   auto fill = [&](std::int64_t b, int per_sm) {
-    const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sms, waves = (b + slots - 1) / slots;
-    return static_cast<double>(b) / static_cast<double>(waves * slots);
+    const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sms;
+    return static_cast<double>(b) / static_cast<double>(waves(b, slots) * slots);
   };
   // Register-staged with 16-byte loads for every operand run.
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
@@ -1206,16 +1212,19 @@ Config choose(const Problem& p, MathMode math) {
       Kernel kernel;
       double rate;
     };
+    constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
+    std::int64_t slots[std::size(kSplits)];
+    for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = cluster_slots(kSplits[i]);
     double best = 0;
     for (const Option o : {Option{Kernel::Simt256x128, 1.0}, Option{Kernel::Simt128x128k16, 0.95}}) {
       const TileInfo t = tile_of(o.kernel);
       const std::int64_t b = blocks(t.bm, t.bn);
       const double inside = double(p.m) * p.n * batch / (double(b) * t.bm * t.bn);
-      for (int s : {1, 2, 3, 4, 6, 8}) {
+      for (std::size_t i = 0; i < std::size(kSplits); ++i) {
+        const int s = kSplits[i];
         const double ks = double(p.k) / s;
         if (ks < 128) break;
-        const std::int64_t slots = cluster_slots(s), waves = (b * s + slots - 1) / slots;
-        const double busy = double(b * s) / double(waves * sms);
+        const double busy = double(b * s) / double(waves(b * s, slots[i]) * sms);
         const double rate = o.rate * inside * busy * ks / (ks + 32);
         if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s;
       }
