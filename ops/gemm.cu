@@ -414,6 +414,8 @@ const char* kernel_name(Kernel k) {
       return "simt_128x64x32_w64x32_t8x8_s3_tma";
     case Kernel::SimtTma64x128:
       return "simt_64x128x32_w64x32_t8x8_s3_tma";
+    case Kernel::SimtTma256x128:
+      return "simt_256x128x16_w64x64_t8x16_s6_tma";
     case Kernel::Tensor128x128:
       return "mma_128x128x16_w64x32_s4";
     case Kernel::Tensor128x64:
@@ -430,12 +432,13 @@ std::vector<Kernel> simt_kernels() {
   return {Kernel::Simt128x128,    Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
           Kernel::Simt256x128k16, Kernel::Simt128x64,     Kernel::Simt64x64,     Kernel::Simt32x128,
           Kernel::Simt32x64,      Kernel::Simt64x128,     Kernel::Simt64x256,    Kernel::Simt128x64k16,
-          Kernel::SimtTma128x64,  Kernel::SimtTma64x128};
+          Kernel::SimtTma128x64,  Kernel::SimtTma64x128, Kernel::SimtTma256x128};
 }
 bool is_tma_kernel(Kernel k) {
   switch (k) {
     case Kernel::SimtTma128x64:
     case Kernel::SimtTma64x128:
+    case Kernel::SimtTma256x128:
       return true;
     default:
       return false;
@@ -737,6 +740,8 @@ TileInfo tile_of(Kernel k) {
       return {128, 64, 32};
     case Kernel::SimtTma64x128:
       return {64, 128, 32};
+    case Kernel::SimtTma256x128:
+      return {256, 128, 16};
     case Kernel::Tensor128x128:
       return {128, 128, 16};
     case Kernel::Tensor128x64:
@@ -847,6 +852,7 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       return launch_simt_128x64k16(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::SimtTma128x64:
     case Kernel::SimtTma64x128:
+    case Kernel::SimtTma256x128:
       return launch_simt_tma(p, cfg.kernel, split, cfg.reduce, stream);
     default:
       MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));

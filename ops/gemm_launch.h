@@ -92,9 +92,10 @@ enum class Kernel {
   Simt64x256,     // 16x8 per thread in 4 warps, two blocks per SM: short K over many tiles (whole runs only)
   Simt128x64k16,  // skinny N under a tall M: 16 deep, so each tile's loads (A streams from DRAM) hide behind
                   // twice the math of an 8-deep tile; 8x8 per thread, two blocks per SM
-  // Tiles brought by TMA (Staging::Tma only), 32 deep: consumer warps of 8x8 per thread and a producer warp.
-  SimtTma128x64,  // skinny N under a tall M: 4 consumer warps, 3 stages, two blocks per SM
-  SimtTma64x128,  // small M with a long K: 4 consumer warps side by side along N, 3 stages, two per SM
+  // Tiles brought by TMA (Staging::Tma only): consumer warps, and a producer warp beside 8x8 threads.
+  SimtTma128x64,   // skinny N under a tall M: 4 consumer warps of 8x8, 32 deep, 3 stages, two blocks per SM
+  SimtTma64x128,   // small M with a long K: the same side by side along N
+  SimtTma256x128,  // 8 consumer warps of 8x16 per thread, 16 deep, 6 stages, one block per SM
   Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,
   Tensor64x64,
@@ -145,9 +146,10 @@ bool ring16_ready(const Problem& p);
 // The problems the lane loaders take (the 256x128 tile's Staging::CpAsync, unsplit: A contiguous along k and
 // B along n, any leading dimension and alignment).
 bool lanes_ready(const Problem& p);
-// The problems the TMA kernel takes (Staging::Tma): batch 1, A contiguous along k and B along n, each in
-// 16-byte aligned rows at least as long as the matrix's (any stride for a single row), on an sm_90 device
-// with the kernel built for it (ops/gemm_simt_tma.cu).
+// The problems the TMA kernels take (Staging::Tma): A contiguous along k and B along n, each in 16-byte
+// aligned rows at least as long as the matrix's (any stride for a single row), batch entries 16-byte aligned
+// and not overlapping (or an operand broadcast), on an sm_90 device with the kernels built for it
+// (ops/gemm_simt_tma.cu).
 bool tma_ready(const Problem& p);
 
 // Whether packing would copy an operand of `p` (Config::pack), and `p` as the kernel sees it after packing

@@ -1,14 +1,16 @@
 // The production FP32 SGEMMs fed by the Tensor Memory Accelerator (Kernel::SimtTma*, Staging::Tma): a
 // producer warp copies each BMx32 tile of A and 32xBN tile of B into a ring of shared-memory stages with one
-// TMA instruction per operand, and 4 consumer warps run the outer products (8x8 per thread) as soon as a
-// stage lands. Stages are handed over through mbarriers, so no block-wide barrier stops the math between
-// tiles and the consumers issue no loads to global memory at all.
+// TMA instruction per operand, and the consumer warps run the outer products as soon as a stage lands. Stages
+// are handed over through mbarriers, so no block-wide barrier stops the math between tiles and the consumers
+// issue no loads to global memory at all. Batches (strided, or an operand broadcast) are the tensor maps'
+// third dimension.
 //
 // Built for the tall skinny product where A streams from DRAM (16384x64x4096, 128x64 tiles). There the
 // register-staged 128x64x16 kernel spent its tile turns with no eligible warp: storing the staged tile, then
 // the barrier (issued IPC 3.02 against cuBLAS 3.41, ncu, bench/gemm/NOTES.md round 18). Here the turn is one
 // mbarrier wait per stage. The same warps side by side along N (64x128 tiles) take the small-M product where
-// B streams (64x4096x4096).
+// B streams (64x4096x4096). The 256x128 tile (8 consumer warps of 8x16 per thread, one block per SM) is the
+// register-staged 256x128x16 tile's work without its loads, stores and barriers (the batch of 64 x 256^3).
 //
 // Shared memory, per stage: A as [BM rows][32 k] with the TMA's 128-byte swizzle (16-byte chunk c of row r
 // lands at chunk c ^ (r % 8)), then B as [32 k][BN n], dense. A thread reads 4 k-steps of a row as one
@@ -28,14 +30,19 @@ namespace mt::detail::gemm {
 
 namespace {
 
-// A TMA configuration: WM x WN consumer warps of 64x32 warp tiles (8x8 per thread) and a producer warp, BK =
-// 32 (one 128-byte swizzle span of A per row), S stages, MIN_BLOCKS blocks per SM (launch bounds).
-template <int WM_, int WN_, int S_, int MIN_BLOCKS_>
+// A TMA configuration: WM x WN consumer warps of 64 x (4 TN) warp tiles (8 x TN per thread, TN 8 or 16),
+// BK 32 or 16 deep (A's rows of a stage one 128- or 64-byte swizzle span), S stages, MIN_BLOCKS blocks per SM
+// (launch bounds).
+template <int WM_, int WN_, int TN_, int BK_, int S_, int MIN_BLOCKS_>
 struct TmaShape {
-  static constexpr int WM = WM_, WN = WN_, S = S_, kMinBlocks = MIN_BLOCKS_;
-  static constexpr int BM = 64 * WM, BN = 32 * WN, BK = 32;
+  static constexpr int WM = WM_, WN = WN_, TN = TN_, BK = BK_, S = S_, kMinBlocks = MIN_BLOCKS_;
+  static constexpr int BM = 64 * WM, BN = 4 * TN * WN;
   static constexpr int kConsumerWarps = WM * WN;
-  static constexpr int kThreads = 32 * (kConsumerWarps + 1);  // + the producer warp
+  // 8x8 per thread: a producer warp issues the copies. 8x16 (128 sums) takes over 168 registers, the most a
+  // ninth warp allows (it puts three warps on one of the SM's four 16K-register files): thread 0 of the
+  // consumers issues them.
+  static constexpr bool kProducerWarp = TN == 8;
+  static constexpr int kThreads = 32 * (kConsumerWarps + (kProducerWarp ? 1 : 0));
   static constexpr int kABytes = BM * BK * 4, kBBytes = BK * BN * 4;
   static constexpr int kStageBytes = kABytes + kBBytes;
   // The split-K partial tile (cluster reduction) reuses the ring: rows of BN + 4 floats, so the 8 rows a warp
@@ -43,22 +50,36 @@ struct TmaShape {
   static constexpr int kPartLd = BN + 4;
   // 1024 bytes of slack to align the ring to the swizzle atom, then the ring, then full and empty mbarriers.
   static constexpr std::size_t kSmemBytes = 1024 + S * kStageBytes + 2 * S * 8;
+  static_assert(TN == 8 || TN == 16, "a thread holds 8 rows of 8 or 16 columns");
   static_assert(BM * kPartLd * 4 <= S * kStageBytes, "the partial tile must fit the ring");
   static_assert(BM <= 256 && BN <= 256, "a TMA box spans at most 256 elements per dim");
-  static_assert(BK * 4 == 128, "A's rows of one stage are one 128-byte swizzle span");
+  static_assert(BK == 32 || BK == 16, "A's rows of one stage are one 128- or 64-byte swizzle span");
+  static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle atom");
 };
 // The configurations built (Kernel::SimtTma*; kernel_name() gives each tile).
-using Tma128x64 = TmaShape<2, 2, 3, 2>;
-using Tma64x128 = TmaShape<1, 4, 3, 2>;
+using Tma128x64 = TmaShape<2, 2, 8, 32, 3, 2>;
+using Tma64x128 = TmaShape<1, 4, 8, 32, 3, 2>;
+// 16 deep: one tile's unrolled k loop is 2048 FMAs (32 KB of code) per thread. 32 deep it ran 0.86x the
+// register-staged 256x128x16 tile at 4096^3 and 0.5x at 64 x 256^3 (H100).
+using Tma256x128 = TmaShape<4, 2, 16, 16, 6, 1>;
 
-// The box of `map` at (c0, c1) (c0 the contiguous dim) into shared memory, completing on `bar`.
-__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, int c0, int c1,
+// The box of `map` at (c0, c1, c2) (c0 the contiguous dim, c2 the batch entry) into shared memory, completing
+// on `bar`.
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
                                             std::uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-      "[%4];\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
+}
+
+// Whether this is thread 0, read afresh from %tid.x: a test the compiler cannot hoist out of a loop. Hoisted,
+// it compiled the 256x128 tile's k loop twice, once for thread 0, doubling the code the SM's warps fetch.
+__device__ __forceinline__ bool thread0_now() {
+  unsigned t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t == 0;
 }
 
 // SPLIT: K split over gridDim.z; the splits of a tile reduce in their cluster (ws == nullptr) or store raw
@@ -73,7 +94,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     gemm_simt_tma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                   Problem p, float* ws, bool c_vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, S = T::S, CW = T::kConsumerWarps;
+  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, TN = T::TN, S = T::S, CW = T::kConsumerWarps;
   constexpr int kStageBytes = T::kStageBytes, kABytes = T::kABytes;
   pdl_wait();  // launched to overlap the previous kernel: its writes (A, B, C, bias) first
   extern __shared__ unsigned char smem_raw[];
@@ -95,68 +116,138 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   }
   __syncthreads();
 
-  float acc[8][8];
+  float acc[8][TN];
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
-  // Consumer warp (wm, wn) holds rows wm * 64 + lm + 8 i (i < 8) and columns wn * 32 + ln * 4 + {0..3} and
-  // + 16 of that; lanes with the same lm share A's reads, those with the same ln B's.
-  const int wm = warp / (BN / 32), wn = warp % (BN / 32);
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+  // Consumer warp (wm, wn) holds rows wm * 64 + lm + 8 i (i < 8) and the TN / 4 runs of 4 columns
+  // wn * 4 TN + ln * 4 + 16 h (h < TN / 4); lanes with the same lm share A's reads, those with the same ln
+  // B's.
+  const int wm = warp / T::WN, wn = warp % T::WN;
   const int lm = lane / 4, ln = lane % 4;
-  const int row0 = wm * 64 + lm, col0 = wn * 32 + ln * 4;
+  const int row0 = wm * 64 + lm, col0 = wn * 4 * TN + ln * 4;
+  const unsigned char* const stage0 = smem;
+  auto stage_a = [&](int s) { return stage0 + s * kStageBytes; };
+  auto stage_b = [&](int s) { return reinterpret_cast<const float*>(stage0 + s * kStageBytes + kABytes); };
+  // Row i's 4 k-steps of `chunk`. The TMA's swizzle moves 16-byte chunk c of row r to c ^ (r % 8) in rows of
+  // 128 bytes, to c ^ (r / 2 % 4) in rows of 64; r % 8 == lm for every row r of the thread.
+  constexpr int kRowBytes = BK * 4;
+  const int swz = BK == 32 ? lm : (lm >> 1) & 3;
+  auto a_chunk = [&](const unsigned char* As, int i, int chunk) {
+    return *reinterpret_cast<const float4*>(As + (row0 + 8 * i) * kRowBytes + ((chunk ^ swz) << 4));
+  };
+  auto load_b = [&](float(&rb)[TN], const float* Bs, int q) {
+#pragma unroll
+    for (int h = 0; h < TN / 4; ++h) {
+      const float4 v = *reinterpret_cast<const float4*>(Bs + q * BN + col0 + 16 * h);
+      rb[4 * h] = v.x, rb[4 * h + 1] = v.y, rb[4 * h + 2] = v.z, rb[4 * h + 3] = v.w;
+    }
+  };
+  // Row i's outer product with B's k-row; odd rows backwards: consecutive FMAs share an operand (the operand
+  // reuse cache).
+  auto fma_row = [&](int i, float a, const float(&rb)[TN]) {
+#pragma unroll
+    for (int jj = 0; jj < TN; ++jj) {
+      const int j = i % 2 ? TN - 1 - jj : jj;
+      acc[i][j] = fmaf(a, rb[j], acc[i][j]);
+    }
+  };
 
-  if (warp == CW) {
+  // k-tile t of this split into stage t % S, once the stage is free (the caller waits).
+  auto issue = [&](int t) {
+    const int s = t % S, k0 = (bt.split + t * splits) * BK;
+    const int ba = p.a_sb != 0 ? bt.b : 0, bb = p.b_sb != 0 ? bt.b : 0;  // a broadcast operand: entry 0
+    mbar_expect_tx(full + 8 * s, kStageBytes);
+    const std::uint32_t a_dst = ring + s * kStageBytes;
+    tma_load_3d(a_dst, &map_a, k0, m0, ba, full + 8 * s);
+    tma_load_3d(a_dst + kABytes, &map_b, n0, k0, bb, full + 8 * s);
+  };
+
+  if (T::kProducerWarp && warp == CW) {
     // Producer: one thread refills each stage as soon as every consumer warp has released it.
     if (lane == 0) {
       for (int t = 0; t < n_tiles; ++t) {
-        const int s = t % S, k0 = (bt.split + t * splits) * BK;
-        mbar_wait(empty + 8 * s, ((t / S) & 1) ^ 1);  // a fresh barrier passes parity 1 at once
-        mbar_expect_tx(full + 8 * s, kStageBytes);
-        const std::uint32_t a_dst = ring + s * kStageBytes;
-        tma_load_2d(a_dst, &map_a, k0, m0, full + 8 * s);
-        tma_load_2d(a_dst + kABytes, &map_b, n0, k0, full + 8 * s);
+        mbar_wait(empty + 8 * (t % S), ((t / S) & 1) ^ 1);  // a fresh barrier passes parity 1 at once
+        issue(t);
       }
     }
-  } else {
+  } else if constexpr (TN == 8) {
     for (int t = 0; t < n_tiles; ++t) {
       const int s = t % S;
       mbar_wait(full + 8 * s, (t / S) & 1);
-      const unsigned char* As = smem + s * kStageBytes;
-      const float* Bs = reinterpret_cast<const float*>(As + kABytes);
+      const unsigned char* As = stage_a(s);
+      const float* Bs = stage_b(s);
       // Fragments: A's next 4 k-steps load while these 4 run, B's one k-step ahead.
-      float ra[2][8][4], rb[2][8];
+      float ra[2][8][4], rb[2][TN];
       auto load_a = [&](int buf, int chunk) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const int r = row0 + 8 * i;  // r % 8 == lm
-          const float4 v = *reinterpret_cast<const float4*>(As + r * 128 + ((chunk ^ lm) << 4));
+          const float4 v = a_chunk(As, i, chunk);
           ra[buf][i][0] = v.x, ra[buf][i][1] = v.y, ra[buf][i][2] = v.z, ra[buf][i][3] = v.w;
         }
       };
-      auto load_b = [&](int buf, int q) {
-        const float4 x = *reinterpret_cast<const float4*>(Bs + q * BN + col0);
-        const float4 y = *reinterpret_cast<const float4*>(Bs + q * BN + col0 + 16);
-        rb[buf][0] = x.x, rb[buf][1] = x.y, rb[buf][2] = x.z, rb[buf][3] = x.w;
-        rb[buf][4] = y.x, rb[buf][5] = y.y, rb[buf][6] = y.z, rb[buf][7] = y.w;
-      };
       load_a(0, 0);
-      load_b(0, 0);
+      load_b(rb[0], Bs, 0);
 #pragma unroll
       for (int q = 0; q < BK; ++q) {
         if (q % 4 == 0 && q + 4 < BK) load_a((q / 4 + 1) & 1, q / 4 + 1);
-        if (q + 1 < BK) load_b((q + 1) & 1, q + 1);
-          // Odd rows backwards: consecutive FMAs share an operand (the operand reuse cache).
+        if (q + 1 < BK) load_b(rb[(q + 1) & 1], Bs, q + 1);
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int jj = 0; jj < 8; ++jj) {
-            const int j = i % 2 ? 7 - jj : jj;
-            acc[i][j] = fmaf(ra[(q / 4) & 1][i][q % 4], rb[q & 1][j], acc[i][j]);
-          }
+        for (int i = 0; i < 8; ++i) fma_row(i, ra[(q / 4) & 1][i][q % 4], rb[q & 1]);
       }
       __syncwarp();  // the warp's reads of this stage are done
       if (lane == 0) mbar_arrive(empty + 8 * s);
+    }
+  } else {
+    // 8x16 per thread: 128 sums leave no registers for a second set of A's fragments. Each row's next 4
+    // k-steps load in place right after the outer product that last reads its current ones, 7 rows of FMAs
+    // before their first use. Across stages the same: the last k-step waits for the next stage, loads its
+    // first fragments in place of this stage's, and releases this stage (every read of it already issued).
+    //   The copies: thread 0 fills the S stages first, then in the middle of tile t refills the stage of tile
+    // t - 1 with tile t - 1 + S, waiting for every warp to release it (by then they have: each releases a
+    // stage before it waits for the next, so no warp waits on thread 0 for a stage issued later than this).
+    float ra[8][4], rb[2][TN];
+    auto load_a_row = [&](const unsigned char* As, int i, int chunk) {
+      const float4 v = a_chunk(As, i, chunk);
+      ra[i][0] = v.x, ra[i][1] = v.y, ra[i][2] = v.z, ra[i][3] = v.w;
+    };
+    if (tid == 0)
+      for (int t = 0; t < S && t < n_tiles; ++t) issue(t);
+    if (n_tiles > 0) {
+      mbar_wait(full, 0);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) load_a_row(stage_a(0), i, 0);
+      load_b(rb[0], stage_b(0), 0);
+    }
+    for (int t = 0; t < n_tiles; ++t) {
+      const int s = t % S, ns = (t + 1) % S;
+      const bool next = t + 1 < n_tiles;
+      const unsigned char* As = stage_a(s);
+      const float* Bs = stage_b(s);
+#pragma unroll
+      for (int q = 0; q < BK; ++q) {
+        if (q == BK / 2 && t >= 1 && t - 1 + S < n_tiles && thread0_now()) {
+          mbar_wait(empty + 8 * ((t - 1) % S), ((t - 1) / S) & 1);
+          issue(t - 1 + S);
+        }
+        if (q + 1 < BK) {
+          load_b(rb[(q + 1) & 1], Bs, q + 1);
+        } else {
+          __syncwarp();  // the warp's reads of this stage are issued
+          if (lane == 0) mbar_arrive(empty + 8 * s);
+          if (next) {
+            mbar_wait(full + 8 * ns, ((t + 1) / S) & 1);
+            load_b(rb[0], stage_b(ns), 0);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          fma_row(i, ra[i][q % 4], rb[q & 1]);
+          if (q % 4 == 3 && q + 1 < BK) load_a_row(As, i, q / 4 + 1);
+          if (q + 1 == BK && next) load_a_row(stage_a(ns), i, 0);
+        }
+      }
     }
   }
 
@@ -165,12 +256,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (ws != nullptr) {
       // Raw sums to this split's plane; the reduce kernel (launched to overlap this one) adds the planes.
       pdl_launch_dependents();
-      if (warp == CW) return;
+      if (T::kProducerWarp && warp == CW) return;
       float* w = ws + (static_cast<std::int64_t>(bt.split) * gridDim.y + bt.b) * p.m * p.n;
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < TN / 4; ++h)
           store_partial<4>(w, p.m, p.n, m0 + row0 + 8 * i, n0 + col0 + 16 * h, &acc[i][4 * h]);
       return;
     }
@@ -180,11 +271,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     const cg::cluster_group cluster = cg::this_cluster();
     float* red = reinterpret_cast<float*>(smem);
     __syncthreads();
-    if (warp < CW) {
+    if (!T::kProducerWarp || warp < CW) {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < TN / 4; ++h)
           *reinterpret_cast<float4*>(red + (row0 + 8 * i) * T::kPartLd + col0 + 16 * h) =
               make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
     }
@@ -192,11 +283,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     cluster_reduce_store<BM, BN, T::kPartLd, T::kThreads>(p, C, red, m0, n0, c_vec, tid);
     cluster.sync();  // no block leaves while a peer may still read its shared memory
   } else {
-    if (warp == CW) return;
+    if (T::kProducerWarp && warp == CW) return;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < TN / 4; ++h)
         store_run<4>(p, C, m0 + row0 + 8 * i, n0 + col0 + 16 * h, &acc[i][4 * h], c_vec);
   }
 #endif
@@ -218,23 +309,38 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-// A 2-D row-major fp32 matrix of `rows` x `cols` (row stride `ld` elements) in boxes of box_rows x box_cols,
-// out-of-range elements read as zeros. Encoding two descriptors costs about 0.11 us of host time per launch
-// (H200 host), so they are not cached.
-CUtensorMap tensor_map(const float* base, std::int64_t rows, std::int64_t cols, std::int64_t ld, int box_rows,
-                       int box_cols, bool swizzle128) {
+// A batch of row-major fp32 matrices of `rows` x `cols` (row stride `ld` elements, batch stride `sb`; 0 for
+// one matrix or a broadcast one, read as entry 0) in boxes of box_rows x box_cols of one entry, out-of-range
+// elements read as zeros. Encoding two descriptors costs about 0.11 us of host time per launch (H200 host),
+// so they are not cached.
+CUtensorMap tensor_map(const float* base, std::int64_t rows, std::int64_t cols, std::int64_t ld, int batch,
+                       std::int64_t sb, int box_rows, int box_cols, CUtensorMapSwizzle swizzle) {
   CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(float)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims,
+  const bool batched = batch > 1 && sb != 0;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(batched ? batch : 1)};
+  // A single entry's batch stride is never stepped: that of matrices laid one after the other.
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld) * sizeof(float),
+                                 static_cast<cuuint64_t>(batched ? sb : rows * ld) * sizeof(float)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(base), dims,
                                     strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                    swizzle,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   MT_CHECK(r == CUDA_SUCCESS, InvalidArgument, "gemm: the TMA descriptor of a ", rows, "x", cols,
-           " operand (row stride ", ld, ") was refused (CUresult ", static_cast<int>(r), ")");
+           " operand (row stride ", ld, ", batch ", batch, " of stride ", sb, ") was refused (CUresult ",
+           static_cast<int>(r), ")");
   return map;
+}
+
+// The row strides the descriptors take: a single row of A (or of B) may have any stride, and counts as a row
+// of K (of N) rounded up to whole 16-byte steps.
+std::int64_t tma_lda(const Problem& p) {
+  return p.m == 1 ? ((p.k + 3) / 4) * 4 : p.a_sm;
+}
+std::int64_t tma_ldb(const Problem& p) {
+  return p.k == 1 ? ((p.n + 3) / 4) * 4 : p.b_sk;
 }
 
 }  // namespace
@@ -243,7 +349,13 @@ bool tma_ready(const Problem& p) {
   const auto rows_ok = [](std::int64_t ld, std::int64_t cols, int rows) {
     return (ld % 4 == 0 && ld >= cols) || rows == 1;
   };
-  if (p.batch != 1 || p.m < 1 || p.n < 1 || p.k < 1) return false;
+  if (p.m < 1 || p.n < 1 || p.k < 1) return false;
+  // Batch entries in whole 16-byte steps that do not overlap, within the descriptor's range; or 0, a
+  // broadcast operand.
+  const auto batch_ok = [&](std::int64_t sb, std::int64_t matrix) {
+    return p.batch == 1 || sb == 0 || (sb % 4 == 0 && sb >= matrix && sb < (std::int64_t{1} << 37));
+  };
+  if (!batch_ok(p.a_sb, p.m * tma_lda(p)) || !batch_ok(p.b_sb, p.k * tma_ldb(p))) return false;
   if (!(p.a_sk == 1 && rows_ok(p.a_sm, p.k, p.m) && aligned16(p.a))) return false;
   if (!(p.b_sn == 1 && rows_ok(p.b_sk, p.n, p.k) && aligned16(p.b))) return false;
   int device = 0;
@@ -274,18 +386,17 @@ void launch_tma(const Problem& p, int split, SplitReduce reduce, cudaStream_t st
       MT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(T::kSmemBytes)));
   });
-  // A's rows with a stride of a whole row count as rows of K; a single row may have any stride.
-  const std::int64_t lda = p.m == 1 ? ((p.k + 3) / 4) * 4 : p.a_sm,
-                     ldb = p.k == 1 ? ((p.n + 3) / 4) * 4 : p.b_sk;
-  const CUtensorMap map_a = tensor_map(p.a, p.m, p.k, lda, T::BM, T::BK, true);
-  const CUtensorMap map_b = tensor_map(p.b, p.k, p.n, ldb, T::BK, T::BN, false);
+  const std::int64_t lda = tma_lda(p), ldb = tma_ldb(p);
+  const CUtensorMap map_a = tensor_map(p.a, p.m, p.k, lda, p.batch, p.a_sb, T::BM, T::BK,
+                                       T::BK == 32 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
+  const CUtensorMap map_b =
+      tensor_map(p.b, p.k, p.n, ldb, p.batch, p.b_sb, T::BK, T::BN, CU_TENSOR_MAP_SWIZZLE_NONE);
   const int tiles = ((p.m + T::BM - 1) / T::BM) * ((p.n + T::BN - 1) / T::BN);
   const bool reduce_kernel = split > 1 && reduce == SplitReduce::Kernel;
   const bool cluster = split > 1 && reduce == SplitReduce::Cluster;
-  float* ws = reduce_kernel
-                  ? split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.m * p.n, stream)
-                  : nullptr;
-  LaunchConfig launch(dim3(tiles, 1, split), dim3(T::kThreads), T::kSmemBytes, stream,
+  const std::size_t planes = static_cast<std::size_t>(split) * p.batch;
+  float* ws = reduce_kernel ? split_scratch(sizeof(float) * planes * p.m * p.n, stream) : nullptr;
+  LaunchConfig launch(dim3(tiles, p.batch, split), dim3(T::kThreads), T::kSmemBytes, stream,
                       dim3(1, 1, cluster ? split : 1));
   launch.overlap_previous_kernel();
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, split > 1 ? gemm_simt_tma<T, true> : gemm_simt_tma<T, false>,
@@ -298,13 +409,15 @@ void launch_tma(const Problem& p, int split, SplitReduce reduce, cudaStream_t st
 
 void launch_simt_tma(const Problem& p, Kernel kernel, int split, SplitReduce reduce, cudaStream_t stream) {
   MT_CHECK(tma_ready(p), InvalidArgument,
-           "gemm: the TMA kernels need A contiguous along k and B along n, in 16-byte aligned rows, batch 1, "
-           "on sm_90");
+           "gemm: the TMA kernels need A contiguous along k and B along n, in 16-byte aligned rows and batch "
+           "entries, on sm_90");
   switch (kernel) {
     case Kernel::SimtTma128x64:
       return launch_tma<Tma128x64>(p, split, reduce, stream);
     case Kernel::SimtTma64x128:
       return launch_tma<Tma64x128>(p, split, reduce, stream);
+    case Kernel::SimtTma256x128:
+      return launch_tma<Tma256x128>(p, split, reduce, stream);
     default:
       MT_THROW(InvalidArgument, "gemm: ", kernel_name(kernel), " is not a TMA kernel");
   }

@@ -635,7 +635,7 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
   const Shape3 shapes[] = {{1, 4, 1, 4},          {5, 12, 7, 8},        {129, 68, 255, 260},
                            {300, 64, 1000, 1000}, {1000, 40, 520, 520}, {257, 132, 33, 36},
                            {65, 300, 200, 200}};
-  const Kernel kernels[] = {Kernel::SimtTma128x64, Kernel::SimtTma64x128};
+  const Kernel kernels[] = {Kernel::SimtTma128x64, Kernel::SimtTma64x128, Kernel::SimtTma256x128};
   int ran = 0;
   for (const Shape3& s : shapes) {
     const Tensor a_rows = test::make_input(InputSpec{Shape{s.m, s.lda}}, 41, Device::cuda(0));
@@ -674,12 +674,82 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
           }
       }
   }
-  EXPECT_EQ(ran, 7 * 6 * 2 * 2);  // shapes x (unsplit, 2 and 3 either way, 8 in a cluster) x beta x kernel
+  EXPECT_EQ(ran, 7 * 6 * 2 * 3);  // shapes x (unsplit, 2 and 3 either way, 8 in a cluster) x beta x kernel
+}
+
+// The TMA kernels over a batch (the tensor maps' third dimension): A's entries in padded rows a padded batch
+// stride apart with B broadcast, then A broadcast with B's entries contiguous; edge tiles along m and n, a K
+// that is no multiple of the 32-deep tile; unsplit, split 2 in a cluster and split 3 through the second
+// kernel; beta = -1.5 with bias and relu, beta = 0 over a NaN-filled C with gelu. Every entry against
+// float64, guard bands intact.
+TEST(Gemm, F32_Tma_Batched) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const std::int64_t batch = 3, m = 300, n = 260, k = 100;
+  const Device d = Device::cuda(0);
+  // Rows of k + 4 floats, entries (m + 4) rows apart.
+  const Tensor a3 =
+      test::make_input(InputSpec{Shape{batch, m + 4, k + 4}}, 61, d).narrow(1, 0, m).narrow(2, 0, k);
+  const Tensor a2 = test::make_input(InputSpec{Shape{m, k}}, 62, d);
+  const Tensor b3 = test::make_input(InputSpec{Shape{batch, k, n}}, 63, d);
+  const Tensor b2 = test::make_input(InputSpec{Shape{k, n}}, 64, d);
+  const Tensor bias = test::make_input(InputSpec{Shape{n}}, 65, d);
+  const Tensor c0 = test::make_input(InputSpec{Shape{batch, m, n}}, 66, d);
+  const std::vector<float> bv = bias.to_vector<float>();
+  struct Operands {
+    const char* name;
+    Tensor a, b;  // a 2-D one is broadcast
+  };
+  const Operands cases[] = {{"A batched, B broadcast", a3, b2}, {"A broadcast, B batched", a2, b3}};
+  const std::pair<int, SplitReduce> splits[] = {
+      {1, SplitReduce::Kernel}, {2, SplitReduce::Cluster}, {3, SplitReduce::Kernel}};
+  int ran = 0;
+  for (const Operands& o : cases)
+    for (Kernel kernel : simt_kernels()) {
+      if (!is_tma_kernel(kernel)) continue;
+      for (const auto& [split, reduce] : splits)
+        for (float beta : {0.f, -1.5f}) {
+          const Config cfg{kernel, split, MathMode::FP32, reduce, Staging::Tma};
+          SCOPED_TRACE(std::string(o.name) + " " + config_name(cfg) + " beta " + std::to_string(beta));
+          Guarded g(Shape{batch, m, n}, DType::F32, d);
+          if (beta != 0.f)
+            g.view().copy_(c0);
+          else
+            g.view().fill_(std::numeric_limits<double>::quiet_NaN());
+          const bool a_batched = o.a.dim() == 3, b_batched = o.b.dim() == 3;
+          Problem p;
+          p.m = m, p.n = n, p.k = k, p.batch = batch;
+          p.a = o.a.data<float>(), p.a_sb = a_batched ? o.a.stride(0) : 0;
+          p.a_sm = o.a.stride(a_batched ? 1 : 0), p.a_sk = o.a.stride(a_batched ? 2 : 1);
+          p.b = o.b.data<float>(), p.b_sb = b_batched ? o.b.stride(0) : 0;
+          p.b_sk = o.b.stride(b_batched ? 1 : 0), p.b_sn = o.b.stride(b_batched ? 2 : 1);
+          p.c = g.view().data<float>(), p.c_sm = g.view().stride(1), p.c_sn = g.view().stride(2);
+          p.c_sb = g.view().stride(0);
+          p.bias = bias.data<float>();
+          p.alpha = 0.75f, p.beta = beta, p.act = beta != 0.f ? Activation::Relu : Activation::Gelu;
+          ASSERT_TRUE(tma_ready(p));
+          ASSERT_TRUE(can_implement(p, cfg));
+          launch(p, cfg, detail::stream_for(d));
+          EXPECT_EQ(g.check(), "");
+          for (std::int64_t e = 0; e < batch; ++e) {
+            const MatD cd = to_double(c0.select(0, e));
+            ErrorStats st;
+            double e2 = 0, s2 = 0;
+            accumulate_errors(to_double(g.view().select(0, e)), to_double(a_batched ? o.a.select(0, e) : o.a),
+                              to_double(b_batched ? o.b.select(0, e) : o.b), &cd, &bv, p.alpha, p.beta, p.act,
+                              1.0, st, e2, s2);
+            EXPECT_EQ(st.n_bad, 0) << "entry " << e << ": " << st.str();
+          }
+          ++ran;
+        }
+    }
+  EXPECT_EQ(ran, 2 * 3 * 3 * 2);  // operand cases x kernels x splits x beta
 }
 
 // What the TMA kernels refuse, with an error naming the configuration: A transposed, B in rows of 67 floats
-// (not whole 16-byte runs), A at an offset of one float, a batch of 2; the process stays usable (a valid
-// launch after them is right).
+// (not whole 16-byte runs), A at an offset of one float, A's batch entries one float more than a matrix apart
+// (not whole 16-byte steps), B's entries overlapping; the process stays usable (a valid launch after them is
+// right).
 TEST(Gemm, F32_Tma_RefusesLayoutsItCannotFetch) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -692,14 +762,18 @@ TEST(Gemm, F32_Tma_RefusesLayoutsItCannotFetch) {
   Tensor c = empty({m, n}, DType::F32, Device::cuda(0));
   EXPECT_EQ(config_name(Config{Kernel::SimtTma128x64, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma}),
             "simt_128x64x32_w64x32_t8x8_s3_tma_splitk2_dsmem");
-  Problem batched = problem_2d(a, b, c);
-  batched.batch = 2, batched.a_sb = 0, batched.b_sb = 0, batched.c_sb = 0;
+  const Tensor a_two = test::make_input(InputSpec{Shape{2 * m * k + 1}}, 56, Device::cuda(0));
+  const Tensor c_two = empty({2, m, n}, DType::F32, Device::cuda(0));
+  Problem odd_step = problem_2d(a_two.narrow(0, 0, m * k).view(Shape{m, k}), b, c_two.select(0, 0));
+  odd_step.batch = 2, odd_step.a_sb = m * k + 1, odd_step.b_sb = 0, odd_step.c_sb = m * n;
+  Problem overlap = odd_step;
+  overlap.a_sb = m * k, overlap.b_sb = (k - 1) * n;
   for (Kernel kernel : simt_kernels()) {
     if (!is_tma_kernel(kernel)) continue;
     const Config cfg{kernel, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma};
     SCOPED_TRACE(config_name(cfg));
     for (const Problem& p :
-         {problem_2d(a_t, b, c), problem_2d(a, b67, c), problem_2d(a_off, b, c), batched}) {
+         {problem_2d(a_t, b, c), problem_2d(a, b67, c), problem_2d(a_off, b, c), odd_step, overlap}) {
       EXPECT_FALSE(tma_ready(p));
       EXPECT_FALSE(can_implement(p, cfg));
       expect_error<InvalidArgument>([&] { launch(p, cfg, detail::stream_for(Device::cuda(0))); },
@@ -734,7 +808,7 @@ TEST(Gemm, Tma_StagingBelongsToTheTmaKernel) {
     EXPECT_EQ(can_implement(p, Config{kernel, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma}),
               tma_ready(p));
   }
-  EXPECT_EQ(tma_kernels, 2);
+  EXPECT_EQ(tma_kernels, 3);
 }
 
 // The register-staged loaders need each operand contiguous along one of its dims; the cp.async ring takes
