@@ -414,8 +414,6 @@ const char* kernel_name(Kernel k) {
       return "simt_128x64x32_w64x32_t8x8_s3_tma";
     case Kernel::SimtTma64x128:
       return "simt_64x128x32_w64x32_t8x8_s3_tma";
-    case Kernel::SimtTma256x128:
-      return "simt_256x128x16_w64x64_t8x16_s6_tma";
     case Kernel::Tensor128x128:
       return "mma_128x128x16_w64x32_s4";
     case Kernel::Tensor128x64:
@@ -432,13 +430,12 @@ std::vector<Kernel> simt_kernels() {
   return {Kernel::Simt128x128,    Kernel::Simt128x128k16, Kernel::Simt128x128x2, Kernel::Simt256x128,
           Kernel::Simt256x128k16, Kernel::Simt128x64,     Kernel::Simt64x64,     Kernel::Simt32x128,
           Kernel::Simt32x64,      Kernel::Simt64x128,     Kernel::Simt64x256,    Kernel::Simt128x64k16,
-          Kernel::SimtTma128x64,  Kernel::SimtTma64x128, Kernel::SimtTma256x128};
+          Kernel::SimtTma128x64,  Kernel::SimtTma64x128};
 }
 bool is_tma_kernel(Kernel k) {
   switch (k) {
     case Kernel::SimtTma128x64:
     case Kernel::SimtTma64x128:
-    case Kernel::SimtTma256x128:
       return true;
     default:
       return false;
@@ -740,8 +737,6 @@ TileInfo tile_of(Kernel k) {
       return {128, 64, 32};
     case Kernel::SimtTma64x128:
       return {64, 128, 32};
-    case Kernel::SimtTma256x128:
-      return {256, 128, 16};
     case Kernel::Tensor128x128:
       return {128, 128, 16};
     case Kernel::Tensor128x64:
@@ -852,7 +847,6 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
       return launch_simt_128x64k16(p, split, cfg.reduce, cfg.staging, stream);
     case Kernel::SimtTma128x64:
     case Kernel::SimtTma64x128:
-    case Kernel::SimtTma256x128:
       return launch_simt_tma(p, cfg.kernel, split, cfg.reduce, stream);
     default:
       MT_THROW(InvalidArgument, "gemm: unknown kernel ", static_cast<int>(cfg.kernel));
@@ -1159,14 +1153,16 @@ Config choose(const Problem& p, MathMode math) {
   } else if (runs16 && blocks(256, 128) >= 3 * sms / 4 &&
              (p.k >= 512 || (p.k >= 256 && !edges256 && c_vectorisable(p)))) {
     // Big problems: 256x128 tiles of 16x8 threads (the fewest shared-memory reads per FMA), 16 deep, staged
-    // through registers (4096^3: 0.86x cuBLAS, where 128x128 gave 0.80x), also at a K of 256-511 without
-    // edge tiles (64 x 256^3: 42.9-43.0 TFLOP/s, where the 64x256 tile gave 42.2-42.5; 2048x2048x384 45.9
-    // against 44.8; 4096x4096x256 45.0 against 44.6). The same tile 8 deep where C is not in float4 runs
-    // (4095x4097x1023 packed: 42.2-42.5 TFLOP/s, where 16 deep gave 41.3-41.4 and the 128x128 2-CTA tile
-    // 40.9-41.1) or a K of at most 1024 leaves edge tiles (4096x4100x1024 48.2 against 46.3, 4095x4096x1024
-    // 47.9 against 47.3; at 4096x4096x1024, no edge, 48.9 against 49.1; at K of 2048 and 4096 the two are
-    // level).
-    c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) ? Kernel::Simt256x128k16 : Kernel::Simt256x128;
+    // through registers (4096^3: 0.86x cuBLAS, where 128x128 gave 0.80x). The same tile 8 deep where C is not
+    // in float4 runs (4095x4097x1023 packed: 42.2-42.5 TFLOP/s, where 16 deep gave 41.3-41.4 and the 128x128
+    // 2-CTA tile 40.9-41.1), or a K of at most 1024 leaves edge tiles (4096x4100x1024 48.2 against 46.3,
+    // 4095x4096x1024 47.9 against 47.3; at 4096x4096x1024, no edge, 48.9 against 49.1; at K of 2048 and 4096
+    // the two are level), or K is under 512 (it takes K of 256-511 without edge tiles: 64 x 256^3 timed
+    // interleaved with cuBLAS in eight H100 sweeps over three rounds, 8 deep 1.002-1.018x, mean 1.009; 16
+    // deep 0.994-1.015x in ten, mean 1.002; where the 64x256 tile gave 42.2-42.5 TFLOP/s against 42.9-43.0;
+    // bench/gemm/NOTES.md round 27).
+    c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) && p.k >= 512 ? Kernel::Simt256x128k16
+                                                                             : Kernel::Simt256x128;
     const std::int64_t tiles = blocks(256, 128);
     auto filled = [&](int s) { return fill(tiles * s, 1); };
     // The TMA kernel's 128x64 tiles, two blocks per SM, where they fill their waves and 256x128 tiles, in

@@ -92,10 +92,9 @@ enum class Kernel {
   Simt64x256,     // 16x8 per thread in 4 warps, two blocks per SM: short K over many tiles (whole runs only)
   Simt128x64k16,  // skinny N under a tall M: 16 deep, so each tile's loads (A streams from DRAM) hide behind
                   // twice the math of an 8-deep tile; 8x8 per thread, two blocks per SM
-  // Tiles brought by TMA (Staging::Tma only): consumer warps, and a producer warp beside 8x8 threads.
-  SimtTma128x64,   // skinny N under a tall M: 4 consumer warps of 8x8, 32 deep, 3 stages, two blocks per SM
-  SimtTma64x128,   // small M with a long K: the same side by side along N
-  SimtTma256x128,  // 8 consumer warps of 8x16 per thread, 16 deep, 6 stages, one block per SM
+  // Tiles brought by TMA (Staging::Tma only), 32 deep: consumer warps of 8x8 per thread and a producer warp.
+  SimtTma128x64,  // skinny N under a tall M: 4 consumer warps, 3 stages, two blocks per SM
+  SimtTma64x128,  // small M with a long K: 4 consumer warps side by side along N, 3 stages, two per SM
   Tensor128x128,  // mma.sync m16n8k8 TF32 (MathMode::TF32 or TF32x3)
   Tensor128x64,
   Tensor64x64,

@@ -1,16 +1,15 @@
 // The production FP32 SGEMMs fed by the Tensor Memory Accelerator (Kernel::SimtTma*, Staging::Tma): a
 // producer warp copies each BMx32 tile of A and 32xBN tile of B into a ring of shared-memory stages with one
-// TMA instruction per operand, and the consumer warps run the outer products as soon as a stage lands. Stages
-// are handed over through mbarriers, so no block-wide barrier stops the math between tiles and the consumers
-// issue no loads to global memory at all. Batches (strided, or an operand broadcast) are the tensor maps'
-// third dimension.
+// TMA instruction per operand, and 4 consumer warps run the outer products (8x8 per thread) as soon as a
+// stage lands. Stages are handed over through mbarriers, so no block-wide barrier stops the math between
+// tiles and the consumers issue no loads to global memory at all. Batches (strided, or an operand broadcast)
+// are the tensor maps' third dimension.
 //
 // Built for the tall skinny product where A streams from DRAM (16384x64x4096, 128x64 tiles). There the
 // register-staged 128x64x16 kernel spent its tile turns with no eligible warp: storing the staged tile, then
 // the barrier (issued IPC 3.02 against cuBLAS 3.41, ncu, bench/gemm/NOTES.md round 18). Here the turn is one
 // mbarrier wait per stage. The same warps side by side along N (64x128 tiles) take the small-M product where
-// B streams (64x4096x4096). The 256x128 tile (8 consumer warps of 8x16 per thread, one block per SM) is the
-// register-staged 256x128x16 tile's work without its loads, stores and barriers (the batch of 64 x 256^3).
+// B streams (64x4096x4096).
 //
 // Shared memory, per stage: A as [BM rows][32 k] with the TMA's 128-byte swizzle (16-byte chunk c of row r
 // lands at chunk c ^ (r % 8)), then B as [32 k][BN n], dense. A thread reads 4 k-steps of a row as one
@@ -30,19 +29,14 @@ namespace mt::detail::gemm {
 
 namespace {
 
-// A TMA configuration: WM x WN consumer warps of 64 x (4 TN) warp tiles (8 x TN per thread, TN 8 or 16),
-// BK 32 or 16 deep (A's rows of a stage one 128- or 64-byte swizzle span), S stages, MIN_BLOCKS blocks per SM
-// (launch bounds).
-template <int WM_, int WN_, int TN_, int BK_, int S_, int MIN_BLOCKS_>
+// A TMA configuration: WM x WN consumer warps of 64x32 warp tiles (8x8 per thread) and a producer warp, BK =
+// 32 (one 128-byte swizzle span of A per row), S stages, MIN_BLOCKS blocks per SM (launch bounds).
+template <int WM_, int WN_, int S_, int MIN_BLOCKS_>
 struct TmaShape {
-  static constexpr int WM = WM_, WN = WN_, TN = TN_, BK = BK_, S = S_, kMinBlocks = MIN_BLOCKS_;
-  static constexpr int BM = 64 * WM, BN = 4 * TN * WN;
+  static constexpr int WM = WM_, WN = WN_, S = S_, kMinBlocks = MIN_BLOCKS_;
+  static constexpr int BM = 64 * WM, BN = 32 * WN, BK = 32;
   static constexpr int kConsumerWarps = WM * WN;
-  // 8x8 per thread: a producer warp issues the copies. 8x16 (128 sums) takes over 168 registers, the most a
-  // ninth warp allows (it puts three warps on one of the SM's four 16K-register files): thread 0 of the
-  // consumers issues them.
-  static constexpr bool kProducerWarp = TN == 8;
-  static constexpr int kThreads = 32 * (kConsumerWarps + (kProducerWarp ? 1 : 0));
+  static constexpr int kThreads = 32 * (kConsumerWarps + 1);  // + the producer warp
   static constexpr int kABytes = BM * BK * 4, kBBytes = BK * BN * 4;
   static constexpr int kStageBytes = kABytes + kBBytes;
   // The split-K partial tile (cluster reduction) reuses the ring: rows of BN + 4 floats, so the 8 rows a warp
@@ -50,18 +44,13 @@ struct TmaShape {
   static constexpr int kPartLd = BN + 4;
   // 1024 bytes of slack to align the ring to the swizzle atom, then the ring, then full and empty mbarriers.
   static constexpr std::size_t kSmemBytes = 1024 + S * kStageBytes + 2 * S * 8;
-  static_assert(TN == 8 || TN == 16, "a thread holds 8 rows of 8 or 16 columns");
   static_assert(BM * kPartLd * 4 <= S * kStageBytes, "the partial tile must fit the ring");
   static_assert(BM <= 256 && BN <= 256, "a TMA box spans at most 256 elements per dim");
-  static_assert(BK == 32 || BK == 16, "A's rows of one stage are one 128- or 64-byte swizzle span");
-  static_assert(kStageBytes % 1024 == 0, "every stage starts on a swizzle atom");
+  static_assert(BK * 4 == 128, "A's rows of one stage are one 128-byte swizzle span");
 };
 // The configurations built (Kernel::SimtTma*; kernel_name() gives each tile).
-using Tma128x64 = TmaShape<2, 2, 8, 32, 3, 2>;
-using Tma64x128 = TmaShape<1, 4, 8, 32, 3, 2>;
-// 16 deep: one tile's unrolled k loop is 2048 FMAs (32 KB of code) per thread. 32 deep it ran 0.86x the
-// register-staged 256x128x16 tile at 4096^3 and 0.5x at 64 x 256^3 (H100).
-using Tma256x128 = TmaShape<4, 2, 16, 16, 6, 1>;
+using Tma128x64 = TmaShape<2, 2, 3, 2>;
+using Tma64x128 = TmaShape<1, 4, 3, 2>;
 
 // The box of `map` at (c0, c1, c2) (c0 the contiguous dim, c2 the batch entry) into shared memory, completing
 // on `bar`.
@@ -72,14 +61,6 @@ __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap
       "[%5];\n" ::"r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
-}
-
-// Whether this is thread 0, read afresh from %tid.x: a test the compiler cannot hoist out of a loop. Hoisted,
-// it compiled the 256x128 tile's k loop twice, once for thread 0, doubling the code the SM's warps fetch.
-__device__ __forceinline__ bool thread0_now() {
-  unsigned t;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
-  return t == 0;
 }
 
 // SPLIT: K split over gridDim.z; the splits of a tile reduce in their cluster (ws == nullptr) or store raw
@@ -94,7 +75,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     gemm_simt_tma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                   Problem p, float* ws, bool c_vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, TN = T::TN, S = T::S, CW = T::kConsumerWarps;
+  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, S = T::S, CW = T::kConsumerWarps;
   constexpr int kStageBytes = T::kStageBytes, kABytes = T::kABytes;
   pdl_wait();  // launched to overlap the previous kernel: its writes (A, B, C, bias) first
   extern __shared__ unsigned char smem_raw[];
@@ -106,7 +87,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const BlockTile bt = block_tile<BM, BN, BK>(p, 0);  // the tile and split (not its k range: see above)
   const int m0 = bt.m0, n0 = bt.n0, splits = gridDim.z;
-  const int n_tiles = ((p.k + BK - 1) / BK - bt.split + splits - 1) / splits;  // k-tiles split, split + splits..
+  const int n_tiles =
+      ((p.k + BK - 1) / BK - bt.split + splits - 1) / splits;  // k-tiles split, split + splits..
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(full + 8 * s, 1);    // the producer's arrival; the TMA bytes complete the phase
@@ -116,138 +98,69 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   }
   __syncthreads();
 
-  float acc[8][TN];
+  float acc[8][8];
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-  // Consumer warp (wm, wn) holds rows wm * 64 + lm + 8 i (i < 8) and the TN / 4 runs of 4 columns
-  // wn * 4 TN + ln * 4 + 16 h (h < TN / 4); lanes with the same lm share A's reads, those with the same ln
-  // B's.
-  const int wm = warp / T::WN, wn = warp % T::WN;
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+  // Consumer warp (wm, wn) holds rows wm * 64 + lm + 8 i (i < 8) and columns wn * 32 + ln * 4 + {0..3} and
+  // + 16 of that; lanes with the same lm share A's reads, those with the same ln B's.
+  const int wm = warp / (BN / 32), wn = warp % (BN / 32);
   const int lm = lane / 4, ln = lane % 4;
-  const int row0 = wm * 64 + lm, col0 = wn * 4 * TN + ln * 4;
-  const unsigned char* const stage0 = smem;
-  auto stage_a = [&](int s) { return stage0 + s * kStageBytes; };
-  auto stage_b = [&](int s) { return reinterpret_cast<const float*>(stage0 + s * kStageBytes + kABytes); };
-  // Row i's 4 k-steps of `chunk`. The TMA's swizzle moves 16-byte chunk c of row r to c ^ (r % 8) in rows of
-  // 128 bytes, to c ^ (r / 2 % 4) in rows of 64; r % 8 == lm for every row r of the thread.
-  constexpr int kRowBytes = BK * 4;
-  const int swz = BK == 32 ? lm : (lm >> 1) & 3;
-  auto a_chunk = [&](const unsigned char* As, int i, int chunk) {
-    return *reinterpret_cast<const float4*>(As + (row0 + 8 * i) * kRowBytes + ((chunk ^ swz) << 4));
-  };
-  auto load_b = [&](float(&rb)[TN], const float* Bs, int q) {
-#pragma unroll
-    for (int h = 0; h < TN / 4; ++h) {
-      const float4 v = *reinterpret_cast<const float4*>(Bs + q * BN + col0 + 16 * h);
-      rb[4 * h] = v.x, rb[4 * h + 1] = v.y, rb[4 * h + 2] = v.z, rb[4 * h + 3] = v.w;
-    }
-  };
-  // Row i's outer product with B's k-row; odd rows backwards: consecutive FMAs share an operand (the operand
-  // reuse cache).
-  auto fma_row = [&](int i, float a, const float(&rb)[TN]) {
-#pragma unroll
-    for (int jj = 0; jj < TN; ++jj) {
-      const int j = i % 2 ? TN - 1 - jj : jj;
-      acc[i][j] = fmaf(a, rb[j], acc[i][j]);
-    }
-  };
+  const int row0 = wm * 64 + lm, col0 = wn * 32 + ln * 4;
 
-  // k-tile t of this split into stage t % S, once the stage is free (the caller waits).
-  auto issue = [&](int t) {
-    const int s = t % S, k0 = (bt.split + t * splits) * BK;
-    const int ba = p.a_sb != 0 ? bt.b : 0, bb = p.b_sb != 0 ? bt.b : 0;  // a broadcast operand: entry 0
-    mbar_expect_tx(full + 8 * s, kStageBytes);
-    const std::uint32_t a_dst = ring + s * kStageBytes;
-    tma_load_3d(a_dst, &map_a, k0, m0, ba, full + 8 * s);
-    tma_load_3d(a_dst + kABytes, &map_b, n0, k0, bb, full + 8 * s);
-  };
-
-  if (T::kProducerWarp && warp == CW) {
+  if (warp == CW) {
     // Producer: one thread refills each stage as soon as every consumer warp has released it.
     if (lane == 0) {
+      const int ba = p.a_sb != 0 ? bt.b : 0, bb = p.b_sb != 0 ? bt.b : 0;  // a broadcast operand: entry 0
       for (int t = 0; t < n_tiles; ++t) {
-        mbar_wait(empty + 8 * (t % S), ((t / S) & 1) ^ 1);  // a fresh barrier passes parity 1 at once
-        issue(t);
+        const int s = t % S, k0 = (bt.split + t * splits) * BK;
+        mbar_wait(empty + 8 * s, ((t / S) & 1) ^ 1);  // a fresh barrier passes parity 1 at once
+        mbar_expect_tx(full + 8 * s, kStageBytes);
+        const std::uint32_t a_dst = ring + s * kStageBytes;
+        tma_load_3d(a_dst, &map_a, k0, m0, ba, full + 8 * s);
+        tma_load_3d(a_dst + kABytes, &map_b, n0, k0, bb, full + 8 * s);
       }
     }
-  } else if constexpr (TN == 8) {
+  } else {
     for (int t = 0; t < n_tiles; ++t) {
       const int s = t % S;
       mbar_wait(full + 8 * s, (t / S) & 1);
-      const unsigned char* As = stage_a(s);
-      const float* Bs = stage_b(s);
+      const unsigned char* As = smem + s * kStageBytes;
+      const float* Bs = reinterpret_cast<const float*>(As + kABytes);
       // Fragments: A's next 4 k-steps load while these 4 run, B's one k-step ahead.
-      float ra[2][8][4], rb[2][TN];
+      float ra[2][8][4], rb[2][8];
       auto load_a = [&](int buf, int chunk) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const float4 v = a_chunk(As, i, chunk);
+          const int r = row0 + 8 * i;  // r % 8 == lm
+          const float4 v = *reinterpret_cast<const float4*>(As + r * 128 + ((chunk ^ lm) << 4));
           ra[buf][i][0] = v.x, ra[buf][i][1] = v.y, ra[buf][i][2] = v.z, ra[buf][i][3] = v.w;
         }
       };
+      auto load_b = [&](int buf, int q) {
+        const float4 x = *reinterpret_cast<const float4*>(Bs + q * BN + col0);
+        const float4 y = *reinterpret_cast<const float4*>(Bs + q * BN + col0 + 16);
+        rb[buf][0] = x.x, rb[buf][1] = x.y, rb[buf][2] = x.z, rb[buf][3] = x.w;
+        rb[buf][4] = y.x, rb[buf][5] = y.y, rb[buf][6] = y.z, rb[buf][7] = y.w;
+      };
       load_a(0, 0);
-      load_b(rb[0], Bs, 0);
+      load_b(0, 0);
 #pragma unroll
       for (int q = 0; q < BK; ++q) {
         if (q % 4 == 0 && q + 4 < BK) load_a((q / 4 + 1) & 1, q / 4 + 1);
-        if (q + 1 < BK) load_b(rb[(q + 1) & 1], Bs, q + 1);
+        if (q + 1 < BK) load_b((q + 1) & 1, q + 1);
+          // Odd rows backwards: consecutive FMAs share an operand (the operand reuse cache).
 #pragma unroll
-        for (int i = 0; i < 8; ++i) fma_row(i, ra[(q / 4) & 1][i][q % 4], rb[q & 1]);
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) {
+            const int j = i % 2 ? 7 - jj : jj;
+            acc[i][j] = fmaf(ra[(q / 4) & 1][i][q % 4], rb[q & 1][j], acc[i][j]);
+          }
       }
       __syncwarp();  // the warp's reads of this stage are done
       if (lane == 0) mbar_arrive(empty + 8 * s);
-    }
-  } else {
-    // 8x16 per thread: 128 sums leave no registers for a second set of A's fragments. Each row's next 4
-    // k-steps load in place right after the outer product that last reads its current ones, 7 rows of FMAs
-    // before their first use. Across stages the same: the last k-step waits for the next stage, loads its
-    // first fragments in place of this stage's, and releases this stage (every read of it already issued).
-    //   The copies: thread 0 fills the S stages first, then in the middle of tile t refills the stage of tile
-    // t - 1 with tile t - 1 + S, waiting for every warp to release it (by then they have: each releases a
-    // stage before it waits for the next, so no warp waits on thread 0 for a stage issued later than this).
-    float ra[8][4], rb[2][TN];
-    auto load_a_row = [&](const unsigned char* As, int i, int chunk) {
-      const float4 v = a_chunk(As, i, chunk);
-      ra[i][0] = v.x, ra[i][1] = v.y, ra[i][2] = v.z, ra[i][3] = v.w;
-    };
-    if (tid == 0)
-      for (int t = 0; t < S && t < n_tiles; ++t) issue(t);
-    if (n_tiles > 0) {
-      mbar_wait(full, 0);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) load_a_row(stage_a(0), i, 0);
-      load_b(rb[0], stage_b(0), 0);
-    }
-    for (int t = 0; t < n_tiles; ++t) {
-      const int s = t % S, ns = (t + 1) % S;
-      const bool next = t + 1 < n_tiles;
-      const unsigned char* As = stage_a(s);
-      const float* Bs = stage_b(s);
-#pragma unroll
-      for (int q = 0; q < BK; ++q) {
-        if (q == BK / 2 && t >= 1 && t - 1 + S < n_tiles && thread0_now()) {
-          mbar_wait(empty + 8 * ((t - 1) % S), ((t - 1) / S) & 1);
-          issue(t - 1 + S);
-        }
-        if (q + 1 < BK) {
-          load_b(rb[(q + 1) & 1], Bs, q + 1);
-        } else {
-          __syncwarp();  // the warp's reads of this stage are issued
-          if (lane == 0) mbar_arrive(empty + 8 * s);
-          if (next) {
-            mbar_wait(full + 8 * ns, ((t + 1) / S) & 1);
-            load_b(rb[0], stage_b(ns), 0);
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          fma_row(i, ra[i][q % 4], rb[q & 1]);
-          if (q % 4 == 3 && q + 1 < BK) load_a_row(As, i, q / 4 + 1);
-          if (q + 1 == BK && next) load_a_row(stage_a(ns), i, 0);
-        }
-      }
     }
   }
 
@@ -256,12 +169,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (ws != nullptr) {
       // Raw sums to this split's plane; the reduce kernel (launched to overlap this one) adds the planes.
       pdl_launch_dependents();
-      if (T::kProducerWarp && warp == CW) return;
+      if (warp == CW) return;
       float* w = ws + (static_cast<std::int64_t>(bt.split) * gridDim.y + bt.b) * p.m * p.n;
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int h = 0; h < TN / 4; ++h)
+        for (int h = 0; h < 2; ++h)
           store_partial<4>(w, p.m, p.n, m0 + row0 + 8 * i, n0 + col0 + 16 * h, &acc[i][4 * h]);
       return;
     }
@@ -271,11 +184,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     const cg::cluster_group cluster = cg::this_cluster();
     float* red = reinterpret_cast<float*>(smem);
     __syncthreads();
-    if (!T::kProducerWarp || warp < CW) {
+    if (warp < CW) {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int h = 0; h < TN / 4; ++h)
+        for (int h = 0; h < 2; ++h)
           *reinterpret_cast<float4*>(red + (row0 + 8 * i) * T::kPartLd + col0 + 16 * h) =
               make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
     }
@@ -283,11 +196,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     cluster_reduce_store<BM, BN, T::kPartLd, T::kThreads>(p, C, red, m0, n0, c_vec, tid);
     cluster.sync();  // no block leaves while a peer may still read its shared memory
   } else {
-    if (T::kProducerWarp && warp == CW) return;
+    if (warp == CW) return;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int h = 0; h < TN / 4; ++h)
+      for (int h = 0; h < 2; ++h)
         store_run<4>(p, C, m0 + row0 + 8 * i, n0 + col0 + 16 * h, &acc[i][4 * h], c_vec);
   }
 #endif
@@ -325,8 +238,7 @@ CUtensorMap tensor_map(const float* base, std::int64_t rows, std::int64_t cols, 
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(base), dims,
-                                    strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    swizzle,
+                                    strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   MT_CHECK(r == CUDA_SUCCESS, InvalidArgument, "gemm: the TMA descriptor of a ", rows, "x", cols,
            " operand (row stride ", ld, ", batch ", batch, " of stride ", sb, ") was refused (CUresult ",
@@ -387,8 +299,8 @@ void launch_tma(const Problem& p, int split, SplitReduce reduce, cudaStream_t st
                                          static_cast<int>(T::kSmemBytes)));
   });
   const std::int64_t lda = tma_lda(p), ldb = tma_ldb(p);
-  const CUtensorMap map_a = tensor_map(p.a, p.m, p.k, lda, p.batch, p.a_sb, T::BM, T::BK,
-                                       T::BK == 32 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
+  const CUtensorMap map_a =
+      tensor_map(p.a, p.m, p.k, lda, p.batch, p.a_sb, T::BM, T::BK, CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap map_b =
       tensor_map(p.b, p.k, p.n, ldb, p.batch, p.b_sb, T::BK, T::BN, CU_TENSOR_MAP_SWIZZLE_NONE);
   const int tiles = ((p.m + T::BM - 1) / T::BM) * ((p.n + T::BN - 1) / T::BN);
@@ -416,8 +328,6 @@ void launch_simt_tma(const Problem& p, Kernel kernel, int split, SplitReduce red
       return launch_tma<Tma128x64>(p, split, reduce, stream);
     case Kernel::SimtTma64x128:
       return launch_tma<Tma64x128>(p, split, reduce, stream);
-    case Kernel::SimtTma256x128:
-      return launch_tma<Tma256x128>(p, split, reduce, stream);
     default:
       MT_THROW(InvalidArgument, "gemm: ", kernel_name(kernel), " is not a TMA kernel");
   }
