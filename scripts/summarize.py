@@ -1,5 +1,13 @@
 #!/usr/bin/env python3
-"""Summarises a gpu_check output folder: GPU, test counts, sanitizer errors, benchmark counters."""
+"""Summarises a gpu_check output folder: GPU, test counts, sanitizer errors, benchmark counters.
+
+  summarize.py [FOLDER]            the summary of one run (default out/gpu_check)
+  summarize.py --compare A B       the change from run A to run B, benchmark by benchmark: A's time over B's
+                                   (> 1: B is faster) and, for GEMM rows, the change of the ratio to cuBLAS
+                                   timed in the same run. A and B are folders of Google Benchmark JSON
+                                   (bench_X.json, or bench_X.rN.json for repeated rounds: the median is taken)
+                                   or two JSON files.
+"""
 import glob
 import json
 import os
@@ -64,7 +72,58 @@ def benches(folder):
     return rows
 
 
+def bench_rows(path):
+    """{benchmark name: [row, ...]} of the Google Benchmark JSON files at `path` (a folder or one file)."""
+    files = [path] if os.path.isfile(path) else sorted(glob.glob(os.path.join(path, "bench_*.json")))
+    rows = {}
+    for f in files:
+        try:
+            items = json.load(open(f)).get("benchmarks", [])
+        except (OSError, ValueError):
+            continue
+        for b in items:
+            if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+                continue
+            if not b.get("error_occurred"):
+                rows.setdefault(b["name"], []).append(b)
+    return rows
+
+
+def median(values):
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+
+
+def compare(a, b, threshold=0.01):
+    ra, rb = bench_rows(a), bench_rows(b)
+    names = [n for n in ra if n in rb]
+    if not names:
+        print(f"compare: no benchmark is in both {a} and {b}")
+        return 1
+    print(f"{'benchmark':72s} {'A':>11s} {'B':>11s} {'A/B':>7s} {'cuBLAS ratio A -> B':>22s}")
+    worse = 0
+    for n in names:
+        ta = median([x["real_time"] for x in ra[n]])
+        tb = median([x["real_time"] for x in rb[n]])
+        speed = ta / tb if tb else float("nan")
+        key = "vs_cublas_fp32_interleaved" if "vs_cublas_fp32_interleaved" in ra[n][0] else "vs_cublas_fp32"
+        rel = ""
+        if key in ra[n][0] and key in rb[n][0] and "cublas" not in n:
+            rel = f"{median([x[key] for x in ra[n]]):.3f} -> {median([x[key] for x in rb[n]]):.3f}"
+        flag = "  slower" if speed < 1 - threshold else ""
+        worse += bool(flag)
+        unit = ra[n][0].get("time_unit", "")
+        print(f"{n[:72]:72s} {ta:9.4g}{unit:>2s} {tb:9.4g}{unit:>2s} {speed:7.3f} {rel:>22s}{flag}")
+    only = sorted(set(ra) ^ set(rb))
+    if only:
+        print(f"\n{len(only)} benchmarks in one run only, e.g. {only[:3]}")
+    print(f"\n{len(names)} compared; {worse} slower by more than {threshold:.0%} in B (A/B < {1 - threshold:.2f})")
+    return 0
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--compare":
+        sys.exit(compare(sys.argv[2], sys.argv[3]))
     folder = sys.argv[1] if len(sys.argv) > 1 else "out/gpu_check"
     gpu = open(os.path.join(folder, "gpu.txt")).read().strip() if os.path.exists(os.path.join(folder, "gpu.txt")) else "?"
     print("\n==================== minitensor GPU check ====================")
