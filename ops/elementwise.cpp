@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "ops/kernels.h"
+#include "ops/detail/kernels.h"
 #include "runtime/device.h"
 #include "runtime/stream.h"
 

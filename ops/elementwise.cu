@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/detail/kernels.h"
 #include "ops/functors.h"
-#include "ops/kernels.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
@@ -25,26 +25,18 @@ constexpr int kThreads = 256;
 // The output is brought to this boundary by the scalar prologue: one cache line.
 constexpr int kLineBytes = 128;
 
-// How the contiguous kernel walks the packs. UNROLL: 16-byte packs per thread per step, all loaded before the
-// first store (UNROLL * inputs independent loads in flight per thread). PERSISTENT: a resident grid striding
-// over the array; else one step per thread and one block per 256 * UNROLL packs, the hardware scheduler
-// handing out blocks (an SM that runs ahead takes more of them). STREAMING: loads and stores with the
-// evict-first cache operator (ld.global.cs / st.global.cs): the data is touched once, so L2 keeps no line of
-// it longer than it must.
-template <int UNROLL, bool PERSISTENT, bool STREAMING>
+// How the contiguous kernel walks the packs: UNROLL 16-byte packs per thread, all loaded before the first
+// store (UNROLL * inputs independent loads in flight per thread), one block per 256 * UNROLL packs and one
+// step per thread, the hardware scheduler handing out blocks (an SM that runs ahead takes more of them). A
+// block's loads fall in one short run per operand, where a grid-stride loop spreads a thread's loads
+// megabytes apart: fewer DRAM pages open at once beats more bytes in flight per thread (bench/ops/TRIED.md).
+// Unary ops take 2 packs, binary 4.
+template <int UNROLL>
 struct Schedule {
   static constexpr int kUnroll = UNROLL;
-  static constexpr bool kPersistent = PERSISTENT;
-  static constexpr bool kStreaming = STREAMING;
 };
-// What the ops use: one block per chunk of packs. Measured on H200 (2^28 float32, ratio to the D2D copy,
-// medians of 3 repetitions, two runs): relu grid-stride 2 packs 0.924-0.931, 4 packs 0.875-0.880, blocks of 2
-// packs 0.956, of 4 packs 0.934-0.943, of 8 packs 0.927; add grid-stride 2 packs 0.966-0.980, blocks of 2 / 4
-// / 8 packs 1.013 / 1.009-1.028 / 1.013. Evict-first loads and stores change nothing measurable. A block's
-// loads fall in one short run per operand, where the grid-stride loop spreads a thread's loads megabytes
-// apart: fewer DRAM pages open at once wins over more bytes in flight per thread.
-using UnarySchedule = Schedule<2, false, false>;
-using BinarySchedule = Schedule<4, false, false>;
+using UnarySchedule = Schedule<2>;
+using BinarySchedule = Schedule<4>;
 template <int N>
 using DefaultSchedule = std::conditional_t<N == 1, UnarySchedule, BinarySchedule>;
 
@@ -132,22 +124,12 @@ __device__ __forceinline__ T apply(const F& f, const T (&x)[N]) {
 
 // ---- kernels
 
-template <bool STREAMING>
 __device__ __forceinline__ uint4 load_pack(const void* p) {
-  if constexpr (STREAMING) {
-    return __ldcs(reinterpret_cast<const uint4*>(p));
-  } else {
-    return __ldg(reinterpret_cast<const uint4*>(p));
-  }
+  return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
-template <bool STREAMING>
 __device__ __forceinline__ void store_pack(void* p, uint4 v) {
-  if constexpr (STREAMING) {
-    __stcs(reinterpret_cast<uint4*>(p), v);
-  } else {
-    *reinterpret_cast<uint4*>(p) = v;
-  }
+  *reinterpret_cast<uint4*>(p) = v;
 }
 
 // out[0, n) = f(in...), contiguous. `head` leading elements are done as scalars so that out + head is
@@ -188,7 +170,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         if (access[k] == kVec) {
-          v[u][k].raw = load_pack<S::kStreaming>(in.p[k] + e);
+          v[u][k].raw = load_pack(in.p[k] + e);
         } else if (access[k] == kUnaligned) {
 #pragma unroll
           for (int j = 0; j < V; ++j) v[u][k].v[j] = in.p[k][e + j];
@@ -207,15 +189,10 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < N; ++k) x[k] = access[k] == kBcast ? bcast[k] : v[u][k].v[j];
         r.v[j] = apply(f, x);
       }
-      store_pack<S::kStreaming>(out + head + i * V, r.raw);
+      store_pack(out + head + i * V, r.raw);
     }
   };
-  if constexpr (S::kPersistent) {
-    const std::int64_t n_threads = std::int64_t(gridDim.x) * blockDim.x;
-    for (std::int64_t i0 = tid; i0 < n_vec; i0 += U * n_threads) step(i0, n_threads);
-  } else {
-    step(blockIdx.x * std::int64_t(U * kThreads) + threadIdx.x, kThreads);
-  }
+  step(blockIdx.x * std::int64_t(U * kThreads) + threadIdx.x, kThreads);
 }
 
 // out[ol(i)] = f(in[il(i)]...), all layouts of one (coalesced) shape.
@@ -260,14 +237,9 @@ void launch_contiguous(const F& f, T* out, const Inputs<T, N>& in, std::int64_t 
   auto* kernel = map_contiguous_kernel<S, F, T, N, A0, A1>;
   const std::int64_t n_vec = (n - head) / V;
   const std::int64_t per_block = std::int64_t(kThreads) * S::kUnroll;
-  std::int64_t grid = 0;
-  if constexpr (S::kPersistent) {
-    grid = grid_stride_blocks(kernel, kThreads, n_vec, per_block);
-  } else {
-    // At least one block: the scalar prologue and epilogue (< kLineBytes elements) run on the first threads.
-    // At most n / 1024 blocks: far below the 2^31 - 1 limit for any tensor that fits in device memory.
-    grid = std::max<std::int64_t>(1, (n_vec + per_block - 1) / per_block);
-  }
+  // At least one block: the scalar prologue and epilogue (< kLineBytes elements) run on the first threads. At
+  // most n / 1024 blocks: far below the 2^31 - 1 limit for any tensor that fits in device memory.
+  const std::int64_t grid = std::max<std::int64_t>(1, (n_vec + per_block - 1) / per_block);
   kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(out, in, n, head, f);
   MT_CUDA_CHECK_LAUNCH();
 }
@@ -469,68 +441,6 @@ void launch_invert_rgba(std::uint8_t* out, const std::uint8_t* x, std::int64_t n
   using W = unsigned int;
   map_launch<InvertRgbaF, W, 1>(InvertRgbaF{}, reinterpret_cast<W*>(out), l,
                                 Inputs<W, 1>{{reinterpret_cast<const W*>(x)}}, &l, n_pixels, stream);
-}
-
-namespace {
-
-StridedLayout contiguous_1d(std::int64_t n) {
-  StridedLayout l;
-  l.rank = 1;
-  l.shape[0] = n;
-  l.stride[0] = 1;
-  return l;
-}
-
-// Calls body(Schedule<...>{}) for a benchmark schedule.
-template <class Body>
-void with_schedule(MapSchedule schedule, Body&& body) {
-  switch (schedule) {
-    case MapSchedule::Auto:
-      MT_THROW(InvalidArgument,
-               "elementwise: Auto is not a rung (the default schedule depends on the arity)");
-    case MapSchedule::GridStride2:
-      return body(Schedule<2, true, false>{});
-    case MapSchedule::GridStride4:
-      return body(Schedule<4, true, false>{});
-    case MapSchedule::GridStride2Streaming:
-      return body(Schedule<2, true, true>{});
-    case MapSchedule::GridStride4Streaming:
-      return body(Schedule<4, true, true>{});
-    case MapSchedule::Blocks4:
-      return body(Schedule<4, false, false>{});
-    case MapSchedule::Blocks4Streaming:
-      return body(Schedule<4, false, true>{});
-    case MapSchedule::Blocks2:
-      return body(Schedule<2, false, false>{});
-    case MapSchedule::Blocks8:
-      return body(Schedule<8, false, false>{});
-  }
-  MT_THROW(InvalidArgument, "elementwise: unknown schedule ", static_cast<int>(schedule));
-}
-
-}  // namespace
-
-void launch_relu_rung(MapSchedule schedule, float* out, const float* x, std::int64_t n, cudaStream_t stream) {
-  const StridedLayout l = contiguous_1d(n);
-  using F = UnaryF<float, UnaryOp::Relu>;
-  if (schedule == MapSchedule::Auto) {
-    return map_launch<F, float, 1>(F{}, out, l, Inputs<float, 1>{{x}}, &l, n, stream);
-  }
-  with_schedule(schedule, [&](auto s) {
-    map_launch<F, float, 1, decltype(s)>(F{}, out, l, Inputs<float, 1>{{x}}, &l, n, stream);
-  });
-}
-
-void launch_add_rung(MapSchedule schedule, float* out, const float* a, const float* b, std::int64_t n,
-                     cudaStream_t stream) {
-  const StridedLayout l[2] = {contiguous_1d(n), contiguous_1d(n)};
-  using F = BinaryF<float, BinaryOp::Add>;
-  if (schedule == MapSchedule::Auto) {
-    return map_launch<F, float, 2>(F{}, out, l[0], Inputs<float, 2>{{a, b}}, l, n, stream);
-  }
-  with_schedule(schedule, [&](auto s) {
-    map_launch<F, float, 2, decltype(s)>(F{}, out, l[0], Inputs<float, 2>{{a, b}}, l, n, stream);
-  });
 }
 
 void launch_add_naive(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream) {

@@ -4,4 +4,5 @@
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/reduce.h"
+#include "ops/softmax.h"
 #include "ops/transpose.h"

@@ -8,7 +8,7 @@
 #include <limits>
 #include <numeric>
 
-#include "ops/kernels.h"
+#include "ops/detail/kernels.h"
 #include "runtime/device.h"
 #include "runtime/stream.h"
 

@@ -9,12 +9,10 @@
 // target.
 #include <cstdint>
 #include <limits>
-#include <map>
-#include <mutex>
 
-#include "memory/allocator.h"
+#include "memory/stream_scratch.h"
+#include "ops/detail/kernels.h"
 #include "ops/functors.h"
-#include "ops/kernels.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
@@ -281,53 +279,15 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- launchers
 
-// Scratch for the partials of two-pass reductions: one buffer per (device, stream), kept and grown as needed,
-// so that a reduction allocates nothing in the steady state (the benchmark and CUDA-graph capture rely on
-// it). Reuse is safe because every user of a stream's buffer is ordered on that stream; the lock is held
-// while a reduction enqueues, so a concurrent grow cannot free a buffer between pointer and launch.
-class Scratch {
- public:
-  Scratch(std::size_t bytes, cudaStream_t stream) : m_lock(mutex()) {
-    if (!bytes) return;
-    int device = current_device();
-    Allocation& a = buffers()[{device, stream}];
-    if (a.size() < bytes) {
-      a = Allocation();  // release first: the old buffer's users are ordered before the new one's
-      a = cuda_allocator(device).allocate(std::max<std::size_t>(bytes, 1 << 16), stream);
-    }
-    m_ptr = a.data();
-  }
-  template <class T>
-  T* get() const {
-    return static_cast<T*>(m_ptr);
-  }
-
- private:
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-  static std::map<std::pair<int, cudaStream_t>, Allocation>& buffers() {
-    // Leaked on purpose: process-exit destruction would run after the CUDA runtime has gone.
-    static auto* b = new std::map<std::pair<int, cudaStream_t>, Allocation>();
-    return *b;
-  }
-  std::lock_guard<std::mutex> m_lock;
-  void* m_ptr = nullptr;
-};
-
-// Blocks of kThreads the device keeps resident: the grid size that fills it once.
-template <class Kernel>
-std::int64_t full_wave(Kernel* kernel, int threads) {
-  return std::int64_t(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads)) *
-         current_sm_count();
-}
-
-// Blocks for `items` equal work items (one per block per round) on a device that keeps `wave` blocks
-// resident: every block gets the same number of rounds, so the last round is not a partial wave.
-int balanced_grid(std::int64_t items, std::int64_t wave) {
-  const std::int64_t rounds = (items + wave - 1) / wave;
-  return static_cast<int>(std::max<std::int64_t>(1, (items + rounds - 1) / rounds));
+// The partials of two-pass reductions: the stream's ReducePartials scratch (memory/stream_scratch.h), at
+// least 64 KiB, so that a reduction allocates nothing in the steady state (the benchmark and CUDA-graph
+// capture rely on it). Callers hold a StreamScratchLock until both passes are enqueued: a concurrent grow on
+// the same stream cannot release the buffer between pointer and launch.
+template <class Acc>
+Acc* partials(std::size_t bytes, cudaStream_t stream) {
+  ScratchOptions options;
+  options.min_bytes = std::size_t{1} << 16;
+  return static_cast<Acc*>(stream_scratch(ScratchSlot::ReducePartials, bytes, stream, options));
 }
 
 template <class R>
@@ -338,13 +298,13 @@ void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows,
   if (row_len < 4096) {
     auto* kernel = reduce_rows_warp_kernel<R>;
     constexpr int warps = kThreads / 32;
-    const int grid = (balanced_grid(n_rows, full_wave(kernel, kThreads) * warps) + warps - 1) / warps;
+    const int grid = balanced_grid(kernel, kThreads, n_rows, warps);
     kernel<<<grid, kThreads, 0, stream>>>(x, rows, n_rows, row_len, out, count);
     MT_CUDA_CHECK_LAUNCH();
     return;
   }
   auto* kernel = reduce_rows_block_kernel<R>;
-  const std::int64_t wave = full_wave(kernel, kThreads);
+  const std::int64_t wave = resident_blocks(reinterpret_cast<const void*>(kernel), kThreads);
   // Split rows when there are fewer rows than resident blocks, keeping >= 8192 elements per split; chunks are
   // multiples of 4 floats so that every split of an aligned row starts aligned.
   std::int64_t n_splits = 1;
@@ -355,15 +315,14 @@ void reduce_rows(const float* x, const StridedLayout& rows, std::int64_t n_rows,
   n_splits = (row_len + chunk - 1) / chunk;
   const std::int64_t items = n_rows * n_splits;
   const int grid = balanced_grid(items, wave);
-  Scratch scratch(n_splits > 1 ? sizeof(typename R::Acc) * items : 0, stream);
-  kernel<<<grid, kThreads, 0, stream>>>(x, rows, n_rows, row_len, n_splits, chunk,
-                                        scratch.template get<typename R::Acc>(), out, count);
+  const StreamScratchLock lock;
+  auto* partial = partials<typename R::Acc>(n_splits > 1 ? sizeof(typename R::Acc) * items : 0, stream);
+  kernel<<<grid, kThreads, 0, stream>>>(x, rows, n_rows, row_len, n_splits, chunk, partial, out, count);
   MT_CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
     auto* second = reduce_partials_kernel<R>;
     const int grid2 = grid_stride_blocks(second, kThreads, n_rows, 1);
-    second<<<grid2, kThreads, 0, stream>>>(scratch.template get<typename R::Acc>(), n_rows, n_splits, out,
-                                           count);
+    second<<<grid2, kThreads, 0, stream>>>(partial, n_rows, n_splits, out, count);
     MT_CUDA_CHECK_LAUNCH();
   }
 }
@@ -379,7 +338,7 @@ void reduce_cols(const float* x, const StridedLayout& outer, std::int64_t n_oute
     constexpr int threads = 32 * kColWarps;
     const std::int64_t tiles = (n_cols + 32 * v - 1) / (32 * v);
     const std::int64_t z = std::min<std::int64_t>(n_outer, 65535);
-    const std::int64_t wave = full_wave(kernel, threads);
+    const std::int64_t wave = resident_blocks(reinterpret_cast<const void*>(kernel), threads);
     // Split the reduced extent until the grid fills the device, keeping >= 64 rows per split.
     std::int64_t n_splits = std::max<std::int64_t>(1, wave / std::max<std::int64_t>(1, tiles * z));
     n_splits = std::min(n_splits, std::max<std::int64_t>(1, n_reduce / 64));
@@ -387,16 +346,17 @@ void reduce_cols(const float* x, const StridedLayout& outer, std::int64_t n_oute
     const std::int64_t rows_per_split = (n_reduce + n_splits - 1) / n_splits;
     n_splits = (n_reduce + rows_per_split - 1) / rows_per_split;
     MT_CHECK(tiles <= 0x7fffffff, InvalidArgument, "reduce: ", n_cols, " columns are too many");
-    Scratch scratch(n_splits > 1 ? sizeof(typename R::Acc) * n_outer * n_splits * n_cols : 0, stream);
+    const StreamScratchLock lock;
+    auto* partial = partials<typename R::Acc>(
+        n_splits > 1 ? sizeof(typename R::Acc) * n_outer * n_splits * n_cols : 0, stream);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(n_splits), static_cast<unsigned>(z));
     kernel<<<grid, threads, 0, stream>>>(x, outer, n_outer, n_reduce, r_stride, n_cols, rows_per_split,
-                                         scratch.template get<typename R::Acc>(), out, count);
+                                         partial, out, count);
     MT_CUDA_CHECK_LAUNCH();
     if (n_splits > 1) {
       auto* second = reduce_cols_partials_kernel<R>;
       const int grid2 = grid_stride_blocks(second, kThreads, n_outer * n_cols, kThreads);
-      second<<<grid2, kThreads, 0, stream>>>(scratch.template get<typename R::Acc>(), n_outer, n_splits,
-                                             n_cols, out, count);
+      second<<<grid2, kThreads, 0, stream>>>(partial, n_outer, n_splits, n_cols, out, count);
       MT_CUDA_CHECK_LAUNCH();
     }
   };

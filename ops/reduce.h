@@ -59,8 +59,4 @@ inline Tensor argmin(const Tensor& x, std::int64_t axis, bool keepdim = false) {
 // Result shape of reducing `shape` over `axes` (validated; empty = all).
 Shape reduced_shape(const Shape& shape, std::span<const std::int64_t> axes, bool keepdim, const char* op);
 
-// Softmax and log-softmax along one axis, one fused pass (online max and sum), stable for large inputs.
-Tensor softmax(const Tensor& x, std::int64_t axis = -1);
-Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
-
 }  // namespace mt

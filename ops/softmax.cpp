@@ -2,8 +2,8 @@
 // kernel over (outer, axis, inner), or the float64 Eigen reference on the CPU.
 #include <cstdint>
 
-#include "ops/kernels.h"
-#include "ops/reduce.h"
+#include "ops/detail/kernels.h"
+#include "ops/softmax.h"
 #include "runtime/device.h"
 #include "runtime/stream.h"
 

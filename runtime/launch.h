@@ -16,15 +16,41 @@ int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem = 0
 // SM count of the current device (cached).
 int current_sm_count();
 
+// Blocks of `kernel` the whole current device keeps resident at once: a full wave.
+inline std::int64_t resident_blocks(const void* kernel, int threads, std::size_t smem = 0) {
+  return static_cast<std::int64_t>(resident_blocks_per_sm(kernel, threads, smem)) * current_sm_count();
+}
+
+// Clusters of `cluster_size` blocks of `kernel` the current device keeps resident at once
+// (cudaOccupancyMaxActiveClusters; at least 1), cached like resident_blocks_per_sm. A kernel launched with
+// more than 48 KiB of dynamic shared memory must have its limit raised first (use_max_dynamic_smem).
+std::int64_t resident_clusters(const void* kernel, int threads, std::size_t smem, int cluster_size);
+
+// Raises `kernel`'s dynamic shared-memory limit on the current device to the opt-in maximum less its static
+// shared memory, once per kernel and device: launches and occupancy queries with more than 48 KiB need it.
+void use_max_dynamic_smem(const void* kernel);
+
+// Blocks for `n_items` equal work items, one per block per round, on a device that keeps `wave` blocks
+// resident: every block gets the same number of rounds, so the last round is not a partial wave. n_items > 0.
+inline int balanced_grid(std::int64_t n_items, std::int64_t wave) {
+  const std::int64_t rounds = (n_items + wave - 1) / wave;
+  return static_cast<int>(std::max<std::int64_t>(1, (n_items + rounds - 1) / rounds));
+}
+// The same for `kernel` on the current device, `per_block` items per block per round (a warp each, say).
+template <class Kernel>
+int balanced_grid(Kernel* kernel, int threads, std::int64_t n_items, int per_block = 1,
+                  std::size_t smem = 0) {
+  const std::int64_t wave = resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem) * per_block;
+  return (balanced_grid(n_items, wave) + per_block - 1) / per_block;
+}
+
 // Grid for a grid-stride kernel over `n_items` items, `items_per_block` per block per pass: enough blocks to
 // cover the items, at most the full waves the device keeps resident. At least 1.
 template <class Kernel>
 int grid_stride_blocks(Kernel* kernel, int threads, std::int64_t n_items, std::int64_t items_per_block,
                        std::size_t smem = 0) {
   const std::int64_t needed = std::max<std::int64_t>(1, (n_items + items_per_block - 1) / items_per_block);
-  const std::int64_t resident = static_cast<std::int64_t>(resident_blocks_per_sm(
-                                    reinterpret_cast<const void*>(kernel), threads, smem)) *
-                                current_sm_count();
+  const std::int64_t resident = resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem);
   return static_cast<int>(std::max<std::int64_t>(1, std::min(needed, resident)));
 }
 

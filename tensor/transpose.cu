@@ -11,8 +11,7 @@
 
 #include "runtime/error.h"
 #include "runtime/launch.h"
-#include "tensor/kernels.h"
-#include "tensor/transpose_rungs.h"
+#include "tensor/detail/kernels.h"
 
 namespace mt::detail {
 namespace {
@@ -90,42 +89,6 @@ __global__ void __launch_bounds__(TILE* ROWS, BATCHED ? 1 : kScalarMinBlocks)
   }
 }
 
-template <bool STREAMING>
-__device__ __forceinline__ float4 load4(const float* p) {
-  if constexpr (STREAMING) {
-    return __ldcs(reinterpret_cast<const float4*>(p));
-  } else {
-    return __ldg(reinterpret_cast<const float4*>(p));
-  }
-}
-
-template <bool STREAMING>
-__device__ __forceinline__ void store4(float* p, float4 v) {
-  if constexpr (STREAMING) {
-    __stcs(reinterpret_cast<float4*>(p), v);
-  } else {
-    *reinterpret_cast<float4*>(p) = v;
-  }
-}
-
-// The (block row, block column) that block `bid` of a blocks_r x blocks_c grid moves. GROUP = 0: row-major,
-// consecutive blocks side by side along the source rows (the resident blocks read a few whole source rows and
-// write short runs into every destination row). GROUP > 0: panels of GROUP block rows walked column by
-// column, so the blocks resident at one time cover a near-square region and both sides run several KiB
-// contiguous per row (fewer DRAM pages opened per byte).
-template <int GROUP>
-__device__ __forceinline__ void block_coords(std::int64_t bid, std::int64_t blocks_r, std::int64_t blocks_c,
-                                             std::int64_t& br, std::int64_t& bc) {
-  if constexpr (GROUP == 0) {
-    br = bid / blocks_c, bc = bid % blocks_c;
-  } else {
-    const std::int64_t per_panel = GROUP * blocks_c;
-    const std::int64_t panel = bid / per_panel, idx = bid % per_panel;
-    const std::int64_t rows_here = std::min<std::int64_t>(GROUP, blocks_r - panel * GROUP);
-    br = panel * GROUP + idx % rows_here, bc = idx / rows_here;
-  }
-}
-
 // 4-byte elements, 16-byte accesses. 256 threads: per tile, thread t reads source row t / 8 of the tile,
 // columns 4 * (t % 8) .. + 3, and writes destination row t / 8, columns 4 * (t % 8) .. + 3. The shared-memory
 // bank of element (i, j) is (33 i + j) % 32 = (i + j) % 32: distinct across a warp in both phases.
@@ -134,18 +97,17 @@ __device__ __forceinline__ void block_coords(std::int64_t bid, std::int64_t bloc
 // both sides than one tile: 4 * TC * TILE bytes per source row read, 4 * TR * TILE per destination row
 // written); each thread has TR * TC 16-byte loads in flight. The bytes in flight per SM, what a transpose
 // needs most, are TR * TC * 16 * 256 per resident block: MIN_BLOCKS caps the registers so that that many
-// blocks stay resident (0: no cap). GROUP: the block order (block_coords). STREAMING: evict-first loads and
-// stores. BATCHED: false for a single matrix (batch.n == 1), which then skips the batch offset arithmetic
+// blocks stay resident (0: no cap). Blocks go row-major, consecutive blocks side by side along the source
+// rows. BATCHED: false for a single matrix (batch.n == 1), which then skips the batch offset arithmetic
 // (64-bit divisions whose registers would otherwise cost resident blocks).
-template <int TR, int TC, int GROUP, bool STREAMING, int MIN_BLOCKS, bool BATCHED>
+template <int TR, int TC, int MIN_BLOCKS, bool BATCHED>
 __global__ void __launch_bounds__(TILE* ROWS, MIN_BLOCKS)
     transpose_tile_vec4_kernel(float* __restrict__ dst, const float* __restrict__ src, std::int64_t n_rows,
                                std::int64_t n_cols, std::int64_t src_ld, std::int64_t dst_ld,
-                               std::int64_t blocks_r, std::int64_t blocks_c, Batch batch) {
+                               std::int64_t blocks_c, Batch batch) {
   static_assert(TILE * ROWS == TILE * TILE / 4, "one float4 per thread per tile");
   __shared__ float tile[TR * TC][TILE][TILE + 1];
-  std::int64_t br, bc;
-  block_coords<GROUP>(blockIdx.x, blocks_r, blocks_c, br, bc);
+  const std::int64_t br = blockIdx.x / blocks_c, bc = blockIdx.x % blocks_c;
   const std::int64_t r0 = br * TILE * TR, c0 = bc * TILE * TC;
   const int i = threadIdx.x / 8, q = 4 * (threadIdx.x % 8);
   // Interior blocks skip the bounds checks (fewer live registers: more blocks resident).
@@ -162,7 +124,7 @@ __global__ void __launch_bounds__(TILE* ROWS, MIN_BLOCKS)
 #pragma unroll
       for (int tc = 0; tc < TC; ++tc) {
         if (full || (r0 + tr * TILE + i < n_rows && c0 + tc * TILE + q < n_cols)) {
-          v[tr * TC + tc] = load4<STREAMING>(s + tr * s_step + tc * TILE);
+          v[tr * TC + tc] = __ldg(reinterpret_cast<const float4*>(s + tr * s_step + tc * TILE));
         }
       }
     }
@@ -178,8 +140,8 @@ __global__ void __launch_bounds__(TILE* ROWS, MIN_BLOCKS)
       for (int tr = 0; tr < TR; ++tr) {
         const int t = tr * TC + tc;
         if (full || (c0 + tc * TILE + i < n_cols && r0 + tr * TILE + q < n_rows)) {
-          store4<STREAMING>(d + tc * d_step + tr * TILE, make_float4(tile[t][q][i], tile[t][q + 1][i],
-                                                                     tile[t][q + 2][i], tile[t][q + 3][i]));
+          *reinterpret_cast<float4*>(d + tc * d_step + tr * TILE) =
+              make_float4(tile[t][q][i], tile[t][q + 1][i], tile[t][q + 2][i], tile[t][q + 3][i]);
         }
       }
     }
@@ -223,7 +185,7 @@ void launch_tiles(void* dst, const void* src, std::int64_t n_rows, std::int64_t 
   MT_CUDA_CHECK_LAUNCH();
 }
 
-template <int TR, int TC, int GROUP = 0, bool STREAMING = false, int MIN_BLOCKS = 0>
+template <int TR, int TC, int MIN_BLOCKS = 0>
 void launch_tiles_vec4(void* dst, const void* src, std::int64_t n_rows, std::int64_t n_cols,
                        std::int64_t src_ld, std::int64_t dst_ld, const Batch& batch, cudaStream_t stream) {
   const std::int64_t blocks_r = (n_rows + TILE * TR - 1) / (TILE * TR);
@@ -232,10 +194,10 @@ void launch_tiles_vec4(void* dst, const void* src, std::int64_t n_rows, std::int
            " needs too many tiles");
   const dim3 grid(static_cast<unsigned>(blocks_r * blocks_c),
                   static_cast<unsigned>(std::min<std::int64_t>(batch.n, 65535)));
-  auto* kernel = batch.n > 1 ? transpose_tile_vec4_kernel<TR, TC, GROUP, STREAMING, MIN_BLOCKS, true>
-                             : transpose_tile_vec4_kernel<TR, TC, GROUP, STREAMING, MIN_BLOCKS, false>;
+  auto* kernel = batch.n > 1 ? transpose_tile_vec4_kernel<TR, TC, MIN_BLOCKS, true>
+                             : transpose_tile_vec4_kernel<TR, TC, MIN_BLOCKS, false>;
   kernel<<<grid, TILE * ROWS, 0, stream>>>(static_cast<float*>(dst), static_cast<const float*>(src), n_rows,
-                                           n_cols, src_ld, dst_ld, blocks_r, blocks_c, batch);
+                                           n_cols, src_ld, dst_ld, blocks_c, batch);
   MT_CUDA_CHECK_LAUNCH();
 }
 
@@ -252,12 +214,11 @@ void launch_padded(void* dst, const void* src, std::size_t elem_size, std::int64
     vec = vec && (batch.src.shape[d] == 1 || (batch.src.stride[d] % 4 == 0 && batch.dst.stride[d] % 4 == 0));
   }
   if (vec) {
-    // A single matrix: 2 x 4 tiles, 4 blocks per SM (H200, 16384 x 16384, medians of 3: 0.909 of copy; 2 x 2
-    // tiles at 8 blocks per SM 0.802, evict-first 0.891, grouped block order 0.809; 4 x 2 0.885): fewer
-    // blocks in flight, so fewer destination rows (DRAM pages) open at once. Batched: 2 x 2 tiles (the
-    // batch offset arithmetic holds them to 4 blocks per SM; permute (0, 2, 1) of 64 x 2048 x 2048: 0.914).
+    // A single matrix: 2 x 4 tiles held to 4 blocks per SM: fewer blocks in flight, so fewer destination rows
+    // (DRAM pages) open at once. Batched: 2 x 2 tiles (the batch offset arithmetic holds them to 4 blocks per
+    // SM anyway). The tile shapes, block orders and cache operators tried: bench/ops/TRIED.md.
     if (batch.n == 1 && n_rows >= 2 * TILE && n_cols >= 4 * TILE) {
-      return launch_tiles_vec4<2, 4, 0, false, 4>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
+      return launch_tiles_vec4<2, 4, 4>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
     }
     if (n_rows >= 2 * TILE && n_cols >= 2 * TILE) {
       return launch_tiles_vec4<2, 2>(dst, src, n_rows, n_cols, src_ld, dst_ld, batch, stream);
@@ -334,39 +295,13 @@ void launch_transpose_2d(TransposeKernel kernel, void* dst, const void* src, std
     case TransposeKernel::SharedPadded:
       return launch_tiles<std::uint32_t, 1, kTiles>(dst, src, n_rows, n_cols, n_cols, n_rows, batch, stream);
     case TransposeKernel::Vec4Wide:
+      MT_CHECK(n_rows % 4 == 0 && n_cols % 4 == 0 && aligned16(src) && aligned16(dst), InvalidArgument,
+               "transpose: the 16-byte rung needs dims divisible by 4 and 16-byte aligned pointers, got ",
+               n_rows, " x ", n_cols);
       return launch_tiles_vec4<1, 4>(dst, src, n_rows, n_cols, n_cols, n_rows, batch, stream);
     case TransposeKernel::Best:
       return launch_padded(dst, src, 4, n_rows, n_cols, n_cols, n_rows, batch, stream);
   }
-}
-
-void launch_transpose_vec4_rung(TransposeTiles tiles, float* dst, const float* src, std::int64_t n_rows,
-                                std::int64_t n_cols, cudaStream_t stream) {
-  if (n_rows == 0 || n_cols == 0) return;
-  MT_CHECK(n_rows % 4 == 0 && n_cols % 4 == 0 && aligned16(src) && aligned16(dst), InvalidArgument,
-           "transpose: the 16-byte rungs need dims divisible by 4 and 16-byte aligned pointers, got ", n_rows,
-           " x ", n_cols);
-  const Batch b = single();
-  const std::int64_t r = n_rows, c = n_cols;
-  switch (tiles) {
-    case TransposeTiles::Tiles2x2:
-      return launch_tiles_vec4<2, 2>(dst, src, r, c, c, r, b, stream);
-    case TransposeTiles::Tiles2x2Grouped:
-      return launch_tiles_vec4<2, 2, 32>(dst, src, r, c, c, r, b, stream);
-    case TransposeTiles::Tiles2x2Streaming:
-      return launch_tiles_vec4<2, 2, 0, true, 8>(dst, src, r, c, c, r, b, stream);
-    case TransposeTiles::Tiles2x2GroupedStreaming:
-      return launch_tiles_vec4<2, 2, 32, true, 8>(dst, src, r, c, c, r, b, stream);
-    case TransposeTiles::Tiles2x4:
-      return launch_tiles_vec4<2, 4, 0, false, 4>(dst, src, r, c, c, r, b, stream);
-    case TransposeTiles::Tiles2x4Streaming:
-      return launch_tiles_vec4<2, 4, 0, true, 4>(dst, src, r, c, c, r, b, stream);
-    case TransposeTiles::Tiles4x2:
-      return launch_tiles_vec4<4, 2, 0, false, 4>(dst, src, r, c, c, r, b, stream);
-    case TransposeTiles::Tiles4x2Grouped:
-      return launch_tiles_vec4<4, 2, 16, false, 4>(dst, src, r, c, c, r, b, stream);
-  }
-  MT_THROW(InvalidArgument, "transpose: unknown tile shape ", static_cast<int>(tiles));
 }
 
 }  // namespace mt::detail

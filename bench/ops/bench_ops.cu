@@ -19,10 +19,9 @@
 #include <vector>
 
 #include "minitensor.h"
-#include "ops/kernels.h"
+#include "ops/detail/kernels.h"
 #include "runtime/stream.h"
-#include "tensor/kernels.h"
-#include "tensor/transpose_rungs.h"
+#include "tensor/detail/kernels.h"
 
 namespace mt {
 namespace {
@@ -203,32 +202,6 @@ void BM_relu_offset1(benchmark::State& state) {
 void BM_gelu(benchmark::State& state) {
   elementwise_unary(state, UnaryOp::Gelu, data().x, data().out);
 }
-// The schedules of the contiguous path (ops/kernels.h MapSchedule), aligned operands.
-void BM_relu_rung(benchmark::State& state, detail::MapSchedule schedule) {
-  Data& d = data();
-  run(
-      state, 8.0 * kN,
-      [&] { detail::launch_relu_rung(schedule, d.out.data<float>(), d.x.data<float>(), kN, stream()); },
-      [&] {
-        return check_elementwise(
-            d.out, [&](std::int64_t s, std::int64_t n) { return relu(d.x.narrow(0, s, n).cpu()); });
-      });
-}
-void BM_add_rung(benchmark::State& state, detail::MapSchedule schedule) {
-  Data& d = data();
-  run(
-      state, 12.0 * kN,
-      [&] {
-        detail::launch_add_rung(schedule, d.out.data<float>(), d.x.data<float>(), d.y.data<float>(), kN,
-                                stream());
-      },
-      [&] {
-        return check_elementwise(d.out, [&](std::int64_t s, std::int64_t n) {
-          return add(d.x.narrow(0, s, n).cpu(), d.y.narrow(0, s, n).cpu());
-        });
-      });
-}
-
 // ---- reductions. Bytes: 4 * n read (+ the outputs, negligible).
 StridedLayout rows_layout(std::int64_t n_rows, std::int64_t row_len) {
   StridedLayout l;
@@ -321,23 +294,6 @@ void transpose_rung(benchmark::State& state, detail::TransposeKernel k) {
         return why;
       });
 }
-// The 16-byte kernel's variants (tensor/transpose_rungs.h).
-void transpose_tiles(benchmark::State& state, detail::TransposeTiles tiles) {
-  Data& d = data();
-  run(
-      state, 8.0 * kN,
-      [&] {
-        detail::launch_transpose_vec4_rung(tiles, d.out.data<float>(), d.x.data<float>(), kSide, kSide,
-                                           stream());
-      },
-      [&] {
-        const std::vector<float> got = host(d.mout.narrow(0, 0, 32));
-        const std::vector<float> ref = host(d.m.narrow(1, 0, 32).cpu().t());
-        std::string why;
-        close(got, ref, 0, &why);
-        return why;
-      });
-}
 // The eager path: Tensor::copy_ of a transposed view (the tiled copy; what contiguous() and mt::transpose
 // use).
 void BM_transpose_copy(benchmark::State& state, bool offset1) {
@@ -380,17 +336,6 @@ BENCHMARK(BM_add_offset1_all)->Apply(timed);
 BENCHMARK(BM_relu)->Apply(timed);
 BENCHMARK(BM_relu_offset1)->Apply(timed);
 BENCHMARK(BM_gelu)->Apply(timed);
-#define MT_MAP_RUNG(name)                                                         \
-  BENCHMARK_CAPTURE(BM_relu_rung, name, detail::MapSchedule::name)->Apply(timed); \
-  BENCHMARK_CAPTURE(BM_add_rung, name, detail::MapSchedule::name)->Apply(timed)
-MT_MAP_RUNG(GridStride2);
-MT_MAP_RUNG(GridStride4);
-MT_MAP_RUNG(GridStride2Streaming);
-MT_MAP_RUNG(GridStride4Streaming);
-MT_MAP_RUNG(Blocks4);
-MT_MAP_RUNG(Blocks4Streaming);
-MT_MAP_RUNG(Blocks2);
-MT_MAP_RUNG(Blocks8);
 BENCHMARK_CAPTURE(BM_sum, aligned, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_sum, offset1, true)->Apply(timed);
 BENCHMARK_CAPTURE(matrix_reduce, row_sum, ReduceOp::Sum, true)->Apply(timed);
@@ -404,37 +349,17 @@ BENCHMARK_CAPTURE(BM_softmax, rows_shared_single_buffer, false, detail::SoftmaxK
     ->Apply(timed);
 BENCHMARK_CAPTURE(BM_softmax, rows_registers, false, detail::SoftmaxKernel::RegisterCached)->Apply(timed);
 BENCHMARK_CAPTURE(BM_softmax, rows_two_pass, false, detail::SoftmaxKernel::TwoPass)->Apply(timed);
-BENCHMARK_CAPTURE(BM_softmax, rows_bulk, false, detail::SoftmaxKernel::Bulk)->Apply(timed);
-BENCHMARK_CAPTURE(BM_softmax, rows_bulk_streaming, false, detail::SoftmaxKernel::BulkStreaming)->Apply(timed);
-BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_streaming, true, detail::SoftmaxKernel::BulkStreaming)
-    ->Apply(timed);
 BENCHMARK_CAPTURE(BM_softmax, rows_bulk_lean, false, detail::SoftmaxKernel::BulkLean)->Apply(timed);
 BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_lean, true, detail::SoftmaxKernel::BulkLean)->Apply(timed);
 BENCHMARK_CAPTURE(BM_softmax, rows_bulk_lean_static, false, detail::SoftmaxKernel::BulkLeanStatic)
     ->Apply(timed);
 BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_lean_static, true, detail::SoftmaxKernel::BulkLeanStatic)
     ->Apply(timed);
-BENCHMARK_CAPTURE(BM_softmax, rows_bulk_cluster2, false, detail::SoftmaxKernel::BulkCluster2)->Apply(timed);
-BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_cluster2, true, detail::SoftmaxKernel::BulkCluster2)
-    ->Apply(timed);
-BENCHMARK_CAPTURE(BM_softmax, rows_bulk_cluster4, false, detail::SoftmaxKernel::BulkCluster4)->Apply(timed);
-BENCHMARK_CAPTURE(BM_softmax, log_rows_bulk_cluster4, true, detail::SoftmaxKernel::BulkCluster4)
-    ->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, naive, detail::TransposeKernel::Naive)->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, smem_nopad, detail::TransposeKernel::SharedNoPad)->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, smem_padded, detail::TransposeKernel::SharedPadded)->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, vec4_wide, detail::TransposeKernel::Vec4Wide)->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, best, detail::TransposeKernel::Best)->Apply(timed);
-#define MT_TILES_RUNG(name) \
-  BENCHMARK_CAPTURE(transpose_tiles, name, detail::TransposeTiles::name)->Apply(timed)
-MT_TILES_RUNG(Tiles2x2);
-MT_TILES_RUNG(Tiles2x2Grouped);
-MT_TILES_RUNG(Tiles2x2Streaming);
-MT_TILES_RUNG(Tiles2x2GroupedStreaming);
-MT_TILES_RUNG(Tiles2x4);
-MT_TILES_RUNG(Tiles2x4Streaming);
-MT_TILES_RUNG(Tiles4x2);
-MT_TILES_RUNG(Tiles4x2Grouped);
 BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)->Apply(timed);
 BENCHMARK(BM_permute_021)->Apply(timed);

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/detail/kernels.h"
 #include "ops/functors.h"
-#include "ops/kernels.h"
 
 namespace mt::detail {
 namespace {

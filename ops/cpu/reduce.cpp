@@ -4,8 +4,8 @@
 #include <Eigen/Core>
 #include <cstdint>
 
+#include "ops/detail/kernels.h"
 #include "ops/functors.h"
-#include "ops/kernels.h"
 
 namespace mt::detail {
 

@@ -3,8 +3,8 @@
 #include <Eigen/Core>
 #include <vector>
 
+#include "ops/detail/kernels.h"
 #include "ops/functors.h"
-#include "ops/kernels.h"
 
 namespace mt::detail {
 

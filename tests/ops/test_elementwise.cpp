@@ -5,9 +5,9 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/detail/kernels.h"
 #include "ops/elementwise.h"
 #include "ops/functors.h"
-#include "ops/kernels.h"
 #include "runtime/device.h"
 #include "runtime/stream.h"
 #include "tests/common/gpu.h"
@@ -336,26 +336,31 @@ TEST(Elementwise, Cuda_ContiguousAtEveryOffset_BitExact) {
   }
 }
 
-// Every contiguous schedule (benchmark rungs) computes the same relu and add, at awkward sizes and offsets.
-TEST(Elementwise, Cuda_ScheduleRungsAgree) {
+// The elementwise ladder (the seed's naive add, then the 16-byte contiguous path the ops take) computes the
+// same relu and add, at awkward sizes and offsets.
+TEST(Elementwise, Cuda_LadderRungsAgree) {
   MT_REQUIRE_GPU();
   const Device g = Device::cuda(0);
   const std::int64_t cap = (1 << 20) + 64;
   const Tensor xa = randn({cap}, 21, g), xb = randn({cap}, 22, g);
-  using S = detail::MapSchedule;
-  for (S s : {S::Auto, S::GridStride2, S::GridStride4, S::GridStride2Streaming, S::GridStride4Streaming,
-              S::Blocks4, S::Blocks4Streaming, S::Blocks2, S::Blocks8}) {
-    for (std::int64_t n : {std::int64_t(1), std::int64_t(1027), std::int64_t(1 << 20)}) {
-      for (std::int64_t off : {0, 1, 3}) {
-        const Tensor a = xa.narrow(0, off, n), b = xb.narrow(0, 40, n);
-        Tensor y = full({n}, -7.0, DType::F32, g);
-        detail::launch_relu_rung(s, y.data<float>(), a.data<float>(), n, current_stream(0));
-        EXPECT_EQ(y.to_vector<float>(), relu(a.cpu()).to_vector<float>())
-            << "relu schedule " << static_cast<int>(s) << " n=" << n << " offset " << off;
-        detail::launch_add_rung(s, y.data<float>(), a.data<float>(), b.data<float>(), n, current_stream(0));
-        EXPECT_EQ(y.to_vector<float>(), add(a.cpu(), b.cpu()).to_vector<float>())
-            << "add schedule " << static_cast<int>(s) << " n=" << n << " offset " << off;
-      }
+  for (std::int64_t n : {std::int64_t(1), std::int64_t(1027), std::int64_t(1 << 20)}) {
+    StridedLayout l;
+    l.rank = 1;
+    l.shape[0] = n;
+    l.stride[0] = 1;
+    for (std::int64_t off : {0, 1, 3}) {
+      const Tensor a = xa.narrow(0, off, n), b = xb.narrow(0, 40, n);
+      Tensor y = full({n}, -7.0, DType::F32, g);
+      detail::launch_unary(UnaryOp::Relu, DType::F32, y.data_ptr(), l, a.data_ptr(), l, n, current_stream(0));
+      EXPECT_EQ(y.to_vector<float>(), relu(a.cpu()).to_vector<float>())
+          << "relu n=" << n << " offset " << off;
+      const std::vector<float> expect = add(a.cpu(), b.cpu()).to_vector<float>();
+      detail::launch_binary(BinaryOp::Add, DType::F32, y.data_ptr(), l, a.data_ptr(), l, b.data_ptr(), l, n,
+                            current_stream(0));
+      EXPECT_EQ(y.to_vector<float>(), expect) << "add n=" << n << " offset " << off;
+      Tensor z = full({n}, -7.0, DType::F32, g);
+      detail::launch_add_naive(z.data<float>(), a.data<float>(), b.data<float>(), n, current_stream(0));
+      EXPECT_EQ(z.to_vector<float>(), expect) << "naive add n=" << n << " offset " << off;
     }
   }
 }

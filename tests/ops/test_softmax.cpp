@@ -5,8 +5,9 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/kernels.h"
+#include "ops/detail/kernels.h"
 #include "ops/reduce.h"
+#include "ops/softmax.h"
 #include "runtime/stream.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
@@ -74,11 +75,9 @@ TEST(Softmax, Cuda_EveryRowKernelMatchesReference) {
   for (bool log : {false, true}) {
     const Tensor x = randn({37, 4096}, 9, Device::cuda(0)) * 4.0;
     const Tensor ref = log ? log_softmax(x.cpu()) : softmax(x.cpu());
-    for (auto k :
-         {detail::SoftmaxKernel::RegisterCached, detail::SoftmaxKernel::SharedCached,
-          detail::SoftmaxKernel::SharedPipelined, detail::SoftmaxKernel::TwoPass, detail::SoftmaxKernel::Bulk,
-          detail::SoftmaxKernel::BulkStreaming, detail::SoftmaxKernel::BulkLean,
-          detail::SoftmaxKernel::BulkCluster2, detail::SoftmaxKernel::BulkCluster4}) {
+    for (auto k : {detail::SoftmaxKernel::RegisterCached, detail::SoftmaxKernel::SharedCached,
+                   detail::SoftmaxKernel::TwoPass, detail::SoftmaxKernel::BulkLean,
+                   detail::SoftmaxKernel::BulkLeanStatic}) {
       Tensor y = empty({37, 4096}, DType::F32, Device::cuda(0));
       detail::launch_softmax(log, x.data<float>(), y.data<float>(), 37, 4096, 1, current_stream(0), k);
       const auto r = test::compare(y, ref, log ? Tolerance::close(2e-5, 2e-6) : Tolerance::close(1e-7, 2e-5));
@@ -96,9 +95,8 @@ TEST(Softmax, Cuda_BulkRing_RowLengths_Specials) {
     for (const Shape& s : {Shape{1100, 4096}, Shape{400, 16384}, Shape{37, 5000}, Shape{9, 18000}}) {
       const Tensor x = randn(s, 17, Device::cuda(0)) * 6.0;
       const Tensor ref = log ? log_softmax(x.cpu()) : softmax(x.cpu());
-      for (auto k : {detail::SoftmaxKernel::Auto, detail::SoftmaxKernel::Bulk,
-                     detail::SoftmaxKernel::BulkStreaming, detail::SoftmaxKernel::BulkLean,
-                     detail::SoftmaxKernel::BulkCluster2, detail::SoftmaxKernel::BulkCluster4}) {
+      for (auto k : {detail::SoftmaxKernel::Auto, detail::SoftmaxKernel::BulkLean,
+                     detail::SoftmaxKernel::BulkLeanStatic}) {
         Tensor y = full(s, -7.0, DType::F32, Device::cuda(0));
         detail::launch_softmax(log, x.data<float>(), y.data<float>(), s[0], s[1], 1, current_stream(0), k);
         const auto r =
@@ -127,8 +125,7 @@ TEST(Softmax, Cuda_BulkRing_RowLengths_Specials) {
 }
 
 constexpr detail::SoftmaxKernel kLeanKernels[] = {detail::SoftmaxKernel::BulkLean,
-                                                  detail::SoftmaxKernel::BulkCluster2,
-                                                  detail::SoftmaxKernel::BulkCluster4};
+                                                  detail::SoftmaxKernel::BulkLeanStatic};
 
 Tolerance softmax_tol(bool log) {
   return log ? Tolerance::close(2e-5, 2e-6) : Tolerance::close(1e-7, 2e-5);
@@ -146,10 +143,9 @@ void expect_kernel_matches(detail::SoftmaxKernel k, bool log, const Tensor& x, c
                     << r.summary();
 }
 
-// The lean ring and its cluster splits: one row, rows of one float4 (some blocks of a cluster get none), odd
-// float4 counts (uneven slices), rows whose slices leave threads idle, more rows than blocks x stages (every
-// stage and pair buffer reused), long rows (8 float4 per thread, two stages), the longest rows each kernel
-// takes.
+// The lean ring, queued and static: one row, rows of one float4, odd float4 counts, rows that leave threads
+// idle, more rows than blocks x stages (every stage and pair buffer reused), long rows (8 float4 per thread,
+// two stages), the longest rows each kernel takes.
 TEST(Softmax, Cuda_LeanRing_RowShapes) {
   MT_REQUIRE_GPU();
   const std::vector<Shape> shapes = {{1, 16384}, {3, 4},     {5, 12},     {7, 4004}, {1000, 1024},
@@ -158,7 +154,7 @@ TEST(Softmax, Cuda_LeanRing_RowShapes) {
     for (const Shape& s : shapes) {
       const Tensor x = randn(s, 23, Device::cuda(0)) * 5.0;
       for (auto k : kLeanKernels) {
-        // Rows of 128 KiB leave one block per SM under two stages; a 2- or 4-block cluster holds them.
+        // Rows of 128 KiB do not fit two stages of one block.
         if ((k == detail::SoftmaxKernel::BulkLean || k == detail::SoftmaxKernel::BulkLeanStatic) &&
             s[1] == 32768) {
           continue;
@@ -169,9 +165,9 @@ TEST(Softmax, Cuda_LeanRing_RowShapes) {
   }
 }
 
-// Special values placed per slice: a row of -Inf only (NaN), a row whose first half (block 0 of a cluster) is
-// -Inf only, one +Inf (NaN row), one NaN (NaN row), -Inf elements in a finite row, huge magnitudes, values
-// near 1e4 (exponent arguments that an fma would round), a row where a single element is finite.
+// Special values: a row of -Inf only (NaN), a row whose first half is -Inf only, one +Inf (NaN row), one NaN
+// (NaN row), -Inf elements in a finite row, huge magnitudes, values near 1e4 (exponent arguments that an fma
+// would round), a row where a single element is finite.
 TEST(Softmax, Cuda_LeanRing_Specials) {
   MT_REQUIRE_GPU();
   const float inf = std::numeric_limits<float>::infinity();
@@ -295,11 +291,11 @@ TEST(Softmax, Cuda_BulkErrors) {
   Tensor y = empty({2, 65536}, DType::F32, Device::cuda(0));
   // 256 KiB rows: not two stages in shared memory.
   EXPECT_THROW(detail::launch_softmax(false, x.data<float>(), y.data<float>(), 2, 65536, 1, current_stream(0),
-                                      detail::SoftmaxKernel::Bulk),
+                                      detail::SoftmaxKernel::BulkLeanStatic),
                InvalidArgument);
   // Rows of 4097 floats are not 16-byte multiples.
   EXPECT_THROW(detail::launch_softmax(false, x.data<float>(), y.data<float>(), 2, 4097, 1, current_stream(0),
-                                      detail::SoftmaxKernel::BulkStreaming),
+                                      detail::SoftmaxKernel::BulkLeanStatic),
                InvalidArgument);
 }
 

@@ -6,8 +6,7 @@
 
 #include "ops/transpose.h"
 #include "runtime/stream.h"
-#include "tensor/kernels.h"
-#include "tensor/transpose_rungs.h"
+#include "tensor/detail/kernels.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 
@@ -90,28 +89,28 @@ TEST(Transpose, Cuda_KernelRungsAgree) {
   }
 }
 
-TEST(Transpose, Cuda_TileRungsAgree) {
+// The 16-byte rungs: Vec4Wide (1 x 4 tiles) and Best (2 x 4 tiles for one large matrix, 2 x 2 or 1 x 1 for
+// smaller ones) at sizes that leave partial tiles; Vec4Wide refuses what it cannot take.
+TEST(Transpose, Cuda_Vec4RungsAgree) {
   MT_REQUIRE_GPU();
   const Device g = Device::cuda(0);
-  using T = detail::TransposeTiles;
+  using K = detail::TransposeKernel;
   for (const Shape& s :
        {Shape{4, 4}, Shape{100, 36}, Shape{516, 1028}, Shape{2048, 1024}, Shape{4100, 260}}) {
     const Tensor x = randn(s, 5, g);
     const std::vector<float> expect = x.cpu().t().contiguous().to_vector<float>();
-    for (T t : {T::Tiles2x2, T::Tiles2x2Grouped, T::Tiles2x2Streaming, T::Tiles2x2GroupedStreaming,
-                T::Tiles2x4, T::Tiles4x2, T::Tiles4x2Grouped, T::Tiles2x4Streaming}) {
+    for (K k : {K::Vec4Wide, K::Best}) {
       Tensor y = full({s[1], s[0]}, -7.0, DType::F32, g);
-      detail::launch_transpose_vec4_rung(t, y.data<float>(), x.data<float>(), s[0], s[1], current_stream(0));
-      EXPECT_EQ(y.to_vector<float>(), expect) << "tiles " << static_cast<int>(t) << " shape " << s;
+      detail::launch_transpose_2d(k, y.data_ptr(), x.data_ptr(), s[0], s[1], current_stream(0));
+      EXPECT_EQ(y.to_vector<float>(), expect) << "kernel " << static_cast<int>(k) << " shape " << s;
     }
   }
   const Tensor x = zeros({8, 8}, DType::F32, g);
   Tensor y = zeros({8, 8}, DType::F32, g);
-  EXPECT_THROW(detail::launch_transpose_vec4_rung(T::Tiles2x2, y.data<float>(), x.data<float>() + 1, 4, 4,
-                                                  current_stream(0)),
-               InvalidArgument);
-  EXPECT_THROW(detail::launch_transpose_vec4_rung(T::Tiles2x2, y.data<float>(), x.data<float>(), 6, 4,
-                                                  current_stream(0)),
+  EXPECT_THROW(
+      detail::launch_transpose_2d(K::Vec4Wide, y.data_ptr(), x.data<float>() + 1, 4, 4, current_stream(0)),
+      InvalidArgument);
+  EXPECT_THROW(detail::launch_transpose_2d(K::Vec4Wide, y.data_ptr(), x.data_ptr(), 6, 4, current_stream(0)),
                InvalidArgument);
 }
 
