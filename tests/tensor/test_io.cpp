@@ -530,6 +530,11 @@ TEST(DLPack, CudaRoundTrip) {
   EXPECT_EQ(g_deleter_calls, 1);
 }
 
+#else
+TEST(DLPack, Unavailable) {
+  GTEST_SKIP()
+      << "built without dlpack/dlpack.h (libdlpack-dev): mt::to_dlpack / mt::from_dlpack are left out";
+}
 #endif  // MT_HAS_DLPACK
 
 }  // namespace
