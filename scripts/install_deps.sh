@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what minitensor needs to build and is missing, from Debian packages: CMake, Ninja, Eigen 3.4,
-# GoogleTest, Google Benchmark. The CUDA toolkit (nvcc) must already be installed. Installs nothing when all
-# is present (machines without network access, such as the GPU machine, have it all).
+# GoogleTest, Google Benchmark, zlib, DLPack. The CUDA toolkit (nvcc) must already be installed. Installs nothing
+# when all is present (machines without network access, such as the GPU machine, have it all).
 set -euo pipefail
 
 missing=()
@@ -11,6 +11,8 @@ command -v ninja >/dev/null || missing+=(ninja-build)
 have_header eigen3/Eigen/Core || missing+=(libeigen3-dev)
 have_header gtest/gtest.h || missing+=(libgtest-dev googletest)
 have_header benchmark/benchmark.h || missing+=(libbenchmark-dev)
+have_header zlib.h || missing+=(zlib1g-dev)
+have_header dlpack/dlpack.h || missing+=(libdlpack-dev)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install_deps: installing ${missing[*]}"
