@@ -9,7 +9,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "graph/executor_impl.h"
+#include "graph/detail/executor_impl.h"
 
 namespace mt {
 namespace detail {

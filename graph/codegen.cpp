@@ -1,5 +1,5 @@
 // Source generation for fused elementwise groups, and their NVRTC compile + load with two caches.
-#include "graph/codegen.h"
+#include "graph/detail/codegen.h"
 
 #include "ops/functors_source.h"
 

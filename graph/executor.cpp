@@ -9,7 +9,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "graph/executor_impl.h"
+#include "graph/detail/executor_impl.h"
 #include "ops/kernels.h"
 
 #include <cmath>

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "graph/ir.h"
+#include "graph/detail/ir.h"
 
 namespace mt {
 namespace detail {

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "graph/executor_impl.h"
+#include "graph/detail/executor_impl.h"
 #include "ops/ops.h"
 #include "runtime/stream.h"
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <sstream>
 
-#include "graph/executor_impl.h"
+#include "graph/detail/executor_impl.h"
 #include "runtime/stream.h"
 
 namespace mt::detail {

@@ -1,4 +1,4 @@
-// The stream-aware caching device allocator. Overview and rules in caching.h.
+// The stream-aware caching device allocator. Overview and rules in memory/detail/caching.h.
 //
 // Structures. A Segment is one backend allocation, owned by the pool of the stream that asked for it (a fully
 // free one may move to another stream's pool); its Blocks tile it in address order (prev/next) and are only
@@ -28,7 +28,7 @@
 // caches into their pool (and get their release number) before any search of other pools.
 //
 // Lock order: m_threads_mutex, then a thread cache's flag, then a pool's mutex (then m_pools_mutex).
-#include "memory/caching.h"
+#include "memory/detail/caching.h"
 
 #include <algorithm>
 #include <cstdio>

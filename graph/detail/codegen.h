@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/program.h"
+#include "graph/detail/program.h"
 
 namespace mt::detail {
 
