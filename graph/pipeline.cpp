@@ -49,13 +49,13 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
   const Step& step = m_prog.steps[0];
   const NodeData& root = m_prog.g.at(step.root);
   const std::int64_t total = root.shape.numel();
-  const std::int64_t chunk = std::max<std::int64_t>(1, m_opt.pipeline_chunk);
-  const int n_slots = std::clamp(m_opt.pipeline_streams, 1, kStreamPoolSize - 1);
+  const std::int64_t chunk = std::max<std::int64_t>(1, m_opt.run.pipeline_chunk);
+  const int n_slots = std::clamp(m_opt.run.pipeline_streams, 1, kStreamPoolSize - 1);
   const std::size_t es = dtype_size(root.dtype);
   const int n_in = static_cast<int>(step.reads.size());
   const cudaStream_t origin = current_stream(m_device.index());
   m_last_origin = origin;
-  const bool timed = m_opt.profile;
+  const bool timed = m_opt.run.profile;
 
   std::vector<Tensor> inputs;
   bool all_pinned = true;
