@@ -55,7 +55,9 @@ TEST(MemoryApi, CacheControlsAndDeviceQueries) {
     for (const SegmentInfo& seg : memory_snapshot(0))
       for (const BlockInfo& b : seg.blocks)
         found |= b.address == reinterpret_cast<std::uintptr_t>(t.data_ptr());
-    if (caching_default_from_env()) EXPECT_TRUE(found);  // uncached blocks live in no segment
+    if (caching_default_from_env()) {  // uncached blocks live in no segment
+      EXPECT_TRUE(found);
+    }
     EXPECT_FALSE(memory_summary(0).empty());
   }
   synchronize(Device::cuda(0));
