@@ -3,6 +3,7 @@
 
 #include "graph/graph.h"
 #include "memory/allocator.h"
+#include "memory/stats.h"
 #include "ops/ops.h"
 #include "runtime/runtime.h"
 #include "tensor/eigen.h"

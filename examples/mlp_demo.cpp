@@ -101,9 +101,10 @@ int main(int argc, char** argv) {
       ExecOptions o;
     };
     ExecOptions unfused = base, fused = base, graphed = base, graphed_x3 = base;
-    graphed_x3.math = MathMode::TF32x3;
-    unfused.fuse_elementwise = unfused.fuse_gemm_epilogue = unfused.fuse_softmax = false;
-    unfused.cuda_graph = fused.cuda_graph = false;
+    graphed_x3.compile.math = MathMode::TF32x3;
+    unfused.compile.fuse_elementwise = unfused.compile.fuse_gemm_epilogue = unfused.compile.fuse_softmax =
+        false;
+    unfused.run.cuda_graph = fused.run.cuda_graph = false;
     std::printf("%-34s %10s %9s\n", "mode", "us/run", "launches");
     const double eager_us = us_per_run(
         [&] { (void)softmax(matmul(relu(matmul(x_dev, w1d) + b1d), w2d) + b2d, -1); }, device, reps);
@@ -118,7 +119,7 @@ int main(int argc, char** argv) {
 
     std::cout << "\n== profile (one run, per-step device time)\n";
     ExecOptions prof = base;
-    prof.profile = true;
+    prof.run.profile = true;
     Executor profiled(g, prof);
     profiled.run({{"x", x_host}});  // a host input: the trace shows its copy
     profiled.run({{"x", x_host}});

@@ -9,7 +9,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "graph/executor_impl.h"
+#include "graph/detail/executor_impl.h"
 
 namespace mt {
 namespace detail {
@@ -124,8 +124,8 @@ double local_tolerance(const NodeData& n, MathMode math) {
 CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions options) {
   using namespace detail;
   CheckReport report;
-  options.keep_intermediates = true;
-  options.cuda_graph = false;
+  options.run.keep_intermediates = true;
+  options.run.cuda_graph = false;
   const std::vector<Tensor> cpu = run_cpu_all(graph, inputs);
   auto add_row = [&](CheckRow row) {
     report.ok = report.ok && row.pass;
@@ -188,7 +188,7 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     row.max_abs = d.max_abs;
     row.max_rel = d.max_rel;
     row.nmse = d.nmse;
-    row.tolerance = local_tolerance(root, options.math.value_or(default_math_mode()));
+    row.tolerance = local_tolerance(root, options.compile.math.value_or(default_math_mode()));
     row.scale = local_scale(p, root, root_ins, d.max_ref);
     if (root.dtype != DType::F32) row.tolerance = 0;  // argmax and integer ops: exact
     row.pass = d.pattern_ok && d.max_abs <= row.tolerance * row.scale;
@@ -209,7 +209,7 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     row.max_rel = d.max_rel;
     row.nmse = d.nmse;
     row.tolerance = n.dtype == DType::F32
-                        ? (options.math.value_or(default_math_mode()) == MathMode::TF32 ? 1e-2 : 1e-4)
+                        ? (options.compile.math.value_or(default_math_mode()) == MathMode::TF32 ? 1e-2 : 1e-4)
                         : 0;
     row.scale = std::max(d.max_ref, 1e-30);
     row.note = "end to end";

@@ -1,10 +1,11 @@
 // Source generation for fused elementwise groups, and their NVRTC compile + load with two caches.
-#include "graph/codegen.h"
+#include "graph/detail/codegen.h"
 
 #include "ops/functors_source.h"
 
 #include <nvrtc.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -230,6 +231,18 @@ void FusedKernel::launch(std::int64_t n, const std::vector<const void*>& ins, vo
   MT_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(m_kernel), dim3(blocks), dim3(kThreads),
                                  args.data(), 0, stream));
   MT_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+std::atomic<bool> g_nvrtc_fault_injection{false};
+}  // namespace
+
+void set_nvrtc_fault_injection(bool on) {
+  g_nvrtc_fault_injection.store(on);
+}
+
+bool nvrtc_fault_injection() {
+  return g_nvrtc_fault_injection.load();
 }
 
 CompileResult compile_fused_kernel(const std::string& source_in, int arch, const std::string& cache_dir,

@@ -1,7 +1,7 @@
 // The CPU path: every node through the eager ops on CPU tensors (the Eigen reference), no fusion or planning.
 #include <algorithm>
 
-#include "graph/internal.h"
+#include "graph/detail/internal.h"
 #include "ops/ops.h"
 
 namespace mt {

@@ -1,7 +1,7 @@
 // Text dump and Graphviz DOT export of a graph.
 #include <sstream>
 
-#include "graph/ir.h"
+#include "graph/detail/ir.h"
 
 namespace mt {
 

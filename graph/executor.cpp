@@ -9,7 +9,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "graph/executor_impl.h"
+#include "graph/detail/executor_impl.h"
 #include "ops/kernels.h"
 
 #include <cmath>
@@ -96,9 +96,9 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   DeviceGuard device_guard(m_device);
 
   CompileFlags flags;
-  flags.fuse_elementwise = options.fuse_elementwise;
-  flags.fuse_gemm_epilogue = options.fuse_gemm_epilogue;
-  flags.fuse_softmax = options.fuse_softmax;
+  flags.fuse_elementwise = options.compile.fuse_elementwise;
+  flags.fuse_gemm_epilogue = options.compile.fuse_gemm_epilogue;
+  flags.fuse_softmax = options.compile.fuse_softmax;
   m_prog = build_program(m_source, flags);
 
   // NVRTC for every fused group; a failure splits the group back into eager ops (and warns).
@@ -108,7 +108,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
     const Step& s = m_prog.steps[static_cast<size_t>(i)];
     if (s.kind != Step::Kind::Fused) continue;
     const CompileResult r = compile_fused_kernel(fused_kernel_source(m_prog, s), arch,
-                                                 options.kernel_cache_dir, options.inject_nvrtc_error);
+                                                 options.kernel_cache_dir, nvrtc_fault_injection());
     if (!r.kernel) {
       std::string first_line = r.error.substr(0, r.error.find('\n'));
       const size_t more = r.error.find("error");
@@ -139,14 +139,15 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
       m_capturable = false;
     }
   }
-  if (!m_capturable && options.cuda_graph)
+  if (!m_capturable && options.run.cuda_graph)
     warn(m_warnings, "a reduction over non-consecutive axes allocates its result: CUDA graph capture is off");
 
-  const bool reuse = options.plan_memory && !options.keep_intermediates;
+  const bool reuse = options.compile.plan_memory && !options.run.keep_intermediates;
   // Streams from the data dependencies first, then memory that never makes one stream wait for another.
-  const int max_streams = options.multi_stream ? std::min(options.max_streams, kStreamPoolSize) : 1;
+  const int max_streams =
+      options.compile.multi_stream ? std::min(options.compile.max_streams, kStreamPoolSize) : 1;
   const Schedule data_only = schedule_streams(m_prog, plan_memory(m_prog, false, false), max_streams);
-  m_mem = plan_memory(m_prog, reuse, reuse && options.inplace, &data_only.stream);
+  m_mem = plan_memory(m_prog, reuse, reuse && options.compile.inplace, &data_only.stream);
   m_sched = schedule_streams(m_prog, m_mem, max_streams, &data_only.stream);
   m_plan_stats.arena_bytes = m_mem.arena_bytes;
   m_plan_stats.unplanned_bytes = m_mem.unplanned_bytes;
@@ -178,8 +179,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   }
   // TF32 modes: the constant B of each GEMM (a parameter or constant matrix: the weights) packed once, here.
   m_packed_b.assign(m_prog.steps.size(), nullptr);
-  const MathMode math = m_opt.math.value_or(default_math_mode());
-  for (size_t i = 0; m_opt.pack_weights && math != MathMode::FP32 && i < m_prog.steps.size(); ++i) {
+  const MathMode math = m_opt.compile.math.value_or(default_math_mode());
+  for (size_t i = 0; m_opt.compile.pack_weights && math != MathMode::FP32 && i < m_prog.steps.size(); ++i) {
     const Step& s = m_prog.steps[i];
     const NodeData& n = m_prog.g.at(s.root);
     if (s.kind == Step::Kind::Fused ||
@@ -301,7 +302,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
         c = out.view(cs);
       }
       GemmOptions o;
-      o.math = m_opt.math;
+      o.math = m_opt.compile.math;
       o.packed_b = m_packed_b[static_cast<size_t>(i)];  // set for a 2-D constant b only
       mt::gemm(a, b, c, false, false, o);
       break;
@@ -314,7 +315,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       GemmOptions o;
       o.activation = n.gemm.activation;
       o.softmax = n.gemm.softmax;
-      o.math = m_opt.math;
+      o.math = m_opt.compile.math;
       o.packed_b = m_packed_b[static_cast<size_t>(i)];
       mt::gemm(x2, w, c, false, false, o, bias);
       break;
@@ -325,7 +326,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       o.beta = n.has_c ? n.gemm.beta : 0.0f;
       o.activation = n.gemm.activation;
       o.softmax = n.gemm.softmax;
-      o.math = m_opt.math;
+      o.math = m_opt.compile.math;
       if (n.has_c) {
         const Tensor c = in(2).expand(n.shape);
         launch_copy_strided(out.data_ptr(), out.layout(), c.data_ptr(), c.layout(), 4, c.numel(), stream);
@@ -412,13 +413,13 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
   bool all_host = true;
   for (int id : m_prog.order)
     if (m_prog.g.at(id).kind == OpKind::Input) all_host = all_host && bound[static_cast<size_t>(id)].is_cpu();
-  if (m_opt.host_pipeline && m_pipeline_ok && all_host &&
-      m_prog.g.at(m_prog.steps[0].root).shape.numel() >= 2 * m_opt.pipeline_chunk)
+  if (m_opt.run.host_pipeline && m_pipeline_ok && all_host &&
+      m_prog.g.at(m_prog.steps[0].root).shape.numel() >= 2 * m_opt.run.pipeline_chunk)
     return run_pipeline(bound);
 
   const cudaStream_t origin = current_stream(m_device.index());
   m_last_origin = origin;
-  const bool timed = m_opt.profile;
+  const bool timed = m_opt.run.profile;
 
   // Inputs: contiguous device tensors are read in place; the others go through persistent staging buffers.
   std::fill(m_bound.begin(), m_bound.end(), Tensor());
@@ -483,7 +484,7 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
     m_prof_base = Event(true);
     m_prof_base.record(origin);
   }
-  const bool use_graph = m_opt.cuda_graph && m_capturable && !timed;
+  const bool use_graph = m_opt.run.cuda_graph && m_capturable && !timed;
   std::vector<const void*> key;
   if (use_graph)
     for (int id : m_prog.order)
@@ -546,7 +547,7 @@ std::string ExecutorImpl::summary() const {
   std::ostringstream os;
   os << "executor on " << m_device << ": " << m_prog.steps.size() << " steps (" << m_prog.order.size()
      << " live nodes of " << m_source.nodes.size() << "), " << m_sched.n_streams << " stream(s), CUDA graph "
-     << (m_opt.cuda_graph && m_capturable ? "on" : "off") << "\n";
+     << (m_opt.run.cuda_graph && m_capturable ? "on" : "off") << "\n";
   for (const auto& l : m_prog.log) os << "  " << l << "\n";
   for (size_t i = 0; i < m_prog.steps.size(); ++i) {
     const Step& s = m_prog.steps[i];

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "graph/ir.h"
+#include "graph/detail/ir.h"
 
 namespace mt {
 namespace detail {
@@ -122,18 +122,6 @@ std::string GraphData::label(int id) const {
   return nm.empty() ? str("#", id) : str("#", id, " '", nm, "'");
 }
 
-Shape broadcast_shape(const Shape& a, const Shape& b, const std::string& ctx) {
-  const int rank = std::max(a.rank(), b.rank());
-  std::vector<std::int64_t> out(static_cast<size_t>(rank));
-  for (int i = 0; i < rank; ++i) {
-    const int ia = a.rank() - rank + i, ib = b.rank() - rank + i;
-    const std::int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
-    MT_CHECK(da == db || da == 1 || db == 1, ShapeError, ctx, ": cannot broadcast ", a, " with ", b);
-    out[static_cast<size_t>(i)] = da == 1 ? db : da;
-  }
-  return Shape(out);
-}
-
 Shape matmul_shape(const Shape& a_in, const Shape& b_in, const std::string& ctx) {
   MT_CHECK(a_in.rank() >= 1 && b_in.rank() >= 1, ShapeError, ctx, ": operands must have rank >= 1, got ",
            a_in, " and ", b_in);
@@ -147,7 +135,7 @@ Shape matmul_shape(const Shape& a_in, const Shape& b_in, const std::string& ctx)
   Shape ba, bb;
   for (int i = 0; i < a.rank() - 2; ++i) ba.push_back(a[i]);
   for (int i = 0; i < b.rank() - 2; ++i) bb.push_back(b[i]);
-  Shape out = broadcast_shape(ba, bb, ctx + " (batch dims)");
+  Shape out = broadcast_shapes(ba, bb, ctx + " (batch dims)");
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(n);
   return out;
@@ -155,31 +143,13 @@ Shape matmul_shape(const Shape& a_in, const Shape& b_in, const std::string& ctx)
 
 namespace {
 
+// The elementwise ops defined on float32 only (the others also take integer dtypes): the eager ops' rule, so
+// a graph rejects at build time exactly what they would reject at run time.
 bool float_only(UnaryOp op) {
   return !(op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Square);
 }
-
-Shape infer_view_shape(const Shape& requested, std::int64_t numel, const Shape& from,
-                       const std::string& ctx) {
-  Shape out = requested;
-  int infer = -1;
-  std::int64_t known = 1;
-  for (int i = 0; i < out.rank(); ++i) {
-    if (out[i] == -1) {
-      MT_CHECK(infer < 0, ShapeError, ctx, ": more than one -1 in ", requested);
-      infer = i;
-    } else {
-      MT_CHECK(out[i] >= 0, ShapeError, ctx, ": negative extent in ", requested);
-      known *= out[i];
-    }
-  }
-  if (infer >= 0) {
-    MT_CHECK(known != 0 && numel % known == 0, ShapeError, ctx, ": cannot view ", from, " as ", requested);
-    out[infer] = numel / known;
-  }
-  MT_CHECK(out.numel() == numel, ShapeError, ctx, ": cannot view ", from, " (", numel, " elements) as ",
-           requested, " (", out.numel(), " elements)");
-  return out;
+bool float_only(BinaryOp op) {
+  return op == BinaryOp::Pow;
 }
 
 }  // namespace
@@ -283,12 +253,13 @@ Node Graph::binary(BinaryOp op, Node a, Node b, const std::string& name) {
   const NodeData& nb = m_data->at(m_data->own(b, ctx.c_str()));
   MT_CHECK(na.dtype == nb.dtype, DTypeError, ctx, ": dtypes differ: ", na.dtype, " ", na.shape, " and ",
            nb.dtype, " ", nb.shape);
-  MT_CHECK(op != BinaryOp::Pow || na.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", na.dtype);
+  MT_CHECK(!detail::float_only(op) || na.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
+           na.dtype);
   NodeData n;
   n.kind = OpKind::Binary;
   n.binary = op;
   n.inputs = {a.id(), b.id()};
-  n.shape = detail::broadcast_shape(na.shape, nb.shape, ctx);
+  n.shape = broadcast_shapes(na.shape, nb.shape, ctx);
   n.dtype = na.dtype;
   n.name = name;
   return m_data->handle(m_data->add(std::move(n)));
@@ -297,7 +268,8 @@ Node Graph::binary(BinaryOp op, Node a, Node b, const std::string& name) {
 Node Graph::binary_scalar(BinaryOp op, Node x, double s, const std::string& name) {
   const std::string ctx = op_context(op_name(op), name);
   const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
-  MT_CHECK(op != BinaryOp::Pow || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", in.dtype);
+  MT_CHECK(!detail::float_only(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
+           in.dtype);
   NodeData n;
   n.kind = OpKind::BinaryScalar;
   n.binary = op;
@@ -444,7 +416,7 @@ Node Graph::view(Node x, const Shape& shape, const std::string& name) {
   NodeData n;
   n.kind = OpKind::View;
   n.inputs = {x.id()};
-  n.shape = detail::infer_view_shape(shape, in.shape.numel(), in.shape, ctx);
+  n.shape = infer_shape(shape, in.shape.numel(), in.shape, ctx);
   n.dtype = in.dtype;
   n.name = name;
   return m_data->handle(m_data->add(std::move(n)));
@@ -510,7 +482,7 @@ Node Graph::gemm(Node a, Node b, const GemmNodeOptions& options, Node c, Node bi
   if (c.valid()) {
     const NodeData& nc = m_data->at(m_data->own(c, ctx.c_str()));
     MT_CHECK(nc.dtype == DType::F32, DTypeError, ctx, ": c needs float32, got ", nc.dtype);
-    const Shape bs = detail::broadcast_shape(nc.shape, n.shape, ctx + " (c)");
+    const Shape bs = broadcast_shapes(nc.shape, n.shape, ctx + " (c)");
     MT_CHECK(bs == n.shape, ShapeError, ctx, ": c ", nc.shape, " does not broadcast to the result ", n.shape);
     n.inputs.push_back(c.id());
     n.has_c = true;

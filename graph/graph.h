@@ -171,9 +171,8 @@ Node operator/(double s, Node a);
 
 using TensorMap = std::map<std::string, Tensor>;
 
-struct ExecOptions {
-  Device device =
-      Device::cuda(0);             // Device::cpu(): run through the Eigen reference ops, nothing else applies
+// What the compiler decides: fusion, the memory plan, streams, GEMM math, weight packing.
+struct CompileOptions {
   bool fuse_elementwise = true;    // elementwise chains/trees -> one NVRTC kernel
   bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu -> GEMM epilogue
   bool fuse_softmax = true;        // max/sub/exp/sum/div -> softmax
@@ -181,20 +180,32 @@ struct ExecOptions {
   bool inplace = true;             // elementwise ops may overwrite a dying input of their shape
   bool multi_stream = true;        // false: everything on one stream (debugging)
   int max_streams = 4;
-  std::optional<MathMode> math;  // the GEMMs' math mode; unset: default_math_mode()
+  std::optional<MathMode> math{};  // the GEMMs' math mode; unset: default_math_mode()
   // TF32 modes: a GEMM whose B is a parameter or constant (2-D) gets it packed once, when the executor is
   // built, instead of at every run (pack_b). The packed copy is a snapshot: a device parameter changed in
   // place afterwards is not seen by those GEMMs (set false to read it at every run, or build a new executor;
   // host parameters are copied to the device when the executor is built either way).
   bool pack_weights = true;
+};
+
+// What a run does: CUDA graph replay, profiling, the host pipeline, which values it keeps.
+struct RunOptions {
   bool cuda_graph = true;     // capture a run and replay it while input pointers stay the same
   bool profile = false;       // per-node CUDA event timing (turns CUDA graph replay off)
   bool host_pipeline = true;  // host inputs to an elementwise graph: chunked, overlapped copies
   std::int64_t pipeline_chunk = std::int64_t(1) << 22;  // elements per chunk
   int pipeline_streams = 4;
   bool keep_intermediates = false;  // every node keeps its value after run() (check() uses it)
-  std::string kernel_cache_dir;     // empty: $MT_KERNEL_CACHE_DIR, else ~/.cache/minitensor/kernels
-  bool inject_nvrtc_error = false;  // tests: make every NVRTC compile fail to exercise the fallback path
+};
+
+// What Executor takes: the device, the compile and run options, and where compiled kernels are cached.
+//   ExecOptions o{.compile = {.fuse_softmax = false}, .run = {.cuda_graph = false}};
+struct ExecOptions {
+  // Device::cpu(): run through the Eigen reference ops; nothing else applies.
+  Device device = Device::cuda(0);
+  CompileOptions compile;
+  RunOptions run;
+  std::string kernel_cache_dir{};  // empty: $MT_KERNEL_CACHE_DIR, else ~/.cache/minitensor/kernels
 };
 
 // Bytes of the memory plan (intermediates only: inputs, parameters, constants and outputs are not planned).

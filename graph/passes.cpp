@@ -6,7 +6,7 @@
 #include <cstring>
 #include <map>
 
-#include "graph/program.h"
+#include "graph/detail/program.h"
 
 namespace mt::detail {
 

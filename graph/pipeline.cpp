@@ -3,13 +3,12 @@
 //
 // Napkin maths: with H2D and D2H on separate copy engines, a run takes about max(total H2D, total D2H) plus
 // the first piece's copy in and the last piece's kernel and copy out, which overlap nothing. Chunks of 4 M
-// floats (16 MB) amortise the per-copy overhead; the ends ramp down to 512 Ki floats, so the last copy out
-// takes ~40 us at ~55 GB/s instead of ~0.3 ms: ~1.5 % of a run by the arithmetic, inside the runs' spread
-// (bench/gemm/NOTES.md, round 18).
+// floats (16 MB) amortise the per-copy overhead; the ends ramp down to 512 Ki floats (2 MB), so the copies
+// that overlap nothing move an eighth of a chunk each.
 #include <algorithm>
 #include <cstring>
 
-#include "graph/executor_impl.h"
+#include "graph/detail/executor_impl.h"
 #include "ops/ops.h"
 #include "runtime/stream.h"
 
@@ -49,13 +48,13 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
   const Step& step = m_prog.steps[0];
   const NodeData& root = m_prog.g.at(step.root);
   const std::int64_t total = root.shape.numel();
-  const std::int64_t chunk = std::max<std::int64_t>(1, m_opt.pipeline_chunk);
-  const int n_slots = std::clamp(m_opt.pipeline_streams, 1, kStreamPoolSize - 1);
+  const std::int64_t chunk = std::max<std::int64_t>(1, m_opt.run.pipeline_chunk);
+  const int n_slots = std::clamp(m_opt.run.pipeline_streams, 1, kStreamPoolSize - 1);
   const std::size_t es = dtype_size(root.dtype);
   const int n_in = static_cast<int>(step.reads.size());
   const cudaStream_t origin = current_stream(m_device.index());
   m_last_origin = origin;
-  const bool timed = m_opt.profile;
+  const bool timed = m_opt.run.profile;
 
   std::vector<Tensor> inputs;
   bool all_pinned = true;

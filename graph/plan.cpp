@@ -6,7 +6,7 @@
 // run on other streams.
 #include <algorithm>
 
-#include "graph/program.h"
+#include "graph/detail/program.h"
 
 namespace mt::detail {
 

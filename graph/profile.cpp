@@ -5,7 +5,7 @@
 #include <map>
 #include <sstream>
 
-#include "graph/executor_impl.h"
+#include "graph/detail/executor_impl.h"
 #include "runtime/stream.h"
 
 namespace mt::detail {
@@ -47,7 +47,7 @@ void ExecutorImpl::collect_profile(cudaStream_t origin) {
 
 std::string ExecutorImpl::profile_table() const {
   std::ostringstream os;
-  if (m_profile.empty()) return "no profile (run with ExecOptions::profile = true)\n";
+  if (m_profile.empty()) return "no profile (run with RunOptions::profile = true)\n";
   double total = 0, first = 1e300, last = 0;
   for (const auto& t : m_profile) {
     total += t.duration_us;

@@ -1,4 +1,4 @@
-#include "memory/backend.h"
+#include "memory/detail/backend.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-// The stream-aware caching device allocator. Overview and rules in caching.h.
+// The stream-aware caching device allocator. Overview and rules in memory/detail/caching.h.
 //
 // Structures. A Segment is one backend allocation, owned by the pool of the stream that asked for it (a fully
 // free one may move to another stream's pool); its Blocks tile it in address order (prev/next) and are only
@@ -28,7 +28,7 @@
 // caches into their pool (and get their release number) before any search of other pools.
 //
 // Lock order: m_threads_mutex, then a thread cache's flag, then a pool's mutex (then m_pools_mutex).
-#include "memory/caching.h"
+#include "memory/detail/caching.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -229,9 +229,8 @@ struct BySizeThenAddress {
 // Memory for what a pool writes on every allocate and release besides its blocks and segments: its free-set
 // nodes and the vectors that recycle them and its spare blocks. Whole line pairs, so that it never shares one
 // with another pool's data, whichever thread allocates it: a thread that takes a segment from another
-// stream's pool also grows that pool's vectors, and from that thread's own heap their buffers had landed
-// among its own pool's hot objects: two threads, each on its own stream, ran at 2.8x their single-thread time
-// per pair on the pool path (H200 host, FakeBackend), about 1x once apart.
+// stream's pool also grows that pool's vectors, and from that thread's own heap their buffers would land
+// among its own pool's hot objects: threads on different streams would then contend for the same lines.
 void* line_alloc(std::size_t bytes) {
   return ::operator new((bytes + kLine - 1) / kLine * kLine, std::align_val_t(kLine));
 }

@@ -6,7 +6,7 @@
 #include <bit>
 #include <limits>
 
-#include "memory/caching.h"
+#include "memory/detail/pinned.h"
 #include "runtime/error.h"
 
 namespace mt {

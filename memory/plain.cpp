@@ -1,6 +1,6 @@
 // The uncached backends: one cudaMalloc / cudaHostAlloc per allocation. The caching allocators are built on
 // the same calls; these stay as the simplest correct reference.
-#include "memory/plain.h"
+#include "memory/detail/plain.h"
 
 #include <array>
 #include <memory>

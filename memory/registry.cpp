@@ -10,7 +10,9 @@
 #include <mutex>
 
 #include "memory/allocator.h"
-#include "memory/caching.h"
+#include "memory/detail/caching.h"
+#include "memory/detail/pinned.h"
+#include "memory/stats.h"
 #include "runtime/error.h"
 #include "runtime/stream.h"
 
@@ -107,6 +109,10 @@ void reset_peak_memory_stats(int device) {
 
 std::string memory_summary(int device) {
   return caching_cuda_allocator(device).memory_summary();
+}
+
+std::vector<SegmentInfo> memory_snapshot(int device) {
+  return caching_cuda_allocator(device).snapshot();
 }
 
 void set_caching_enabled(bool enabled) {

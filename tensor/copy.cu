@@ -4,8 +4,8 @@
 
 #include "runtime/error.h"
 #include "runtime/launch.h"
+#include "tensor/detail/random.h"
 #include "tensor/kernels.h"
-#include "tensor/random.h"
 
 namespace mt::detail {
 namespace {

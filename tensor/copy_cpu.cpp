@@ -2,8 +2,8 @@
 #include <cstring>
 
 #include "runtime/error.h"
+#include "tensor/detail/random.h"
 #include "tensor/kernels.h"
-#include "tensor/random.h"
 
 namespace mt::detail {
 namespace {

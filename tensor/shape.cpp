@@ -89,4 +89,40 @@ int wrap_dim(std::int64_t dim, int rank, const char* op) {
   return static_cast<int>(dim < 0 ? dim + r : dim);
 }
 
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
+  const int rank = std::max(a.rank(), b.rank());
+  Shape out;
+  for (int d = 0; d < rank; ++d) {
+    const int da = d - (rank - a.rank()), db = d - (rank - b.rank());
+    const std::int64_t ea = da >= 0 ? a[da] : 1, eb = db >= 0 ? b[db] : 1;
+    MT_CHECK(ea == eb || ea == 1 || eb == 1, ShapeError, op, ": cannot broadcast ", a, " with ", b, " (dim ",
+             d, ": ", ea, " vs ", eb, ")");
+    out.push_back(ea == 1 ? eb : ea);
+  }
+  return out;
+}
+
+Shape infer_shape(const Shape& requested, std::int64_t numel, const Shape& from, std::string_view op) {
+  Shape shape = requested;
+  int infer = -1;
+  std::int64_t known = 1;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == -1) {
+      MT_CHECK(infer < 0, ShapeError, op, ": only one extent may be -1 in ", requested);
+      infer = d;
+    } else {
+      MT_CHECK(shape[d] >= 0, ShapeError, op, ": negative extent ", shape[d], " in ", requested);
+      known *= shape[d];
+    }
+  }
+  if (infer >= 0) {
+    MT_CHECK(known != 0 && numel % known == 0, ShapeError, op, ": cannot infer the -1 extent of ", requested,
+             " for a tensor of shape ", from, " (", numel, " elements)");
+    shape[infer] = numel / known;
+  }
+  MT_CHECK(shape.numel() == numel, ShapeError, op, ": shape ", requested, " (", shape.numel(),
+           " elements) is invalid for a tensor of shape ", from, " (", numel, " elements)");
+  return shape;
+}
+
 }  // namespace mt

@@ -8,6 +8,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mt {
@@ -62,5 +63,15 @@ void validate_shape(const Shape& shape, std::size_t elem_size, const char* op);
 
 // Wraps a possibly negative dim into [0, rank); ShapeError naming `op` when out of range.
 int wrap_dim(std::int64_t dim, int rank, const char* op);
+
+// The NumPy broadcast of a with b: shapes aligned at their last dim, each pair of extents equal or one of
+// them
+// 1. ShapeError naming `op`, both shapes and the first dim that differs otherwise.
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+
+// `requested` with its one -1 extent (if any) replaced by what keeps `numel` elements (of a tensor of shape
+// `from`, for the message). ShapeError naming `op` for more than one -1, a negative extent, or element counts
+// that cannot match.
+Shape infer_shape(const Shape& requested, std::int64_t numel, const Shape& from, std::string_view op);
 
 }  // namespace mt

@@ -112,30 +112,6 @@ Tensor Tensor::permute(std::span<const std::int64_t> dims) const {
 
 namespace {
 
-// Replaces one -1 by the extent that keeps numel; ShapeError when the element counts cannot match.
-Shape infer_shape(const Shape& requested, std::int64_t numel, const Shape& from, const char* op) {
-  Shape shape = requested;
-  int infer = -1;
-  std::int64_t known = 1;
-  for (int d = 0; d < shape.rank(); ++d) {
-    if (shape[d] == -1) {
-      MT_CHECK(infer < 0, ShapeError, op, ": only one extent may be -1 in ", requested);
-      infer = d;
-    } else {
-      MT_CHECK(shape[d] >= 0, ShapeError, op, ": negative extent ", shape[d], " in ", requested);
-      known *= shape[d];
-    }
-  }
-  if (infer >= 0) {
-    MT_CHECK(known != 0 && numel % known == 0, ShapeError, op, ": cannot infer the -1 extent of ", requested,
-             " for a tensor of shape ", from, " (", numel, " elements)");
-    shape[infer] = numel / known;
-  }
-  MT_CHECK(shape.numel() == numel, ShapeError, op, ": shape ", requested, " (", shape.numel(),
-           " elements) is invalid for a tensor of shape ", from, " (", numel, " elements)");
-  return shape;
-}
-
 // Strides that let (old_shape, old_strides) be seen as new_shape without a copy, if any exist.
 std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape) {
   Shape new_strides = new_shape;

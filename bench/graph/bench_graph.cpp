@@ -117,9 +117,9 @@ void bm_mlp(benchmark::State& state, std::int64_t batch, std::int64_t hidden, in
   const int reps = hidden >= 4096 ? 5 : 200;
   const Tensor ref = eager_mlp(m);
   ExecOptions o;
-  o.cuda_graph = mode >= 3;
-  if (mode == 4) o.math = MathMode::TF32x3;
-  if (mode == 1) o.fuse_elementwise = o.fuse_gemm_epilogue = o.fuse_softmax = false;
+  o.run.cuda_graph = mode >= 3;
+  if (mode == 4) o.compile.math = MathMode::TF32x3;
+  if (mode == 1) o.compile.fuse_elementwise = o.compile.fuse_gemm_epilogue = o.compile.fuse_softmax = false;
   std::unique_ptr<Executor> exec;
   if (mode > 0) {
     exec = std::make_unique<Executor>(m.g, o);
@@ -135,7 +135,7 @@ void bm_mlp(benchmark::State& state, std::int64_t batch, std::int64_t hidden, in
     time_runs(state, reps, [&] { benchmark::DoNotOptimize(eager_mlp(m)); });
   else
     time_runs(state, reps, [&] { benchmark::DoNotOptimize(exec->run(in)); });
-  if (o.cuda_graph) {  // the captured graph's edges, and those that keep launches overlapped (PDL)
+  if (o.run.cuda_graph) {  // the captured graph's edges, and those that keep launches overlapped (PDL)
     state.counters["graph_edges"] = exec->stats().n_graph_edges;
     state.counters["pdl_edges"] = exec->stats().n_programmatic_edges;
   }
@@ -172,7 +172,7 @@ HostAdd& host_add() {
 enum class HostMode { IdealH2D, IdealD2H, Serial, Pipelined, IdealBoth };
 constexpr const char* kHostModeNames[] = {"ideal_h2d", "ideal_d2h", "serial", "pipelined", "ideal_both"};
 
-// chunk / streams: the pipeline's chunk size in elements and stream count (0: the ExecOptions defaults).
+// chunk / streams: the pipeline's chunk size in elements and stream count (0: the RunOptions defaults).
 void bm_host(benchmark::State& state, HostMode mode, std::int64_t chunk = 0, int streams = 0) {
   if (!cuda_available()) {
     state.SkipWithError("no CUDA device");
@@ -217,10 +217,10 @@ void bm_host(benchmark::State& state, HostMode mode, std::int64_t chunk = 0, int
     return;
   }
   ExecOptions o;
-  o.host_pipeline = mode == HostMode::Pipelined;
-  if (chunk > 0) o.pipeline_chunk = chunk;
-  if (streams > 0) o.pipeline_streams = streams;
-  o.cuda_graph = false;
+  o.run.host_pipeline = mode == HostMode::Pipelined;
+  if (chunk > 0) o.run.pipeline_chunk = chunk;
+  if (streams > 0) o.run.pipeline_streams = streams;
+  o.run.cuda_graph = false;
   Executor exec(h.g, o);
   Tensor out_host = empty_pinned({kHostN});
   auto run = [&] {

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/caching.h"
+#include "memory/detail/caching.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/stream.h"

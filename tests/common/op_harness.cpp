@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "runtime/device.h"
-#include "tensor/random.h"
+#include "tensor/detail/random.h"
 
 namespace mt::test {
 

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 
-#include "graph/codegen.h"
+#include "graph/detail/codegen.h"
+#include "graph/detail/internal.h"
+#include "graph/detail/program.h"
 #include "graph/graph.h"
-#include "graph/internal.h"
-#include "graph/program.h"
 #include "random_graph.h"
 
 namespace mt {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "graph/detail/codegen.h"
 #include "graph/graph.h"
 #include "ops/ops.h"
 #include "random_graph.h"
@@ -73,6 +74,21 @@ TEST(GraphCpu, MlpMatchesEagerOps) {
   EXPECT_LT(max_diff(exec.run({{"x", x}}).at("y"), ref), 1e-6);
 }
 
+TEST(GraphCpu, ExecOptionsGroupCompileAndRunOptions) {
+  const ExecOptions o{.device = Device::cpu(),
+                      .compile = {.fuse_softmax = false, .max_streams = 2},
+                      .run = {.cuda_graph = false}};
+  EXPECT_FALSE(o.compile.fuse_softmax);
+  EXPECT_TRUE(o.compile.fuse_elementwise);
+  EXPECT_EQ(o.compile.max_streams, 2);
+  EXPECT_FALSE(o.run.cuda_graph);
+  EXPECT_TRUE(o.run.host_pipeline);
+  EXPECT_TRUE(o.kernel_cache_dir.empty());
+  Mlp m = make_mlp(2, 4);
+  Executor exec(m.g, o);
+  EXPECT_EQ(exec.run({{"x", uniform({2, 4}, 1)}}).at("y").shape(), Shape({2, 4}));
+}
+
 TEST(GraphCpu, InputErrorsAreTypedAndNameTheInput) {
   Mlp m = make_mlp(2, 4);
   ExecOptions cpu;
@@ -109,7 +125,8 @@ TEST(GraphCuda, MlpFusedEqualsUnfusedEqualsEager) {
   Mlp m = make_mlp(64, 96);
   const Tensor x = uniform({64, 96}, 2).cuda();
   ExecOptions fused = gpu_options(), unfused = gpu_options();
-  unfused.fuse_elementwise = unfused.fuse_gemm_epilogue = unfused.fuse_softmax = false;
+  unfused.compile.fuse_elementwise = unfused.compile.fuse_gemm_epilogue = unfused.compile.fuse_softmax =
+      false;
   Executor ef(m.g, fused), eu(m.g, unfused);
   EXPECT_EQ(ef.n_launches(), 2) << ef.summary();  // linear+bias+relu, linear+bias+softmax
   EXPECT_EQ(eu.n_launches(), 10) << eu.summary();
@@ -131,7 +148,7 @@ TEST(GraphCuda, ElementwiseFusionMatchesUnfused) {
   auto y = g.gelu(t) * t - g.sigmoid(x) / (g.abs(b) + 1.0);
   g.output("y", g.clamp(y, -0.75, 2.0));
   ExecOptions unfused = gpu_options();
-  unfused.fuse_elementwise = false;
+  unfused.compile.fuse_elementwise = false;
   Executor ef(g, gpu_options()), eu(g, unfused);
   EXPECT_EQ(ef.n_launches(), 2);  // |b| + 1 is (65): its own kernel, broadcast into the main group
   EXPECT_TRUE(ef.warnings().empty());
@@ -150,7 +167,7 @@ TEST(GraphCuda, MultiStreamEqualsSingleStream) {
   }
   g.output("y", (branches[0] + branches[1]) * (branches[2] - branches[3]));
   ExecOptions single = gpu_options();
-  single.multi_stream = false;
+  single.compile.multi_stream = false;
   Executor em(g, gpu_options()), es(g, single);
   EXPECT_NE(em.summary().find("4 stream(s)"), std::string::npos) << em.summary();
   const TensorMap in = {{"x", uniform({128, 64}, 5).cuda()}};
@@ -161,7 +178,7 @@ TEST(GraphCuda, CudaGraphReplayEqualsPlainRunAndFollowsNewData) {
   MT_REQUIRE_GPU();
   Mlp m = make_mlp(32, 64);
   ExecOptions plain = gpu_options();
-  plain.cuda_graph = false;
+  plain.run.cuda_graph = false;
   Executor eg(m.g, gpu_options()), ep(m.g, plain);
   Tensor x = uniform({32, 64}, 6).cuda();
   for (int rep = 0; rep < 4; ++rep) {
@@ -224,9 +241,15 @@ TEST(GraphCuda, NvrtcFailureFallsBackAndWarns) {
   Graph g;
   auto x = g.input("x", {40, 30});
   g.output("y", g.exp(g.tanh(x) * 2.0) - x);
-  ExecOptions broken = gpu_options();
-  broken.inject_nvrtc_error = true;
-  Executor eb(g, broken), ok(g, gpu_options());
+  struct FaultInjection {  // on for the broken executor's build only, whatever it throws
+    FaultInjection() { detail::set_nvrtc_fault_injection(true); }
+    ~FaultInjection() { detail::set_nvrtc_fault_injection(false); }
+  };
+  const auto build_broken = [&] {
+    FaultInjection on;
+    return Executor(g, gpu_options());
+  };
+  Executor eb = build_broken(), ok(g, gpu_options());
   ASSERT_EQ(eb.warnings().size(), 1u);
   EXPECT_NE(eb.warnings()[0].find("NVRTC"), std::string::npos) << eb.warnings()[0];
   EXPECT_EQ(eb.n_launches(), 4);
@@ -266,13 +289,13 @@ TEST(GraphCuda, CheckReportOnMlpTf32x3) {
   MT_REQUIRE_GPU();
   Mlp m = make_mlp(64, 256);
   ExecOptions o = gpu_options();
-  o.math = MathMode::TF32x3;  // float32-class accuracy: the FP32 tolerances hold
+  o.compile.math = MathMode::TF32x3;  // float32-class accuracy: the FP32 tolerances hold
   const CheckReport r = check(m.g, {{"x", uniform({64, 256}, 3)}}, o);
   EXPECT_TRUE(r.ok) << r;
 }
 
-// TF32 modes pack each GEMM's constant B once (ExecOptions::pack_weights): the results are bit-identical to
-// packing it at every run, in plain runs and CUDA-graph replays with new data, for linear (matmul + bias),
+// TF32 modes pack each GEMM's constant B once (CompileOptions::pack_weights): the results are bit-identical
+// to packing it at every run, in plain runs and CUDA-graph replays with new data, for linear (matmul + bias),
 // matmul and gemm with a transposed constant.
 TEST(GraphCuda, PackedWeightsEqualPackingEveryRun) {
   MT_REQUIRE_GPU();
@@ -284,8 +307,8 @@ TEST(GraphCuda, PackedWeightsEqualPackingEveryRun) {
   }
   for (MathMode math : {MathMode::TF32x3, MathMode::TF32}) {
     ExecOptions packed = gpu_options(), unpacked = gpu_options();
-    packed.math = unpacked.math = math;
-    unpacked.pack_weights = false;
+    packed.compile.math = unpacked.compile.math = math;
+    unpacked.compile.pack_weights = false;
     Executor ep(m.g, packed), eu(m.g, unpacked);
     Tensor x = uniform({256, 256}, 6).cuda(), u = uniform({130, 256}, 8).cuda();
     for (int rep = 0; rep < 3; ++rep) {
@@ -306,8 +329,8 @@ TEST(GraphCuda, PackWeightsSnapshotsDeviceParameters) {
   Tensor w = uniform({256, 192}, 21).cuda();
   g.output("y", g.matmul(g.input("x", {256, 256}), g.parameter("w", w)));
   ExecOptions on = gpu_options(), off = gpu_options();
-  on.math = off.math = MathMode::TF32x3;
-  off.pack_weights = false;
+  on.compile.math = off.compile.math = MathMode::TF32x3;
+  off.compile.pack_weights = false;
   Executor e_on(g, on), e_off(g, off);
   const Tensor x = uniform({256, 256}, 22).cuda();
   const Tensor before = e_on.run({{"x", x}}).at("y").clone();
@@ -332,7 +355,7 @@ TEST(GraphCuda, ProfileAndTrace) {
   MT_REQUIRE_GPU();
   Mlp m = make_mlp(64, 128);
   ExecOptions o = gpu_options();
-  o.profile = true;
+  o.run.profile = true;
   Executor e(m.g, o);
   e.run({{"x", uniform({64, 128}, 3)}});   // host input: the trace shows the copy
   ASSERT_EQ(e.last_profile().size(), 2u);  // linear+bias+relu, linear+bias+softmax
@@ -356,7 +379,7 @@ TEST(GraphCuda, HostPipelineMatchesPlainRun) {
   auto b = g.input("b", {n});
   g.output("c", a * 2.0 + b);
   ExecOptions o = gpu_options();
-  o.pipeline_chunk = 1 << 17;
+  o.run.pipeline_chunk = 1 << 17;
   Executor e(g, o);
   const Tensor ah = uniform({n}, 1), bh = uniform({n}, 2).pin_memory();
   const Tensor c = e.run({{"a", ah}, {"b", bh}}).at("c");
@@ -373,9 +396,9 @@ TEST(GraphCuda, RandomGraphsDifferential) {
   for (std::uint64_t seed = 0; seed < 500; ++seed) {
     test::RandomGraph rg = test::make_random_graph(seed);
     ExecOptions o = gpu_options();
-    o.multi_stream = seed % 2 == 0;
+    o.compile.multi_stream = seed % 2 == 0;
     const bool fuse = seed % 5 != 4;
-    o.fuse_elementwise = o.fuse_gemm_epilogue = o.fuse_softmax = fuse;
+    o.compile.fuse_elementwise = o.compile.fuse_gemm_epilogue = o.compile.fuse_softmax = fuse;
     const CheckReport r = check(rg.graph, rg.inputs, o);
     if (!r.ok && ++n_fail <= 5) ADD_FAILURE() << "seed " << seed << "\n" << rg.description << r;
   }
@@ -387,7 +410,7 @@ TEST(GraphCuda, RandomGraphsCudaGraphEqualsPlain) {
   for (std::uint64_t seed = 1000; seed < 1040; ++seed) {
     test::RandomGraph rg = test::make_random_graph(seed);
     ExecOptions plain = gpu_options();
-    plain.cuda_graph = false;
+    plain.run.cuda_graph = false;
     Executor eg(rg.graph, gpu_options()), ep(rg.graph, plain);
     TensorMap in;
     for (auto& [k, v] : rg.inputs) in[k] = v.cuda();

@@ -13,7 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "memory/caching.h"
+#include "memory/detail/caching.h"
+#include "memory/detail/pinned.h"
 #include "runtime/error.h"
 
 namespace mt {

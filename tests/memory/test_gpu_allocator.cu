@@ -6,7 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "memory/caching.h"
+#include "memory/detail/caching.h"
+#include "memory/detail/pinned.h"
 #include "runtime/error.h"
 #include "runtime/event.h"
 #include "runtime/stream.h"

@@ -1,7 +1,7 @@
 // The caching pinned-host allocator's policy on FakeBackend.
 #include <gtest/gtest.h>
 
-#include "memory/caching.h"
+#include "memory/detail/pinned.h"
 #include "runtime/error.h"
 
 namespace mt {

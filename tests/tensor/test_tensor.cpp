@@ -51,6 +51,25 @@ TEST(Shape, ValidationNamesTheProblem) {
   EXPECT_EQ(wrap_dim(-1, 2, "x"), 1);
 }
 
+TEST(Shape, BroadcastAndInfer) {
+  EXPECT_EQ(broadcast_shapes(Shape{4, 1, 3}, Shape{5, 1}, std::string_view("x")), (Shape{4, 5, 3}));
+  EXPECT_EQ(broadcast_shapes(Shape{}, Shape{2}, std::string_view("x")), (Shape{2}));
+  try {
+    broadcast_shapes(Shape{3, 4}, Shape{5, 4}, std::string_view("add"));
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("add: cannot broadcast (3, 4) with (5, 4) (dim 0: 3 vs 5)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(infer_shape(Shape{-1, 3}, 12, Shape{12}, "view"), (Shape{4, 3}));
+  EXPECT_EQ(infer_shape(Shape{2, 6}, 12, Shape{12}, "view"), (Shape{2, 6}));
+  EXPECT_THROW(infer_shape(Shape{-1, -1}, 12, Shape{12}, "view"), ShapeError);
+  EXPECT_THROW(infer_shape(Shape{5, -1}, 12, Shape{12}, "view"), ShapeError);
+  EXPECT_THROW(infer_shape(Shape{-2, 6}, 12, Shape{12}, "view"), ShapeError);
+  EXPECT_THROW(infer_shape(Shape{2, 5}, 12, Shape{12}, "view"), ShapeError);
+}
+
 // ---------------------------------------------------------------- factories
 
 TEST(Factories, FillsAndRanges) {

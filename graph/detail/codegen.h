@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/program.h"
+#include "graph/detail/program.h"
 
 namespace mt::detail {
 
@@ -51,6 +51,11 @@ CompileResult compile_fused_kernel(const std::string& source, int arch, const st
 
 // NVRTC only (no device needed): CUBIN bytes or an error. Used by compile_fused_kernel and by tests.
 bool nvrtc_compile(const std::string& source, int arch, std::vector<char>& cubin, std::string& log);
+
+// Test hook: while on, executors built from then on make the NVRTC compile of every fused group fail (passing
+// inject_error), so tests exercise the fallback to the eager kernels. Off by default; process-wide.
+void set_nvrtc_fault_injection(bool on);
+bool nvrtc_fault_injection();
 
 std::uint64_t fnv1a64(const std::string& s, std::uint64_t h = 1469598103934665603ull);
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "graph/codegen.h"
-#include "graph/internal.h"
-#include "graph/program.h"
+#include "graph/detail/codegen.h"
+#include "graph/detail/internal.h"
+#include "graph/detail/program.h"
 #include "runtime/event.h"
 
 namespace mt::detail {

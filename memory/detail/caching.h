@@ -1,6 +1,6 @@
-// Caching allocators: a stream-aware caching device allocator and a caching pinned-host allocator.
+// The stream-aware caching device allocator (the caching pinned-host allocator: memory/detail/pinned.h).
 //
-// Device allocator, in short (details next to the code in caching.cpp):
+// In short (details next to the code in caching.cpp):
 // - Requests round up to 512 B granules. Small requests (<= 1 MiB) are carved from 2 MiB segments, large ones
 //   (<= 10 MiB) from 20 MiB segments, bigger ones get a segment of their own rounded to 2 MiB. Best fit; a
 //   block is split when the remainder is worth keeping, and free neighbours in a segment merge on release.
@@ -34,49 +34,10 @@
 #include <vector>
 
 #include "memory/allocator.h"
-#include "memory/backend.h"
+#include "memory/detail/backend.h"
+#include "memory/stats.h"
 
 namespace mt {
-
-// One statistic: its current value, its peak since the last reset_peak_stats(), and the totals added and
-// removed.
-struct StatValue {
-  std::int64_t current = 0, peak = 0, allocated = 0, freed = 0;
-
-  void increase(std::int64_t n) {
-    current += n;
-    allocated += n;
-    if (current > peak) peak = current;
-  }
-  void decrease(std::int64_t n) {
-    current -= n;
-    freed += n;
-  }
-};
-
-// Like torch.cuda.memory_stats. Byte counts of blocks are the rounded sizes, requested_bytes what callers
-// asked. The device allocator keeps its figures per thread (no counter shared between threads on the hot
-// path) and sums them on read: current/allocated/freed are exact, and a peak is the sum of the threads'
-// peaks: exact when one thread uses the allocator, an upper bound otherwise.
-struct MemoryStats {
-  StatValue allocations;           // blocks handed out
-  StatValue allocated_bytes;       // bytes handed out
-  StatValue requested_bytes;       // bytes asked for
-  StatValue active_bytes;          // handed out, or released but still awaiting streams
-  StatValue reserved_bytes;        // held from the backend
-  StatValue segments;              // backend allocations held
-  StatValue inactive_split_bytes;  // free bytes in segments that also hold used blocks (thread caches too)
-  std::int64_t cache_hits = 0;     // served from the cache
-  std::int64_t thread_cache_hits = 0;  // of which from the asking thread's own cache
-  std::int64_t cache_misses = 0;       // needed a backend allocation
-  std::int64_t cross_stream_hits = 0;  // served by a block another stream released
-  std::int64_t splits = 0, merges = 0;
-  std::int64_t alloc_retries = 0;  // backend refusals that started the reclaim ladder
-  std::int64_t ooms = 0;           // OutOfMemoryError thrown
-  std::int64_t device_mallocs = 0, device_frees = 0;
-  std::int64_t events_recorded = 0;  // release and fence events
-  std::int64_t host_waits = 0;       // events the host blocked on (empty_cache, OOM ladder)
-};
 
 // Counts a block of `size` bytes handed out for a request of `requested` bytes, from the cache (hit) or not,
 // in MemoryStats or in the device allocator's per-thread share of it (the same fields, atomic).
@@ -88,24 +49,6 @@ void count_hand_out(Stats& s, std::int64_t size, std::int64_t requested, bool hi
   s.requested_bytes.increase(requested);
   ++(hit ? s.cache_hits : s.cache_misses);
 }
-
-enum class BlockState { Free, Allocated, AwaitingStreams };
-
-struct BlockInfo {
-  std::uintptr_t address = 0;
-  std::size_t size = 0;
-  std::size_t requested = 0;  // of the current (or last) allocation
-  BlockState state = BlockState::Free;
-  cudaStream_t stream = nullptr;  // of the current (or last) allocation
-};
-
-struct SegmentInfo {
-  std::uintptr_t address = 0;
-  std::size_t size = 0;
-  cudaStream_t stream = nullptr;  // the stream whose pool owns it
-  bool small_pool = false;
-  std::vector<BlockInfo> blocks;  // in address order
-};
 
 // What the two caching allocators share.
 class CachingAllocatorBase : public Allocator {
@@ -168,8 +111,8 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   static constexpr std::size_t kLargeSegment = std::size_t(20) << 20;
   static constexpr std::size_t kSegmentRounding = std::size_t(2) << 20;  // for requests of their own segment
   // A thread keeps at most this many released blocks, of requests of at most kThreadCacheRequest bytes:
-  // 16 MiB a thread at most. Small requests only: keeping large blocks too (out of their 20 MiB segments'
-  // merges) raised the fuzz trace's fragmentation from 1.23 to 1.38.
+  // 16 MiB a thread at most. Small requests only: a large block held in a thread cache stays out of its 20
+  // MiB segment's merges, which fragments those segments.
   static constexpr int kThreadCacheBlocks = 16;
   static constexpr std::size_t kThreadCacheRequest = kSmallRequest;
 
@@ -242,61 +185,8 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   static thread_local ThreadCaches t_caches;
 };
 
-// Page-locked host memory, cached in power-of-two bins (512 B and up). A block released while an asynchronous
-// copy may still use it (record_stream with the copy's stream) is reused only once an event recorded on that
-// stream at release has completed.
-class CachingHostAllocator final : public CachingAllocatorBase {
- public:
-  explicit CachingHostAllocator(std::unique_ptr<MemoryBackend> backend, bool caching = true);
-  ~CachingHostAllocator() override;
-  CachingHostAllocator(const CachingHostAllocator&) = delete;
-  CachingHostAllocator& operator=(const CachingHostAllocator&) = delete;
-
-  Allocation allocate(std::size_t bytes, cudaStream_t stream = nullptr) override;
-  void record_stream(const Allocation& allocation, cudaStream_t stream) override;
-  Device device() const override { return Device::cpu(); }
-  std::string name() const override { return "pinned-caching"; }
-
-  MemoryStats stats() const override;
-  void reset_peak_stats() override;
-  void empty_cache() override;
-  std::string memory_summary() const override;
-
-  MemoryBackend& backend() { return *m_backend; }
-
-  static std::size_t bin_size(std::size_t bytes);  // the power of two (>= 512) a request is served from
-
-  struct HostBlock;
-
- protected:
-  void deallocate(const Allocation& allocation) noexcept override;
-
- private:
-  void process_events_locked();
-  void free_cached_locked();
-
-  static constexpr int kBins = 64;
-  std::unique_ptr<MemoryBackend> m_backend;
-  mutable std::mutex m_mutex;
-  std::vector<HostBlock*> m_free[kBins];
-  std::vector<std::pair<MemoryBackend::EventHandle, HostBlock*>> m_pending;
-  std::vector<HostBlock*> m_all;
-  MemoryStats m_stats;
-};
-
-// The process-wide caching allocators (the same objects cuda_allocator() and pinned_allocator() return).
+// The process-wide device allocator (the same object cuda_allocator() returns).
 CachingDeviceAllocator& caching_cuda_allocator(int device);
-CachingHostAllocator& caching_pinned_allocator();
-
-// Conveniences over the process-wide allocators.
-void empty_cache();  // every device allocator created so far, and the pinned one
-MemoryStats memory_stats(int device);
-void reset_peak_memory_stats(int device);
-std::string memory_summary(int device);
-void set_caching_enabled(bool enabled);  // all process-wide allocators, present and future
-
-// "1.50 MiB", "512 B".
-std::string format_bytes(std::int64_t bytes);
 
 namespace detail {
 std::string memory_summary_table(const std::string& title, const MemoryStats& stats);

@@ -79,8 +79,8 @@ std::string op_context(const char* op, const std::string& name);
 std::string node_op_string(const NodeData& n);
 const char* activation_name(Activation a);
 
-// Shape inference helpers (no ops/ dependency, so building a graph needs no kernels).
-Shape broadcast_shape(const Shape& a, const Shape& b, const std::string& ctx);
+// Shape inference for matmul (no ops/ dependency, so building a graph needs no kernels). Broadcasting and -1
+// extents: tensor/shape.h.
 Shape matmul_shape(const Shape& a, const Shape& b, const std::string& ctx);
 
 }  // namespace mt::detail

@@ -1,9 +1,10 @@
 // The raw-memory backends under the caching allocators.
 //
-// The pool policy (size classes, splitting, stream rules, OOM ladder, stats) lives in caching.h and pinned.h
-// and talks to memory only through MemoryBackend. The CUDA backends call cudaMalloc / cudaHostAlloc and CUDA
-// events; FakeBackend serves host memory with a configurable capacity and streams whose "work" the caller
-// queues and completes by hand, so the whole policy runs in tests on a machine without a GPU.
+// The pool policy (size classes, splitting, stream rules, OOM ladder, stats) lives in memory/detail/caching.h
+// and memory/detail/pinned.h and talks to memory only through MemoryBackend. The CUDA backends call
+// cudaMalloc / cudaHostAlloc and CUDA events; FakeBackend serves host memory with a configurable capacity and
+// streams whose "work" the caller queues and completes by hand, so the whole policy runs in tests on a
+// machine without a GPU.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "graph/ir.h"
+#include "graph/detail/ir.h"
 
 namespace mt::detail {
 

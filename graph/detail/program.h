@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/ir.h"
+#include "graph/detail/ir.h"
 
 namespace mt::detail {
 
