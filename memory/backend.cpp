@@ -176,8 +176,15 @@ FakeBackend::~FakeBackend() {
   for (auto& [ptr, bytes] : m_live) std::free(ptr);
 }
 
+namespace {
+[[noreturn]] void fake_fault(const char* call, int device) {
+  throw CudaError(cudaErrorUnknown, call, __FILE__, __LINE__, device);
+}
+}  // namespace
+
 void* FakeBackend::allocate(std::size_t bytes) {
   std::lock_guard<std::mutex> lock(m_mutex);
+  if (m_fail_allocate) fake_fault("fake allocate", m_device.index());
   if (bytes > m_capacity - m_used) return nullptr;
   // 512-byte alignment, like cudaMalloc's 256 B or more; the size is rounded as aligned_alloc requires.
   void* p = std::aligned_alloc(512, (bytes + 511) / 512 * 512);
@@ -205,6 +212,7 @@ void FakeBackend::deallocate(void* ptr, std::size_t bytes) noexcept {
 
 MemoryBackend::EventHandle FakeBackend::record_event(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(m_mutex);
+  if (m_fail_record) fake_fault("fake record_event", m_device.index());
   FakeEvent* e = nullptr;
   if (!m_event_pool.empty()) {
     e = m_event_pool.back();
@@ -237,12 +245,15 @@ std::int64_t FakeBackend::n_events_on_destroyed_streams() const {
 
 bool FakeBackend::event_done(EventHandle event) {
   std::lock_guard<std::mutex> lock(m_mutex);
+  ++m_n_queries;
+  if (m_fail_query) fake_fault("fake event_done", m_device.index());
   auto* e = static_cast<FakeEvent*>(event);
   return m_queues[e->stream].completed >= e->ticket;
 }
 
 void FakeBackend::event_wait(EventHandle event) {
   std::lock_guard<std::mutex> lock(m_mutex);
+  if (m_fail_query) fake_fault("fake event_wait", m_device.index());
   auto* e = static_cast<FakeEvent*>(event);
   Queue& q = m_queues[e->stream];
   if (q.completed < e->ticket) q.completed = e->ticket;
@@ -323,6 +334,27 @@ std::int64_t FakeBackend::n_events_outstanding() const {
 std::int64_t FakeBackend::n_event_waits() const {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_n_waits;
+}
+std::int64_t FakeBackend::n_event_queries() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_n_queries;
+}
+std::int64_t FakeBackend::n_live_allocations() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return static_cast<std::int64_t>(m_live.size());
+}
+
+void FakeBackend::set_fail_allocate(bool fail) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_fail_allocate = fail;
+}
+void FakeBackend::set_fail_record_event(bool fail) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_fail_record = fail;
+}
+void FakeBackend::set_fail_event_query(bool fail) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_fail_query = fail;
 }
 
 }  // namespace mt

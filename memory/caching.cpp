@@ -217,6 +217,11 @@ thread_local bool t_exiting = false;
 
 std::atomic<std::uint64_t> g_next_allocator_id{1};
 
+// The stream of the orphan pool (segments of destroyed streams): no stream's handle.
+cudaStream_t no_stream() {
+  return reinterpret_cast<cudaStream_t>(~std::uintptr_t(0));
+}
+
 using Block = CachingDeviceAllocator::Block;
 
 struct BySizeThenAddress {
@@ -323,6 +328,21 @@ struct PendingRelease {
   Block* block;
 };
 
+// The release events recorded on one stream, in record order. A stream completes its events in order, so the
+// queue is polled from the front and the first incomplete event ends the scan: the cost of a poll does not
+// grow with the number of releases pending.
+struct PendingQueue {
+  cudaStream_t stream;
+  std::deque<PendingRelease> items;
+};
+
+// A release whose event could not be recorded: recorded again later (or the stream is gone), never reused
+// before.
+struct Unfenced {
+  Block* block;
+  cudaStream_t stream;
+};
+
 struct Fence {
   MemoryBackend::EventHandle event;
   std::uint64_t seq;
@@ -332,6 +352,11 @@ struct Fence {
 constexpr int kMaxForeignScan = 64;
 // Fences outstanding per pool: past this, a stuck stream does not get more.
 constexpr std::size_t kMaxFences = 16;
+// Event polls per allocation on the hit path: completed releases are taken in small steps, so a burst of
+// completions is spread over later allocations (a miss takes them all before asking the backend).
+constexpr std::size_t kPollBudget = 32;
+constexpr std::size_t kPollAll = std::numeric_limits<std::size_t>::max();
+constexpr std::uint64_t kRetired = std::numeric_limits<std::uint64_t>::max();
 
 std::string bytes_and_exact(std::size_t bytes) {
   return detail::str(format_bytes(static_cast<std::int64_t>(bytes)), " (", bytes, " B)");
@@ -343,14 +368,19 @@ std::string bytes_and_exact(std::size_t bytes) {
 struct alignas(kLine) CachingDeviceAllocator::Pool {
   explicit Pool(cudaStream_t s) : stream(s) {}
 
-  cudaStream_t stream;  // read without the lock by every pool_for() probe that passes this pool's slot
+  // Read without the lock by every pool_for() probe that passes this pool's slot; a recycled pool gets
+  // another stream.
+  std::atomic<cudaStream_t> stream;
   // The mutex and everything after it change on every allocate and release: a line pair away from `stream`,
   // so lookups by other threads do not pull this pool's lines while its own thread works.
   alignas(kLine) std::mutex mutex;
   NodeCache nodes;  // before the sets: it must outlive them
   FreeBlockSet small{BySizeThenAddress{}, CachedNodeAllocator<Block*>(&nodes)};
   FreeBlockSet large{BySizeThenAddress{}, CachedNodeAllocator<Block*>(&nodes)};
-  std::vector<PendingRelease> pending;
+  std::vector<PendingQueue> pending;  // one queue per stream with release events outstanding
+  std::vector<Unfenced> unfenced;
+  std::size_t n_pending = 0;  // entries of `pending` and `unfenced`
+  int n_used = 0;             // blocks of its segments in use (allocated, awaiting streams or thread-cached)
   std::deque<Fence> fences;
   std::uint64_t seq = 0;         // releases so far
   std::uint64_t fenced_seq = 0;  // covered by the newest fence recorded
@@ -362,6 +392,20 @@ struct alignas(kLine) CachingDeviceAllocator::Pool {
   std::vector<Block*, LineAllocator<Block*>> spare;  // Block objects to reuse (splits make, merges retire)
 
   FreeBlockSet& set_for(bool small_pool) { return small_pool ? small : large; }
+  cudaStream_t own_stream() const { return stream.load(std::memory_order_relaxed); }
+
+  void enqueue(cudaStream_t st, MemoryBackend::EventHandle event, Block* b) {
+    PendingQueue* q = nullptr;
+    for (PendingQueue& x : pending)
+      if (x.stream == st) q = &x;
+    if (!q) q = &pending.emplace_back(PendingQueue{st, {}});
+    q->items.push_back({event, b});
+    ++n_pending;
+  }
+  // Retired, its stream's work waited for, and nothing of it in use or pending: its slot can go.
+  bool idle() const {
+    return retired.load(std::memory_order_relaxed) && safe_seq == kRetired && n_used == 0 && n_pending == 0;
+  }
 
   Block* new_block() {
     if (spare.empty()) return new Block;
@@ -403,6 +447,11 @@ CachingDeviceAllocator::CachingDeviceAllocator(std::unique_ptr<MemoryBackend> ba
   for (std::size_t i = 0; i < kTableSize; ++i) m_table[i].store(nullptr, std::memory_order_relaxed);
   m_threads.push_back(std::make_shared<ThreadCache>());
   m_exit_cache = m_threads.back().get();
+  // Segments of destroyed streams, safe for every stream (their work was waited for): never fenced.
+  m_pools.push_back(std::make_unique<Pool>(no_stream()));
+  m_orphans = m_pools.back().get();
+  m_orphans->fenced_seq = m_orphans->safe_seq = kRetired;
+  m_orphans->retired.store(true);
 }
 
 CachingDeviceAllocator::~CachingDeviceAllocator() {
@@ -421,7 +470,8 @@ CachingDeviceAllocator::~CachingDeviceAllocator() {
     }
   }
   for (auto& pool : m_pools) {
-    for (auto& p : pool->pending) m_backend->release_event(p.event);
+    for (auto& q : pool->pending)
+      for (auto& p : q.items) m_backend->release_event(p.event);
     for (auto& f : pool->fences) m_backend->release_event(f.event);
     for (Segment* seg : pool->segments) {
       for (Block* b = seg->head; b; b = b->next)
@@ -457,32 +507,76 @@ CachingDeviceAllocator::ThreadCaches::~ThreadCaches() {
 
 // ---------------------------------------------------------------- pools
 
-CachingDeviceAllocator::Pool* CachingDeviceAllocator::find_pool(cudaStream_t stream) const {
-  const auto key = reinterpret_cast<std::uintptr_t>(stream);
-  const std::size_t start =
-      static_cast<std::size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (kTableSize - 1);
-  for (std::size_t i = start;; i = (i + 1) & (kTableSize - 1)) {
-    Pool* p = m_table[i].load(std::memory_order_acquire);
-    if (!p || p->stream == stream) return p;
-  }
+// The table is open addressing with linear probing, read without a lock. A recycled pool's slot becomes a
+// tombstone (probes pass it), and a tombstone followed by an empty slot becomes empty (no probe sequence can
+// pass it to reach a pool further on). Live entries never move, so a lock-free probe never misses a pool
+// that stays in the table.
+namespace {
+
+CachingDeviceAllocator::Pool* tombstone() {
+  static char marker;
+  return reinterpret_cast<CachingDeviceAllocator::Pool*>(&marker);
 }
 
-CachingDeviceAllocator::Pool& CachingDeviceAllocator::pool_for(cudaStream_t stream) {
-  if (Pool* p = find_pool(stream)) return *p;
+}  // namespace
+
+std::size_t CachingDeviceAllocator::home_slot(cudaStream_t stream) {
   const auto key = reinterpret_cast<std::uintptr_t>(stream);
-  const std::size_t start =
-      static_cast<std::size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (kTableSize - 1);
-  std::lock_guard<std::mutex> lock(m_pools_mutex);
-  for (std::size_t i = start;; i = (i + 1) & (kTableSize - 1)) {
+  return static_cast<std::size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (kTableSize - 1);
+}
+
+CachingDeviceAllocator::Pool* CachingDeviceAllocator::find_pool(cudaStream_t stream) const {
+  Pool* const tomb = tombstone();
+  for (std::size_t n = 0, i = home_slot(stream); n < kTableSize; ++n, i = (i + 1) & (kTableSize - 1)) {
     Pool* p = m_table[i].load(std::memory_order_acquire);
-    if (p && p->stream == stream) return *p;
-    if (!p) {
-      MT_CHECK(m_pools.size() < kMaxPools, InvalidArgument, name(), ": more than ", kMaxPools,
-               " distinct streams have allocated from ", m_device);
-      m_pools.push_back(std::make_unique<Pool>(stream));
-      m_table[i].store(m_pools.back().get(), std::memory_order_release);
-      return *m_pools.back();
+    if (!p) return nullptr;
+    if (p != tomb && p->own_stream() == stream) return p;
+  }
+  return nullptr;
+}
+
+CachingDeviceAllocator::Pool& CachingDeviceAllocator::pool_for(cudaStream_t stream, StatShard& stats) {
+  if (Pool* p = find_pool(stream)) return *p;
+  Pool* const tomb = tombstone();
+  for (bool swept = false;; swept = true) {
+    {
+      std::lock_guard<std::mutex> lock(m_pools_mutex);
+      std::size_t slot = kTableSize;
+      for (std::size_t n = 0, i = home_slot(stream); n < kTableSize; ++n, i = (i + 1) & (kTableSize - 1)) {
+        Pool* p = m_table[i].load(std::memory_order_acquire);
+        if (p == tomb) {
+          if (slot == kTableSize) slot = i;
+          continue;
+        }
+        if (!p) {
+          if (slot == kTableSize) slot = i;
+          break;
+        }
+        if (p->own_stream() == stream) return *p;
+      }
+      if (m_n_streams < kMaxPools) {
+        // A recycled pool has no segments, events or blocks left: only its stream and flags change.
+        Pool* p = nullptr;
+        if (!m_spare_pools.empty()) {
+          m_pools.push_back(std::move(m_spare_pools.back()));
+          m_spare_pools.pop_back();
+          p = m_pools.back().get();
+        } else {
+          m_pools.push_back(std::make_unique<Pool>(stream));
+          p = m_pools.back().get();
+        }
+        p->stream.store(stream, std::memory_order_relaxed);
+        p->retired.store(false, std::memory_order_relaxed);
+        m_table[slot].store(p, std::memory_order_release);
+        ++m_n_streams;
+        return *p;
+      }
+      MT_CHECK(!swept, InvalidArgument, name(), ": more than ", kMaxPools,
+               " live streams have allocated from ", m_device,
+               " (a stream's pool is recycled once it is destroyed and nothing of it is in use)");
     }
+    for (Pool* p : all_pools())  // pools of destroyed streams whose last block came back since
+      if (p->retired.load(std::memory_order_acquire) && p != m_orphans) maybe_recycle(*p, stats);
   }
 }
 
@@ -504,6 +598,7 @@ void make_free(PoolT& pool, Block* b, StatsT& stats, bool was_active = true) {
   b->uses.clear();
   b->free_seq = ++pool.seq;
   --b->segment->n_used;
+  --pool.n_used;
   if (was_active) stats.active_bytes.decrease(static_cast<std::int64_t>(b->size));
   auto& set = pool.set_for(b->segment->small);
   if (Block* prev = b->prev; prev && prev->state == BlockState::Free) {
@@ -528,28 +623,62 @@ void make_free(PoolT& pool, Block* b, StatsT& stats, bool was_active = true) {
   set.insert(b);
 }
 
-// Completed release events hand their blocks back. Never blocks.
-template <class PoolT, class StatsT>
-void process_events(PoolT& pool, MemoryBackend& backend, StatsT& stats) {
-  auto& pending = pool.pending;
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < pending.size(); ++i) {
-    PendingRelease p = pending[i];
-    if (backend.event_done(p.event)) {
+// Completed release events hand their blocks back, at most `budget` polls. Never blocks. `is_retired` says
+// whether a stream was destroyed (its work waited for): a release that could not get an event on it needs
+// none any more. An entry leaves its queue only once its event has answered, so a poll that throws leaves
+// the pool as it was.
+template <class PoolT, class StatsT, class Retired>
+void process_events(PoolT& pool, MemoryBackend& backend, StatsT& stats, std::size_t budget,
+                    Retired&& is_retired) {
+  auto release_one = [&](Block* b) {
+    --pool.n_pending;
+    if (--b->n_pending == 0) make_free(pool, b, stats);
+  };
+  for (std::size_t i = 0; i < pool.unfenced.size() && budget != 0; --budget) {
+    const Unfenced u = pool.unfenced[i];
+    if (!is_retired(u.stream)) {
+      MemoryBackend::EventHandle event = nullptr;
+      try {
+        event = backend.record_event(u.stream);
+      } catch (const std::exception&) {
+        ++i;  // still no event: tried again later
+        continue;
+      }
+      pool.unfenced[i] = pool.unfenced.back();
+      pool.unfenced.pop_back();
+      --pool.n_pending;  // counted again by enqueue
+      pool.enqueue(u.stream, event, u.block);
+      ++stats.events_recorded;
+      continue;
+    }
+    pool.unfenced[i] = pool.unfenced.back();
+    pool.unfenced.pop_back();
+    release_one(u.block);
+  }
+  for (std::size_t q = 0; q < pool.pending.size();) {
+    auto& items = pool.pending[q].items;
+    while (!items.empty() && budget != 0) {
+      --budget;
+      const PendingRelease p = items.front();
+      if (!backend.event_done(p.event)) break;  // later events of this stream are not done either
       backend.release_event(p.event);
-      if (--p.block->n_pending == 0) make_free(pool, p.block, stats);
+      items.pop_front();
+      release_one(p.block);
+    }
+    if (items.empty()) {
+      pool.pending[q] = std::move(pool.pending.back());
+      pool.pending.pop_back();
     } else {
-      pending[kept++] = p;
+      ++q;
     }
   }
-  pending.resize(kept);
 }
 
 template <class PoolT>
 void poll_fences(PoolT& pool, MemoryBackend& backend) {
   // One stream completes its events in order, so the front is the oldest.
   while (!pool.fences.empty() && backend.event_done(pool.fences.front().event)) {
-    pool.safe_seq = pool.fences.front().seq;
+    pool.safe_seq = std::max(pool.safe_seq, pool.fences.front().seq);
     backend.release_event(pool.fences.front().event);
     pool.fences.pop_front();
   }
@@ -583,6 +712,54 @@ Block* take_block(PoolT& pool, SetT& set, typename SetT::iterator it, std::size_
 }
 
 }  // namespace
+
+// A retired pool with nothing in use or pending: its free segments go to the orphan pool (lent to any
+// stream), its table slot and the Pool object are recycled.
+void CachingDeviceAllocator::maybe_recycle(Pool& pool, StatShard& stats) {
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  if (&pool == m_orphans || !pool.retired.load(std::memory_order_relaxed)) return;
+  if (pool.n_pending)
+    process_events(pool, *m_backend, stats, kPollAll, [this](cudaStream_t st) { return stream_retired(st); });
+  if (!pool.idle()) return;
+  {
+    std::lock_guard<std::mutex> pools_lock(m_pools_mutex);
+    auto it = std::find_if(m_pools.begin(), m_pools.end(), [&](const auto& p) { return p.get() == &pool; });
+    if (it == m_pools.end()) return;  // recycled already
+    {
+      // Nothing is used, so coalescing has left one free block spanning each segment.
+      std::lock_guard<std::mutex> orphans_lock(m_orphans->mutex);
+      for (Segment* seg : pool.segments) {
+        Block* whole = seg->head;
+        pool.set_for(seg->small).erase(whole);
+        seg->pool = m_orphans;
+        seg->n_moves = 0;  // no longer traded between two live streams
+        seg->index = m_orphans->segments.size();
+        m_orphans->segments.push_back(seg);
+        whole->free_seq = 0;
+        m_orphans->set_for(seg->small).insert(whole);
+      }
+    }
+    pool.segments.clear();
+    pool.seq = pool.fenced_seq = pool.safe_seq = 0;
+    pool.pending.clear();
+    Pool* const tomb = tombstone();
+    const cudaStream_t stream = pool.own_stream();
+    std::size_t i = home_slot(stream);
+    for (std::size_t n = 0; n < kTableSize && m_table[i].load(std::memory_order_relaxed) != &pool; ++n)
+      i = (i + 1) & (kTableSize - 1);
+    if (m_table[i].load(std::memory_order_relaxed) == &pool) {
+      m_table[i].store(tomb, std::memory_order_release);
+      --m_n_streams;
+      while (m_table[i].load(std::memory_order_relaxed) == tomb &&
+             !m_table[(i + 1) & (kTableSize - 1)].load(std::memory_order_relaxed)) {
+        m_table[i].store(nullptr, std::memory_order_release);
+        i = (i - 1) & (kTableSize - 1);
+      }
+    }
+    m_spare_pools.push_back(std::move(*it));
+    m_pools.erase(it);
+  }
+}
 
 // ---------------------------------------------------------------- thread caches
 
@@ -708,8 +885,13 @@ void CachingDeviceAllocator::return_blocks(Block* const* blocks, int n, StatShar
   for (int i = 0; i < n; ++i) {
     Block* b = blocks[i];
     Pool& pool = *b->segment->pool;  // stable: a segment with a used block does not move
-    std::lock_guard<std::mutex> lock(pool.mutex);
-    make_free(pool, b, stats, /*was_active=*/false);
+    bool retired = false;
+    {
+      std::lock_guard<std::mutex> lock(pool.mutex);
+      make_free(pool, b, stats, /*was_active=*/false);
+      retired = pool.retired.load(std::memory_order_relaxed);
+    }
+    if (retired) maybe_recycle(pool, stats);
   }
 }
 
@@ -735,7 +917,7 @@ CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, s
     poll_fences(pool, *m_backend);
     if (pool.seq > pool.fenced_seq && pool.fences.size() < kMaxFences) {
       try {
-        pool.fences.push_back({m_backend->record_event(pool.stream), pool.seq});
+        pool.fences.push_back({m_backend->record_event(pool.own_stream()), pool.seq});
         pool.fenced_seq = pool.seq;
         ++stats.events_recorded;
         poll_fences(pool, *m_backend);  // an idle stream passes its fence at once
@@ -794,6 +976,7 @@ Allocation CachingDeviceAllocator::hand_out(Block* b, std::size_t bytes, cudaStr
   b->stream = stream;
   b->uses.clear();
   ++b->segment->n_used;
+  ++b->segment->pool->n_used;
   count_hand_out(stats, static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(bytes), hit);
   if (foreign) ++stats.cross_stream_hits;
   return make_allocation(b->ptr, bytes, stream, b);
@@ -837,58 +1020,87 @@ CachingDeviceAllocator::Block* CachingDeviceAllocator::new_segment(Pool& own, st
   return take_block(own, set, set.insert(head).first, rounded, stats);
 }
 
+// Free segments are taken out of their pools under the pool's lock and handed back to the backend after it
+// (cudaFree synchronises the device).
 void CachingDeviceAllocator::release_free_segments(bool oversize_only, StatShard& stats) {
+  std::vector<Segment*> freed;
   for (Pool* pool : all_pools()) {
-    std::lock_guard<std::mutex> lock(pool->mutex);
-    auto& segs = pool->segments;
-    for (std::size_t i = 0; i < segs.size();) {
-      Segment* seg = segs[i];
-      if (seg->n_used != 0 || (oversize_only && seg->size <= kLargeSegment)) {
-        ++i;
-        continue;
+    {
+      std::lock_guard<std::mutex> lock(pool->mutex);
+      auto& segs = pool->segments;
+      for (std::size_t i = 0; i < segs.size();) {
+        Segment* seg = segs[i];
+        if (seg->n_used != 0 || (oversize_only && seg->size <= kLargeSegment)) {
+          ++i;
+          continue;
+        }
+        // Nothing is used, so coalescing has left one free block spanning the segment.
+        Block* b = seg->head;
+        pool->set_for(seg->small).erase(b);
+        pool->retire(b);
+        segs[i] = segs.back();
+        segs[i]->index = i;
+        segs.pop_back();
+        freed.push_back(seg);
       }
-      // Nothing is used, so coalescing has left one free block spanning the segment.
-      Block* b = seg->head;
-      pool->set_for(seg->small).erase(b);
+    }
+    for (Segment* seg : freed) {
       m_backend->deallocate(seg->ptr, seg->size);
       m_reserved.fetch_sub(seg->size, std::memory_order_relaxed);
       stats.segments.decrease(1);
       stats.reserved_bytes.decrease(static_cast<std::int64_t>(seg->size));
       ++stats.device_frees;
-      pool->retire(b);
-      segs[i] = segs.back();
-      segs[i]->index = i;
-      segs.pop_back();
       delete seg;
     }
+    freed.clear();
   }
 }
 
 // Blocks the host until every release event and every pool's work released so far is done, so that every free
-// block is free for every stream.
+// block is free for every stream. The waits happen outside the pool's lock (a wait may take as long as the
+// device's queued work): under it, note the streams to wait for; wait on a fresh event of each (a stream
+// completes its events in order, so that covers every release event on it); then poll again under it.
 void CachingDeviceAllocator::wait_all_events(StatShard& stats) {
+  auto retired = [this](cudaStream_t st) { return stream_retired(st); };
+  std::vector<cudaStream_t> streams;
   for (Pool* pool : all_pools()) {
-    std::lock_guard<std::mutex> lock(pool->mutex);
-    for (auto& p : pool->pending) {
-      m_backend->event_wait(p.event);
-      ++stats.host_waits;
+    streams.clear();
+    std::uint64_t seq = 0;
+    bool fence_own = false;
+    {
+      std::lock_guard<std::mutex> lock(pool->mutex);
+      if (pool->n_pending) process_events(*pool, *m_backend, stats, kPollAll, retired);
+      for (const PendingQueue& q : pool->pending) streams.push_back(q.stream);
+      for (const Unfenced& u : pool->unfenced) streams.push_back(u.stream);
+      seq = pool->seq;
+      fence_own = seq > pool->safe_seq && !pool->retired.load(std::memory_order_relaxed);
+      if (fence_own) streams.push_back(pool->own_stream());
     }
-    process_events(*pool, *m_backend, stats);
-    for (auto& f : pool->fences) m_backend->release_event(f.event);
-    pool->fences.clear();
-    if (pool->seq > pool->safe_seq && !pool->retired.load(std::memory_order_relaxed)) {
+    std::sort(streams.begin(), streams.end());
+    streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
+    bool own_done = false;
+    for (cudaStream_t st : streams) {
+      if (retired(st)) continue;
       try {
-        MemoryBackend::EventHandle e = m_backend->record_event(pool->stream);
+        MemoryBackend::EventHandle e = m_backend->record_event(st);
         ++stats.events_recorded;
+        struct Release {
+          MemoryBackend& backend;
+          MemoryBackend::EventHandle e;
+          ~Release() { backend.release_event(e); }
+        } release{*m_backend, e};
         m_backend->event_wait(e);
         ++stats.host_waits;
-        m_backend->release_event(e);
-        pool->safe_seq = pool->seq;
+        if (fence_own && st == pool->own_stream()) own_done = true;
       } catch (const Error& e) {
-        detail::log_error(std::string("caching allocator: cannot fence a stream: ") + e.what());
+        detail::log_error(std::string("caching allocator: cannot wait for a stream: ") + e.what());
       }
     }
-    pool->fenced_seq = pool->safe_seq;
+    std::lock_guard<std::mutex> lock(pool->mutex);
+    if (pool->n_pending) process_events(*pool, *m_backend, stats, kPollAll, retired);
+    poll_fences(*pool, *m_backend);
+    if (own_done && pool->safe_seq < seq) pool->safe_seq = seq;
+    if (pool->fences.empty() && pool->fenced_seq < pool->safe_seq) pool->fenced_seq = pool->safe_seq;
   }
 }
 
@@ -903,15 +1115,16 @@ Allocation CachingDeviceAllocator::allocate(std::size_t bytes, cudaStream_t stre
   MT_CHECK(bytes <= std::numeric_limits<std::size_t>::max() / 2, OutOfMemoryError, m_device,
            ": cannot allocate ", bytes, " bytes (more than any device has)");
   const std::size_t rounded = round_size(bytes);
+  auto retired = [this](cudaStream_t st) { return stream_retired(st); };
 
   // The hit paths: the thread's own cache (no lock shared with other threads), then the stream's own pool
   // (one lock, one lookup).
   if (rounded <= kThreadCacheRequest && here.n.load(kRelaxed) != 0)
     if (Allocation a = take_thread_cached(here, bytes, rounded, stream)) return a;
-  Pool& own = pool_for(stream);
+  Pool& own = pool_for(stream, stats);
   {
     std::lock_guard<std::mutex> lock(own.mutex);
-    if (!own.pending.empty()) process_events(own, *m_backend, stats);
+    if (own.n_pending) process_events(own, *m_backend, stats, kPollBudget, retired);
     if (Block* b = take_cached(own, rounded, Take::Own, stats))
       return hand_out(b, bytes, stream, true, false, stats);
   }
@@ -931,12 +1144,17 @@ Allocation CachingDeviceAllocator::allocate(std::size_t bytes, cudaStream_t stre
     for (Pool* pool : all_pools()) {
       if (pool == &own) continue;
       Block* b = nullptr;
+      bool recycle = false;
       {
         std::lock_guard<std::mutex> lock(pool->mutex);
-        if (!pool->pending.empty()) process_events(*pool, *m_backend, stats);
+        if (pool->n_pending) {
+          process_events(*pool, *m_backend, stats, kPollAll, retired);
+          recycle = pool->idle();  // a destroyed stream's last release came back
+        }
         b = take_cached(*pool, rounded, mode, stats);
         if (b && mode == Take::AnyBlock) return hand_out(b, bytes, stream, true, true, stats);
       }
+      if (recycle && !b) maybe_recycle(*pool, stats);
       if (b) {
         std::lock_guard<std::mutex> lock(own.mutex);
         adopt_segment(own, b);
@@ -949,7 +1167,7 @@ Allocation CachingDeviceAllocator::allocate(std::size_t bytes, cudaStream_t stre
   auto search_all = [&]() -> Allocation {
     {
       std::lock_guard<std::mutex> lock(own.mutex);
-      process_events(own, *m_backend, stats);
+      process_events(own, *m_backend, stats, kPollAll, retired);
       if (Block* b = take_cached(own, rounded, Take::Own, stats))
         return hand_out(b, bytes, stream, true, false, stats);
     }
@@ -1002,41 +1220,56 @@ void CachingDeviceAllocator::deallocate(const Allocation& a) noexcept {
   // Nothing but this release changes the block's stream, uses or segment->pool now (a segment with a used
   // block does not move), so they are read before taking any lock.
   Pool& pool = *b->segment->pool;
-  const bool own_stream_only = b->stream == pool.stream && b->uses.empty();
+  const cudaStream_t pool_stream = pool.own_stream();
+  const bool own_stream_only = b->stream == pool_stream && b->uses.empty();
 
   // The hit paths: released on the pool's own stream and used nowhere else, so stream order makes reuse by
   // that stream safe: into the thread's cache, else the pool.
+  // (Not for a destroyed stream's blocks: its pool is recycled once they are all back.)
   if (own_stream_only && &here != m_exit_cache && m_thread_cache.load(kRelaxed) && caching_enabled() &&
-      keep_thread_cached(here, b))
+      !pool.retired.load(kRelaxed) && keep_thread_cached(here, b))
     return;
+  if (release_locked(pool, pool_stream, b, own_stream_only, stats)) maybe_recycle(pool, stats);
+}
+
+// A block released by its user, under its pool's lock. true: the pool is retired (its stream destroyed) and
+// may have nothing in use any more.
+bool CachingDeviceAllocator::release_locked(Pool& pool, cudaStream_t pool_stream, Block* b,
+                                            bool own_stream_only, StatShard& stats) {
   std::lock_guard<std::mutex> lock(pool.mutex);
   stats.count_release(static_cast<std::int64_t>(b->size), static_cast<std::int64_t>(b->requested));
+  const bool retired = pool.retired.load(std::memory_order_relaxed);
   if (own_stream_only) {
     make_free(pool, b, stats);
-    return;
+    return retired;
   }
   // Streams other than the pool's that may still use the block: each gets an event, and the block returns to
   // the pool once all have completed. The pool's own stream orders any later reuse by itself.
   b->state = BlockState::AwaitingStreams;
-  bool failed = false;
   auto fence = [&](cudaStream_t st) {
-    if (const Pool* p = find_pool(st); p && p->retired.load(std::memory_order_acquire))
-      return;  // destroyed after its work was waited for: nothing of it can still use the block
+    if (stream_retired(st)) return;  // destroyed after its work was waited for: nothing of it uses the block
+    ++b->n_pending;
     try {
-      pool.pending.push_back({m_backend->record_event(st), b});
-      ++b->n_pending;
+      pool.enqueue(st, m_backend->record_event(st), b);
       ++stats.events_recorded;
     } catch (const std::exception& e) {
-      failed = true;
+      // Without an event there is no telling when the block is safe: it waits until one can be recorded
+      // (process_events tries again; empty_cache waits for it).
+      pool.unfenced.push_back({b, st});
+      ++pool.n_pending;
       detail::log_error(std::string("caching allocator: cannot record a release event: ") + e.what());
     }
   };
-  if (b->stream != pool.stream) fence(b->stream);
+  if (b->stream != pool_stream) fence(b->stream);
   for (cudaStream_t st : b->uses)
-    if (st != pool.stream && st != b->stream) fence(st);  // record_stream keeps `uses` free of duplicates
-  // Without an event on every stream there is no telling when the block is safe: it is never reused.
-  if (failed) b->n_pending += 1 << 20;
+    if (st != pool_stream && st != b->stream) fence(st);  // record_stream keeps `uses` free of duplicates
   if (b->n_pending == 0) make_free(pool, b, stats);
+  return retired;
+}
+
+bool CachingDeviceAllocator::stream_retired(cudaStream_t stream) const {
+  const Pool* p = find_pool(stream);
+  return p && p->retired.load(std::memory_order_acquire);
 }
 
 void CachingDeviceAllocator::record_stream(const Allocation& allocation, cudaStream_t stream) {
@@ -1064,22 +1297,59 @@ void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
                                   "blocks stay its own): ") +
                       e.what());
   }
-  std::lock_guard<std::mutex> lock(pool->mutex);
-  for (auto& f : pool->fences) m_backend->release_event(f.event);  // passed (or never to be polled)
-  pool->fences.clear();
-  constexpr std::uint64_t kRetired = std::numeric_limits<std::uint64_t>::max();
-  pool->fenced_seq = kRetired;  // never fenced again
-  if (drained) pool->safe_seq = kRetired;
-  pool->retired.store(true, std::memory_order_release);
+  std::unique_lock<std::mutex> exit_lock;
+  StatShard* stats = nullptr;
+  try {
+    stats = &local(exit_lock).stats;
+  } catch (const std::exception& e) {
+    detail::log_error(std::string("caching allocator: stream_destroying: ") + e.what());
+    return;
+  }
+  // Blocks of the stream kept in thread caches go back to the pool, which may then be recycled at once.
+  drain_thread_caches(*stats);
+  if (drained) {
+    // Its pool may be recycled before blocks of other pools used on it come back: they must not name it then
+    // (an event recorded on a destroyed stream is undefined). Its work is done, so they need no event on it.
+    for (Pool* p : all_pools()) {
+      std::lock_guard<std::mutex> lock(p->mutex);
+      const cudaStream_t own = p->own_stream();
+      for (Segment* seg : p->segments)
+        for (Block* b = seg->head; b; b = b->next) {
+          if (b->state != BlockState::Allocated) continue;
+          std::erase(b->uses, stream);
+          if (b->stream == stream && own != stream) b->stream = own;
+        }
+      for (std::size_t i = 0; i < p->unfenced.size();) {
+        const Unfenced u = p->unfenced[i];
+        if (u.stream != stream) {
+          ++i;
+          continue;
+        }
+        p->unfenced[i] = p->unfenced.back();
+        p->unfenced.pop_back();
+        --p->n_pending;
+        if (--u.block->n_pending == 0) make_free(*p, u.block, *stats);
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(pool->mutex);
+    for (auto& f : pool->fences) m_backend->release_event(f.event);  // passed (or never to be polled)
+    pool->fences.clear();
+    pool->fenced_seq = kRetired;  // never fenced again
+    if (drained) pool->safe_seq = kRetired;
+    pool->retired.store(true, std::memory_order_release);
+  }
+  maybe_recycle(*pool, *stats);
 }
 
 void CachingDeviceAllocator::stream_created(cudaStream_t stream) noexcept {
   Pool* pool = find_pool(stream);
-  if (!pool) return;
+  if (!pool) return;  // a fresh pool when it first allocates
   std::lock_guard<std::mutex> lock(pool->mutex);
-  if (!pool->retired.load(std::memory_order_relaxed)) return;
-  // What was released so far is free for every stream (the old stream's work was waited for); what the new
-  // stream releases is fenced again.
+  if (!pool->retired.load(std::memory_order_relaxed) || pool->own_stream() != stream) return;
+  // Blocks of the old stream are still in use: the pool lives on. What was released so far is free for every
+  // stream (the old stream's work was waited for); what the new stream releases is fenced again.
   pool->fenced_seq = pool->safe_seq = pool->seq;
   pool->retired.store(false, std::memory_order_release);
 }
@@ -1211,7 +1481,7 @@ std::vector<SegmentInfo> CachingDeviceAllocator::snapshot() {
       SegmentInfo si;
       si.address = reinterpret_cast<std::uintptr_t>(seg->ptr);
       si.size = seg->size;
-      si.stream = pool->stream;
+      si.stream = pool->own_stream();
       si.small_pool = seg->small;
       for (const Block* b = seg->head; b; b = b->next)
         si.blocks.push_back(

@@ -432,3 +432,90 @@ BENCHMARK(BM_FuzzFragmentation_Fake)->Iterations(1)->Unit(benchmark::kMillisecon
 BENCHMARK(BM_FuzzFragmentation_Cuda)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
+
+// ---------------------------------------------------------------- scale (FakeBackend, no GPU)
+
+namespace {
+
+// Every thread on one stream, sizes up to 1 MiB only (what the per-thread caches keep) and the full mix: how
+// much of the one-stream cost the shared pool's lock is.
+void BM_Pairs_SharedStream(benchmark::State& state) {
+  static CachingDeviceAllocator* alloc = [] {
+    auto* a = new CachingDeviceAllocator(std::make_unique<mt::FakeBackend>(std::size_t(64) << 30));
+    configure(*a);
+    return a;
+  }();
+  caching_pairs(state, "shared", *alloc, mt::FakeBackend::fake_stream(1));
+}
+
+// Pairs on a stream while another pool holds `range(0)` releases still awaiting a busy stream (record_stream):
+// own-pool pairs on the pool that holds them (they poll its pending queue) and pairs on a third stream.
+void BM_Pairs_PendingCrossStream(benchmark::State& state) {
+  const auto n_pending = static_cast<int>(state.range(0));
+  auto backend = std::make_unique<mt::FakeBackend>(std::size_t(64) << 30);
+  mt::FakeBackend* fake = backend.get();
+  CachingDeviceAllocator alloc(std::move(backend));
+  configure(alloc);
+  const cudaStream_t s1 = mt::FakeBackend::fake_stream(1), s2 = mt::FakeBackend::fake_stream(2),
+                     s3 = mt::FakeBackend::fake_stream(3);
+  {
+    std::vector<Allocation> blocks;
+    for (int i = 0; i < n_pending; ++i) {
+      blocks.push_back(alloc.allocate(4 * KiB, s1));
+      alloc.record_stream(blocks.back(), s2);
+      fake->submit(s2);
+    }
+  }  // released: n_pending events on s2, none done
+  const bool own = state.range(1) == 0;
+  const cudaStream_t s = own ? s1 : s3;
+  for (std::size_t size : kSizes) alloc.allocate(size, s);
+  const auto t0 = clock_type::now();
+  std::size_t k = 0;
+  for (auto _ : state) {
+    Allocation a = alloc.allocate(kSizes[k++ % kSizes.size()], s);
+    benchmark::DoNotOptimize(a.data());
+  }
+  const double us =
+      std::chrono::duration<double, std::micro>(clock_type::now() - t0).count() / static_cast<double>(k);
+  state.counters["us_per_pair"] = us;
+  state.counters["events_outstanding"] = static_cast<double>(fake->n_events_outstanding());
+  state.SetLabel(own ? "pairs on the pool holding them" : "pairs on another stream");
+  fake->complete_all();
+}
+
+// Streams created, used and destroyed in turn (an mt::Stream's hooks): time per stream life, and the reserved
+// memory after them all.
+void BM_ShortLivedStreams(benchmark::State& state) {
+  auto backend = std::make_unique<mt::FakeBackend>(std::size_t(64) << 30);
+  mt::FakeBackend* fake = backend.get();
+  CachingDeviceAllocator alloc(std::move(backend));
+  configure(alloc);
+  int i = 0;
+  for (auto _ : state) {
+    const cudaStream_t s = mt::FakeBackend::fake_stream(100 + i++);
+    fake->create_stream(s);
+    alloc.stream_created(s);
+    {
+      Allocation a = alloc.allocate(64 * KiB, s), b = alloc.allocate(3 * MiB, s);
+      fake->submit(s);
+    }
+    alloc.stream_destroying(s);
+    fake->destroy_stream(s);
+  }
+  state.counters["streams"] = i;
+  state.counters["reserved_MiB"] = static_cast<double>(alloc.stats().reserved_bytes.current) / MiB;
+}
+
+}  // namespace
+
+BENCHMARK(BM_Pairs_SharedStream)->Threads(1)->Threads(8)->Apply(pairs);
+BENCHMARK(BM_Pairs_PendingCrossStream)
+    ->Args({0, 0})
+    ->Args({10000, 0})
+    ->Args({10000, 1})
+    ->Args({50000, 0})
+    ->Args({50000, 1})
+    ->UseRealTime()
+    ->MinTime(0.3)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ShortLivedStreams)->Iterations(5000)->Unit(benchmark::kMicrosecond);

@@ -96,6 +96,13 @@ class FakeBackend final : public MemoryBackend {
   std::int64_t n_events_created() const;  // distinct event objects made (the pool reuses them)
   std::int64_t n_events_outstanding() const;
   std::int64_t n_event_waits() const;
+  std::int64_t n_live_allocations() const;  // handed out by allocate and not yet deallocated
+  std::int64_t n_event_queries() const;     // event_done calls
+
+  // Fault injection: while set, the call throws mt::CudaError (cudaErrorUnknown) instead of doing its work.
+  void set_fail_allocate(bool fail);
+  void set_fail_record_event(bool fail);
+  void set_fail_event_query(bool fail);  // event_done and event_wait
 
  private:
   struct FakeEvent {
@@ -115,7 +122,9 @@ class FakeBackend final : public MemoryBackend {
   std::vector<FakeEvent*> m_event_pool;
   std::vector<std::unique_ptr<FakeEvent>> m_events;
   std::unordered_set<cudaStream_t> m_destroyed;
-  std::int64_t m_n_allocs = 0, m_n_frees = 0, m_n_outstanding = 0, m_n_waits = 0, m_n_dead_records = 0;
+  std::int64_t m_n_allocs = 0, m_n_frees = 0, m_n_outstanding = 0, m_n_waits = 0, m_n_dead_records = 0,
+               m_n_queries = 0;
+  bool m_fail_allocate = false, m_fail_record = false, m_fail_query = false;
 };
 
 }  // namespace mt

@@ -131,8 +131,13 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
  private:
   struct ThreadCaches;  // one thread's caches, one per allocator it has used (thread-local)
 
-  Pool& pool_for(cudaStream_t stream);
+  Pool& pool_for(cudaStream_t stream, StatShard& stats);
   Pool* find_pool(cudaStream_t stream) const;  // null: no pool for it yet
+  static std::size_t home_slot(cudaStream_t stream);
+  void maybe_recycle(Pool& pool, StatShard& stats);  // a destroyed stream's pool with nothing left in use
+  bool stream_retired(cudaStream_t stream) const;    // destroyed, its work waited for
+  bool release_locked(Pool& pool, cudaStream_t pool_stream, Block* block, bool own_stream_only,
+                      StatShard& stats);
   std::vector<Pool*> all_pools() const;
   // The calling thread's cache (its statistics too). A thread that is exiting, whose thread-local state is
   // gone, gets a shared stand-in, locked into `exit_lock`.
@@ -168,12 +173,16 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   std::atomic<std::size_t> m_reserved{0};  // all pools, for the cap
   std::atomic<bool> m_thread_cache{true};
 
-  // Stream -> pool: an open-addressing table read without a lock; pools are only added, under m_pools_mutex.
+  // Stream -> pool: an open-addressing table read without a lock, changed under m_pools_mutex. At most
+  // kMaxPools live streams; a destroyed stream's pool leaves once nothing of it is in use (maybe_recycle).
   static constexpr std::size_t kMaxPools = 1024;
-  static constexpr std::size_t kTableSize = 2 * kMaxPools;
+  static constexpr std::size_t kTableSize = 4 * kMaxPools;
   mutable std::mutex m_pools_mutex;
   std::unique_ptr<std::atomic<Pool*>[]> m_table;
-  std::vector<std::unique_ptr<Pool>> m_pools;
+  std::vector<std::unique_ptr<Pool>> m_pools;        // in use (the orphan pool too)
+  std::vector<std::unique_ptr<Pool>> m_spare_pools;  // recycled, empty: never freed while others may hold one
+  std::size_t m_n_streams = 0;                       // pools in the table
+  Pool* m_orphans = nullptr;  // free segments of recycled pools, lent to every stream (no stream of its own)
 
   // Every thread cache made for this allocator; a thread that exits leaves its cache (its statistics) for the
   // next new thread to adopt.

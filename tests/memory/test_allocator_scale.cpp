@@ -1,0 +1,450 @@
+// The caching device allocator at scale and under faults, against FakeBackend: many short-lived streams,
+// many pending releases, backend calls that block or throw, and out of memory under several threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "memory/caching.h"
+#include "runtime/error.h"
+
+namespace mt {
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
+
+const cudaStream_t s1 = FakeBackend::fake_stream(1);
+const cudaStream_t s2 = FakeBackend::fake_stream(2);
+const cudaStream_t s3 = FakeBackend::fake_stream(3);
+
+class AllocatorScale : public ::testing::Test {
+ protected:
+  void make(std::size_t capacity) {
+    auto b = std::make_unique<FakeBackend>(capacity);
+    fake = b.get();
+    alloc = std::make_unique<CachingDeviceAllocator>(std::move(b));
+  }
+  void SetUp() override { make(1024 * MiB); }
+
+  // The figures every state must agree on, with `n_live` allocations of `live_bytes` requested bytes.
+  void expect_consistent(std::int64_t n_live, std::int64_t live_bytes) {
+    const MemoryStats st = alloc->stats();
+    EXPECT_EQ(st.allocations.current, n_live);
+    EXPECT_EQ(st.requested_bytes.current, live_bytes);
+    EXPECT_GE(st.active_bytes.current, st.allocated_bytes.current);
+    EXPECT_GE(st.reserved_bytes.current, st.active_bytes.current);
+    EXPECT_EQ(static_cast<std::size_t>(st.reserved_bytes.current), fake->used());
+    EXPECT_EQ(st.device_mallocs - st.device_frees, st.segments.current);
+    EXPECT_EQ(st.segments.current, fake->n_live_allocations());
+  }
+  // After every allocation is gone and every stream done: nothing reserved, no event held.
+  void expect_all_back() {
+    fake->complete_all();
+    alloc->empty_cache();
+    const MemoryStats st = alloc->stats();
+    EXPECT_EQ(st.allocations.current, 0);
+    EXPECT_EQ(st.active_bytes.current, 0);
+    EXPECT_EQ(st.reserved_bytes.current, 0);
+    EXPECT_EQ(fake->n_live_allocations(), 0);
+    EXPECT_EQ(fake->used(), 0u);
+    EXPECT_EQ(fake->n_events_outstanding(), 0);
+  }
+
+  FakeBackend* fake = nullptr;
+  std::unique_ptr<CachingDeviceAllocator> alloc;
+};
+
+bool inside(const void* p, const SegmentInfo& seg) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  return a >= seg.address && a < seg.address + seg.size;
+}
+
+// An mt::Stream's life as its hooks tell the allocator.
+void destroy(CachingDeviceAllocator& alloc, FakeBackend& fake, cudaStream_t s) {
+  alloc.stream_destroying(s);
+  fake.destroy_stream(s);
+}
+void create(CachingDeviceAllocator& alloc, FakeBackend& fake, cudaStream_t s) {
+  fake.create_stream(s);
+  alloc.stream_created(s);
+}
+
+// ---------------------------------------------------------------- destroyed streams
+
+TEST_F(AllocatorScale, FiveThousandShortLivedStreamsAreReclaimed) {
+  std::int64_t peak_reserved = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const cudaStream_t s = FakeBackend::fake_stream(100 + i);
+    create(*alloc, *fake, s);
+    Allocation a = alloc->allocate(64 * KiB, s), b = alloc->allocate(3 * MiB, s);
+    Allocation c = alloc->allocate(256 * KiB, s);
+    alloc->record_stream(c, s1);  // a block used on a long-lived stream too
+    fake->submit(s);
+    a.reset();
+    b.reset();
+    c.reset();
+    Allocation outlives = alloc->allocate(4 * KiB, s);  // a tensor that outlives its stream
+    destroy(*alloc, *fake, s);
+    outlives.reset();
+    peak_reserved = std::max(peak_reserved, alloc->stats().reserved_bytes.current);
+    if (i % 10 == 9) fake->complete(s1);
+  }
+  // Memory of dead streams is reused by the next ones: a few segments, not one set per stream.
+  EXPECT_LE(peak_reserved, static_cast<std::int64_t>(64 * MiB));
+  EXPECT_EQ(fake->n_events_on_destroyed_streams(), 0);
+  // Far more streams than the table holds have come and gone; live ones still get pools.
+  Allocation x = alloc->allocate(MiB, s2);
+  EXPECT_NE(x.data(), nullptr);
+  expect_consistent(1, static_cast<std::int64_t>(MiB));
+  x.reset();
+  expect_all_back();
+}
+
+TEST_F(AllocatorScale, LiveStreamsBeyondTheLimitStillRaise) {
+  make(std::size_t(4096) * MiB);  // a segment each: no stream borrows another's blocks
+  std::vector<Allocation> keep;
+  for (int i = 0; i < 1024; ++i) keep.push_back(alloc->allocate(512, FakeBackend::fake_stream(10 + i)));
+  EXPECT_THROW(alloc->allocate(512, FakeBackend::fake_stream(5000)), InvalidArgument);
+  // One of them destroyed, its block still in use: not yet reclaimed.
+  const cudaStream_t first = FakeBackend::fake_stream(10);
+  destroy(*alloc, *fake, first);
+  EXPECT_THROW(alloc->allocate(512, FakeBackend::fake_stream(5000)), InvalidArgument);
+  keep.front().reset();  // its last block back: the slot is free
+  Allocation a = alloc->allocate(512, FakeBackend::fake_stream(5000));
+  EXPECT_NE(a.data(), nullptr);
+  keep.clear();
+  a.reset();
+  expect_all_back();
+}
+
+// A stream destroyed with nothing in use loses its pool; a new stream with the same handle starts clean:
+// fenced as any live stream, none of the old stream's figures.
+TEST_F(AllocatorScale, ReusedHandleGetsACleanPool) {
+  Allocation a = alloc->allocate(MiB, s1), b = alloc->allocate(MiB, s1);
+  fake->submit(s1);
+  a.reset();
+  b.reset();
+  destroy(*alloc, *fake, s1);
+  create(*alloc, *fake, s1);
+  Allocation c1 = alloc->allocate(MiB, s1), c2 = alloc->allocate(MiB, s1);
+  const void* p = c1.data();
+  fake->submit(s1);
+  c1.reset();
+  c2.reset();
+  const std::vector<SegmentInfo> segs = alloc->snapshot();
+  const SegmentInfo seg =
+      *std::find_if(segs.begin(), segs.end(), [&](const SegmentInfo& x) { return inside(p, x); });
+  EXPECT_EQ(seg.stream, s1);
+  Allocation d1 = alloc->allocate(MiB, s2), d2 = alloc->allocate(MiB, s2);
+  EXPECT_FALSE(inside(d1.data(), seg));  // s1 is busy: its releases wait for a fence
+  EXPECT_FALSE(inside(d2.data(), seg));
+  fake->complete(s1);
+  Allocation e = alloc->allocate(MiB, s3);
+  EXPECT_TRUE(inside(e.data(), seg));  // done: the segment moves to s3
+  EXPECT_EQ(fake->n_events_on_destroyed_streams(), 0);
+  d1.reset();
+  d2.reset();
+  e.reset();
+  expect_all_back();
+}
+
+// ---------------------------------------------------------------- pending releases
+
+// 10,000 blocks released on s1 while s2 still uses them: allocations keep polling a bounded number of events,
+// and the blocks come back once s2 is done.
+TEST_F(AllocatorScale, TenThousandPendingReleasesPollBoundedly) {
+  std::vector<Allocation> blocks;
+  for (int i = 0; i < 10000; ++i) {
+    blocks.push_back(alloc->allocate(4 * KiB, s1));
+    alloc->record_stream(blocks.back(), s2);
+    fake->submit(s2);
+  }
+  blocks.clear();
+  EXPECT_EQ(fake->n_events_outstanding(), 10000);
+  const std::int64_t queries_before = fake->n_event_queries();
+  for (int i = 0; i < 100; ++i) {
+    Allocation x = alloc->allocate(3 * MiB, s1);  // own pool: polls the pending queue's front only
+    Allocation y = alloc->allocate(3 * MiB, s3);
+  }
+  EXPECT_LE(fake->n_event_queries() - queries_before, 100 * 4);
+  EXPECT_EQ(fake->n_events_outstanding(), 10000);
+  EXPECT_EQ(alloc->stats().active_bytes.current, 10000 * 4 * static_cast<std::int64_t>(KiB));
+  // Half of s2's work done: the first half of the releases come back, in order, over later allocations.
+  fake->complete(s2);
+  for (int i = 0; i < 400; ++i) Allocation x = alloc->allocate(3 * MiB, s1);
+  EXPECT_EQ(fake->n_events_outstanding(), 0);
+  EXPECT_EQ(alloc->stats().active_bytes.current, 0);
+  expect_all_back();
+}
+
+// ---------------------------------------------------------------- no blocking call under a pool lock
+
+// FakeBackend, with a probe run inside every call that may block (event waits and frees): it asks, from
+// another thread, for what needs every pool's lock (a snapshot, an allocation on the same stream). Were a
+// pool's lock held across the call, the probe would not finish.
+class ProbingBackend final : public MemoryBackend {
+ public:
+  explicit ProbingBackend(std::size_t capacity) : m_fake(capacity) {}
+  void* allocate(std::size_t bytes) override { return m_fake.allocate(bytes); }
+  void deallocate(void* ptr, std::size_t bytes) noexcept override {
+    probe();
+    m_fake.deallocate(ptr, bytes);
+  }
+  EventHandle record_event(cudaStream_t stream) override { return m_fake.record_event(stream); }
+  bool event_done(EventHandle event) override { return m_fake.event_done(event); }
+  void event_wait(EventHandle event) override {
+    probe();
+    m_fake.event_wait(event);
+  }
+  void release_event(EventHandle event) noexcept override { m_fake.release_event(event); }
+  void memory_info(std::size_t& free_bytes, std::size_t& total_bytes) override {
+    m_fake.memory_info(free_bytes, total_bytes);
+  }
+  Device device() const override { return m_fake.device(); }
+  std::string name() const override { return "probing"; }
+
+  FakeBackend& fake() { return m_fake; }
+  std::function<void()> on_block;
+  int n_probes = 0, n_stuck = 0;
+
+ private:
+  void probe() {
+    if (!on_block || m_in_probe) return;
+    m_in_probe = true;
+    ++n_probes;
+    auto done = std::async(std::launch::async, on_block);
+    if (done.wait_for(std::chrono::seconds(5)) != std::future_status::ready) ++n_stuck;
+    m_in_probe = false;
+    done.wait();  // (once the lock is gone, if it was held: the test then fails on n_stuck)
+  }
+  FakeBackend m_fake;
+  bool m_in_probe = false;
+};
+
+TEST(AllocatorBlockingCalls, WaitsAndFreesRunWithoutAPoolLock) {
+  auto owned = std::make_unique<ProbingBackend>(256 * MiB);
+  ProbingBackend* backend = owned.get();
+  CachingDeviceAllocator alloc(std::move(owned));
+  backend->on_block = [&] {
+    (void)alloc.snapshot();
+    Allocation a = alloc.allocate(512, s1);
+    Allocation b = alloc.allocate(512, s2);
+  };
+  Allocation a = alloc.allocate(30 * MiB, s1), b = alloc.allocate(MiB, s1);
+  alloc.record_stream(b, s2);
+  backend->fake().submit(s1);
+  backend->fake().submit(s2);
+  a.reset();
+  b.reset();
+  alloc.empty_cache();          // waits for s1 and s2, frees segments
+  alloc.stream_destroying(s2);  // waits for s2
+  EXPECT_GT(backend->n_probes, 0);
+  EXPECT_EQ(backend->n_stuck, 0);
+  // The OOM ladder too: waits and frees on the way to a segment that fits.
+  backend->fake().set_capacity(64 * MiB);
+  Allocation c = alloc.allocate(30 * MiB, s1);
+  alloc.record_stream(c, s3);
+  backend->fake().submit(s3);
+  c.reset();
+  Allocation d = alloc.allocate(40 * MiB, s1);
+  EXPECT_NE(d.data(), nullptr);
+  EXPECT_EQ(backend->n_stuck, 0);
+  backend->on_block = nullptr;
+}
+
+// ---------------------------------------------------------------- faults
+
+TEST_F(AllocatorScale, BackendAllocateThrowing) {
+  Allocation keep = alloc->allocate(100, s1);
+  fake->set_fail_allocate(true);
+  EXPECT_THROW(alloc->allocate(3 * MiB, s1), CudaError);
+  EXPECT_THROW(alloc->allocate(64 * MiB, s2), CudaError);
+  expect_consistent(1, 100);
+  Allocation hit = alloc->allocate(1000, s1);  // from the cached segment: no backend call
+  EXPECT_NE(hit.data(), nullptr);
+  fake->set_fail_allocate(false);
+  // The cap sees only what is reserved: the failed calls gave back their share.
+  alloc->set_memory_cap(24 * MiB);
+  Allocation a = alloc->allocate(6 * MiB, s1);
+  EXPECT_NE(a.data(), nullptr);
+  expect_consistent(3, 100 + 1000 + 6 * static_cast<std::int64_t>(MiB));
+  keep.reset();
+  hit.reset();
+  a.reset();
+  expect_all_back();
+}
+
+TEST_F(AllocatorScale, RecordEventThrowing) {
+  Allocation a = alloc->allocate(8192, s1), other = alloc->allocate(512, s1);
+  void* p = a.data();
+  alloc->record_stream(a, s2);
+  fake->submit(s2);
+  fake->set_fail_record_event(true);
+  a.reset();  // no event on s2 can be had: the block waits
+  expect_consistent(1, 512);
+  EXPECT_EQ(alloc->stats().active_bytes.current, 8192 + 512);
+  Allocation b = alloc->allocate(8192, s1);
+  EXPECT_NE(b.data(), p);
+  Allocation c = alloc->allocate(3 * MiB, s3);  // another stream misses: no fence on s1 can be had either
+  EXPECT_NE(c.data(), nullptr);
+  fake->set_fail_record_event(false);
+  Allocation d = alloc->allocate(8192, s1);  // the event is recorded now; s2 is still busy
+  EXPECT_NE(d.data(), p);
+  fake->complete(s2);
+  Allocation e = alloc->allocate(8192, s1);
+  EXPECT_EQ(e.data(), p);
+  expect_consistent(5, 512 + 3 * 8192 + 3 * static_cast<std::int64_t>(MiB));
+  b.reset();
+  c.reset();
+  d.reset();
+  e.reset();
+  other.reset();
+  expect_all_back();
+}
+
+TEST_F(AllocatorScale, RecordEventThrowingThenEmptyCacheRecovers) {
+  Allocation a = alloc->allocate(3 * MiB, s1);
+  alloc->record_stream(a, s2);
+  fake->submit(s2);
+  fake->set_fail_record_event(true);
+  a.reset();
+  alloc->empty_cache();  // cannot fence s2 yet: the segment stays
+  expect_consistent(0, 0);
+  EXPECT_EQ(fake->n_live_allocations(), 1);
+  fake->set_fail_record_event(false);
+  alloc->empty_cache();  // now it can: waits for s2, frees the segment
+  EXPECT_EQ(fake->n_live_allocations(), 0);
+  expect_all_back();
+}
+
+TEST_F(AllocatorScale, EventQueryThrowing) {
+  Allocation a = alloc->allocate(3 * MiB, s1), keep = alloc->allocate(512, s1);
+  void* p = a.data();
+  alloc->record_stream(a, s2);
+  fake->submit(s2);
+  a.reset();
+  fake->set_fail_event_query(true);
+  // Polling fails: the error reaches the caller, nothing is lost or handed out twice.
+  EXPECT_THROW(alloc->allocate(3 * MiB, s1), CudaError);
+  expect_consistent(1, 512);
+  EXPECT_THROW(alloc->empty_cache(), CudaError);
+  expect_consistent(1, 512);
+  fake->set_fail_event_query(false);
+  Allocation b = alloc->allocate(3 * MiB, s1);
+  EXPECT_NE(b.data(), p);  // s2 still busy
+  fake->complete(s2);
+  Allocation c = alloc->allocate(3 * MiB, s1);
+  EXPECT_EQ(c.data(), p);
+  expect_consistent(3, 512 + 6 * static_cast<std::int64_t>(MiB));
+  b.reset();
+  c.reset();
+  keep.reset();
+  expect_all_back();
+}
+
+// ---------------------------------------------------------------- out of memory, 8 threads
+
+// The stream rule of the single-thread fuzz test (test_caching_allocator.cpp), shared by 8 threads on a
+// device too small for all of them: memory last released while stream Y had work queued (ticket) may go to
+// stream X only if X == Y or Y has completed that work; live allocations never overlap.
+TEST_F(AllocatorScale, OutOfMemoryUnderEightThreadsKeepsTheStreamRule) {
+  make(96 * MiB);
+  struct Released {
+    std::uintptr_t end;
+    std::vector<std::pair<cudaStream_t, std::uint64_t>> tickets;
+  };
+  std::mutex model_mutex;
+  std::map<std::uintptr_t, Released> released;
+  std::map<std::uintptr_t, std::uintptr_t> live;  // start -> end
+  std::atomic<int> violations{0}, ooms{0}, allocations{0};
+  const cudaStream_t streams[] = {s1, s2, s3, FakeBackend::fake_stream(4)};
+
+  auto on_allocate = [&](const Allocation& a, cudaStream_t st) {
+    const auto lo = reinterpret_cast<std::uintptr_t>(a.data()), hi = lo + a.size();
+    std::lock_guard<std::mutex> lock(model_mutex);
+    auto it = released.upper_bound(lo);
+    if (it != released.begin()) --it;
+    while (it != released.end() && it->first < hi) {
+      if (it->second.end > lo) {
+        for (auto [y, ticket] : it->second.tickets)
+          if (y != st && fake->completed(y) < ticket) violations.fetch_add(1);
+        it = released.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto next = live.lower_bound(lo);
+    if (next != live.end() && next->first < hi) violations.fetch_add(1);
+    if (next != live.begin() && std::prev(next)->second > lo) violations.fetch_add(1);
+    live[lo] = hi;
+  };
+  auto on_release = [&](const Allocation& a, const std::vector<cudaStream_t>& used) {
+    const auto lo = reinterpret_cast<std::uintptr_t>(a.data());
+    std::lock_guard<std::mutex> lock(model_mutex);
+    Released rel{lo + a.size(), {}};
+    for (cudaStream_t y : used) rel.tickets.push_back({y, fake->submitted(y)});
+    released[lo] = rel;
+    live.erase(lo);
+  };
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(77 + static_cast<unsigned>(t));
+      struct Mine {
+        Allocation a;
+        std::vector<cudaStream_t> used;
+      };
+      std::vector<Mine> mine;
+      for (int step = 0; step < 1500; ++step) {
+        const unsigned r = static_cast<unsigned>(rng() % 100);
+        if (r < 45 || mine.empty()) {
+          const cudaStream_t st = streams[rng() % 4];
+          const std::size_t size = rng() % 10 == 0 ? 4 * MiB + rng() % (20 * MiB) : 1 + rng() % (512 * KiB);
+          Allocation a;
+          try {
+            a = alloc->allocate(size, st);
+          } catch (const OutOfMemoryError&) {
+            ooms.fetch_add(1);
+            continue;
+          }
+          allocations.fetch_add(1);
+          on_allocate(a, st);
+          mine.push_back({std::move(a), {st}});
+        } else if (r < 85) {
+          const std::size_t i = rng() % mine.size();
+          on_release(mine[i].a, mine[i].used);
+          mine[i] = std::move(mine.back());
+          mine.pop_back();
+        } else if (r < 92) {
+          Mine& m = mine[rng() % mine.size()];
+          const cudaStream_t y = streams[rng() % 4];
+          alloc->record_stream(m.a, y);
+          if (std::find(m.used.begin(), m.used.end(), y) == m.used.end()) m.used.push_back(y);
+        } else if (r < 97) {
+          fake->submit(streams[rng() % 4]);
+        } else {
+          fake->complete(streams[rng() % 4]);
+        }
+      }
+      for (Mine& m : mine) on_release(m.a, m.used);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_GT(ooms.load(), 0) << "the device should have been too small at times";
+  EXPECT_GT(allocations.load(), 1000);
+  expect_consistent(0, 0);
+  expect_all_back();
+}
+
+}  // namespace
+}  // namespace mt
