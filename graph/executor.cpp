@@ -10,12 +10,12 @@
 #include <sstream>
 
 #include "graph/detail/executor_impl.h"
-#include "ops/kernels.h"
+#include "ops/detail/kernels.h"
 
 #include <cmath>
 #include "ops/ops.h"
 #include "runtime/stream.h"
-#include "tensor/kernels.h"
+#include "tensor/detail/kernels.h"
 
 namespace mt {
 namespace detail {

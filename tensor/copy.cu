@@ -5,7 +5,7 @@
 #include "runtime/error.h"
 #include "runtime/launch.h"
 #include "tensor/detail/random.h"
-#include "tensor/kernels.h"
+#include "tensor/detail/kernels.h"
 
 namespace mt::detail {
 namespace {

@@ -3,7 +3,7 @@
 
 #include "runtime/error.h"
 #include "tensor/detail/random.h"
-#include "tensor/kernels.h"
+#include "tensor/detail/kernels.h"
 
 namespace mt::detail {
 namespace {

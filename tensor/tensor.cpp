@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "runtime/stream.h"
-#include "tensor/kernels.h"
+#include "tensor/detail/kernels.h"
 
 namespace mt {
 

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "memory/caching.h"
+#include "memory/detail/caching.h"
 #include "runtime/error.h"
 
 namespace mt {
