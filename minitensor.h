@@ -7,4 +7,8 @@
 #include "ops/ops.h"
 #include "runtime/runtime.h"
 #include "tensor/eigen.h"
+#include "tensor/io.h"
 #include "tensor/tensor.h"
+#if defined(MT_HAS_DLPACK)
+#include "tensor/dlpack.h"
+#endif
