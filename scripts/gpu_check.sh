@@ -4,7 +4,8 @@
 # out-of-bounds access is seen), runs the benchmarks, and prints one summary table.
 #
 #   bash scripts/gpu_check.sh                 # everything
-#   MT_CHECK_STEPS="build tests" bash ...     # a subset of: build tests memcheck bench demo
+#   MT_CHECK_STEPS="build tests" bash ...     # a subset of: build tests memcheck racecheck synccheck initcheck
+#                                             # bench demo (default: all but racecheck/synccheck/initcheck)
 #   MT_BENCH_FILTER=regex                     # passed to every benchmark binary as --benchmark_filter
 #   MT_BENCHES="bench_ops bench_gemm"         # which benchmark binaries (default: all)
 #   MT_MEMCHECK_FILTER=gtest-filter           # default: all but the 2^31-element, 4095x4097x1023 and 500-graph tests
@@ -41,16 +42,29 @@ if has tests; then
   done
 fi
 
-if has memcheck; then
-  echo "== memcheck"
-  # Memory-access errors only: the out-of-memory tests make CUDA API calls fail on purpose.
+# compute-sanitizer: memcheck (memory-access errors only: the out-of-memory tests make CUDA API calls fail on
+# purpose), racecheck, synccheck and initcheck, each over every test binary with the caching allocator bypassed
+# so that every access is checked against its own allocation. MT_<TOOL>_FILTER (gtest filter) narrows a tool;
+# MT_SANITIZER_SHARDS=N splits each binary into N gtest shards run one after another (racecheck is slow).
+sanitize() {  # sanitize TOOL FILTER
+  local tool="$1" filter="$2" shards="${MT_SANITIZER_SHARDS:-1}"
+  echo "== $tool"
   for bin in $(binaries build/tests/mt_tests_*); do
     name=$(basename "$bin")
-    MT_DISABLE_CACHING=1 timeout 900 compute-sanitizer --tool memcheck --report-api-errors no --print-limit 20 \
-      "$bin" --gtest_filter="${MT_MEMCHECK_FILTER:-*:-*Huge*:*4095x4097*:*RandomGraphsDifferential*:*RandomGraphsCudaGraph*}" > "$out/memcheck_$name.log" 2>&1
-    echo "  $name: exit $? ($(grep -o 'ERROR SUMMARY: [0-9]* error' "$out/memcheck_$name.log" | tail -1))"
+    : > "$out/${tool}_$name.log"
+    for ((i = 0; i < shards; i++)); do
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i MT_DISABLE_CACHING=1 timeout 900 \
+        compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
+        "$bin" --gtest_filter="$filter" >> "$out/${tool}_$name.log" 2>&1
+    done
+    echo "  $name: $(grep -o 'ERROR SUMMARY: [0-9]* error' "$out/${tool}_$name.log" | awk '{s += $3} END {print s + 0}') errors, $(grep -c 'ERROR SUMMARY' "$out/${tool}_$name.log")/$shards summaries"
   done
-fi
+}
+slow='*Huge*:*4095x4097*:*RandomGraphsDifferential*:*RandomGraphsCudaGraph*'
+has memcheck && sanitize memcheck "${MT_MEMCHECK_FILTER:-*:-$slow}"
+has racecheck && sanitize racecheck "${MT_RACECHECK_FILTER:-*:-$slow}"
+has synccheck && sanitize synccheck "${MT_SYNCCHECK_FILTER:-*:-$slow}"
+has initcheck && sanitize initcheck "${MT_INITCHECK_FILTER:-*:-$slow}"
 
 if has bench; then
   echo "== benchmarks"

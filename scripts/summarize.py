@@ -36,12 +36,14 @@ def tests(folder):
     return rows, total
 
 
-def memcheck(folder):
+def sanitizers(folder):
+    """(tool, binary, errors or None, summaries) for each compute-sanitizer log of gpu_check.sh."""
     rows = []
-    for path in sorted(glob.glob(os.path.join(folder, "memcheck_*.log"))):
-        text = open(path, errors="replace").read()
-        m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
-        rows.append((os.path.basename(path)[9:-4], int(m[-1]) if m else None))
+    for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
+        for path in sorted(glob.glob(os.path.join(folder, f"{tool}_*.log"))):
+            text = open(path, errors="replace").read()
+            m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
+            rows.append((tool, os.path.basename(path)[len(tool) + 1:-4], sum(map(int, m)) if m else None, len(m)))
     return rows
 
 
@@ -136,11 +138,11 @@ def main():
             for fl in failures[:10]:
                 print(f"      FAILED {fl}")
         print(f"  {'TOTAL':24s}{total[0]:7d}{total[1]:8d}{total[2]:9d}")
-    mc = memcheck(folder)
-    if mc:
-        print("\ncompute-sanitizer memcheck (errors)")
-        for name, n in mc:
-            print(f"  {name:24s}{'no summary (crashed or timed out)' if n is None else n}")
+    sc = sanitizers(folder)
+    if sc:
+        print("\ncompute-sanitizer (errors; summaries counted)")
+        for tool, name, n, k in sc:
+            print(f"  {tool:10s} {name:24s}{'no summary (crashed or timed out)' if n is None else n:>6}  ({k})")
     br = benches(folder)
     if br:
         print("\nBenchmarks (median where repeated)")
