@@ -389,8 +389,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
                  : SplitReduce::Kernel;
   c.reduce = *reduce;
   // A device without clusters adds every split with the second kernel.
-  if (c.split_k > 1 && c.reduce == SplitReduce::Cluster && !model.has_clusters())
-    c.reduce = SplitReduce::Kernel;
+  if (c.reduce == SplitReduce::Cluster && !model.has_clusters()) c.reduce = SplitReduce::Kernel;
   if (math == MathMode::FP32 && !(a_reg_stageable(p) && b_reg_stageable(p))) c.staging = Staging::CpAsync;
   if (!can_implement(p, c, model))
     c = Config{Kernel::Simt128x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};

@@ -1589,10 +1589,9 @@ ErrorStats run_wgmma_case(const WgCase& c) {
 
 // Every built configuration of both modes, with K split over clusters of 2, 3, 6 and 8 CTAs.
 std::vector<std::pair<MathMode, detail::gemm::WgmmaConfig>> wg_configs() {
-  return {{MathMode::TF32x3, {128, 1, 1}}, {MathMode::TF32x3, {128, 2, 1}}, {MathMode::TF32x3, {128, 1, 3}},
-          {MathMode::TF32x3, {128, 1, 8}}, {MathMode::TF32, {128, 1, 1}},   {MathMode::TF32, {128, 2, 1}},
-          {MathMode::TF32, {256, 1, 1}},   {MathMode::TF32, {256, 2, 1}},   {MathMode::TF32, {128, 1, 2}},
-          {MathMode::TF32, {128, 1, 6}}};
+  return {{MathMode::TF32x3, {128, 1}}, {MathMode::TF32x3, {128, 3}}, {MathMode::TF32x3, {128, 8}},
+          {MathMode::TF32, {128, 1}},   {MathMode::TF32, {256, 1}},   {MathMode::TF32, {128, 2}},
+          {MathMode::TF32, {128, 6}}};
 }
 
 TEST(Gemm, Wgmma_OddShapes_EveryConfig) {
@@ -1840,11 +1839,11 @@ TEST(Gemm, Wgmma_Errors) {
         {"no wgmma kernel", "128x256"});
     expect_error<InvalidArgument>(
         [&] {
-          launch_wgmma(p, MathMode::TF32, WgmmaConfig{128, 4}, nullptr);
+          launch_wgmma(p, MathMode::TF32, WgmmaConfig{192, 1}, nullptr);
         },
         {"no wgmma kernel"});
-    // Split K: clusters of at most 8 CTAs, 128-wide tiles only, no multicast pairs.
-    for (const WgmmaConfig& bad : {WgmmaConfig{128, 1, 9}, WgmmaConfig{256, 1, 2}, WgmmaConfig{128, 2, 2}})
+    // Split K: clusters of at most 8 CTAs, 128-wide tiles only.
+    for (const WgmmaConfig& bad : {WgmmaConfig{128, 9}, WgmmaConfig{256, 2}})
       expect_error<InvalidArgument>([&] { launch_wgmma(p, MathMode::TF32, bad, nullptr); },
                                     {"no wgmma kernel", "splitk"});
   } else {

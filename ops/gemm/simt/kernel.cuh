@@ -92,6 +92,14 @@ struct SimtShape {
     s.min_blocks = blocks;
     return s;
   }
+  constexpr int threads() const { return 32 * (BM / WM) * (BN / WN); }
+};
+
+// The kernel and launcher take a configuration as a type whose `value` is its SimtShape (a named struct per
+// configuration, simt/tile_*.cu): nvcc's host stubs cannot spell a class-type template argument.
+template <class C, int MIN_BLOCKS>
+struct SimtMinBlocks {  // C held to another number of blocks per SM
+  static constexpr SimtShape value = C::value.with_min_blocks(MIN_BLOCKS);
 };
 
 // What follows from a SimtShape: warps, lanes, stage sizes, shared memory.
@@ -141,10 +149,11 @@ struct SimtGeometry {
 // ROWS_C: the unsplit kernel for C in contiguous rows that are not 16-byte aligned, whose epilogue is
 // store_rows alone: a kernel of its own because the main loop's speed follows the epilogue's code size,
 // although the loop is the same code (see bench/gemm/DESIGN.md (epilogue)).
-template <SimtShape SHAPE, int LOAD, bool SPLIT, bool ROWS_C = false>
-__global__ void __launch_bounds__(SimtGeometry<SHAPE>::kThreads, SHAPE.min_blocks)
+template <class CFG, int LOAD, bool SPLIT, bool ROWS_C = false>
+__global__ void __launch_bounds__(CFG::value.threads(), CFG::value.min_blocks)
     gemm_simt(Problem p, int k_per_split, float* ws, bool a_kfast, bool b_kfast, bool a_vec, bool b_vec,
               bool c_vec) {
+  constexpr SimtShape SHAPE = CFG::value;
   constexpr int BM = SHAPE.BM, BN = SHAPE.BN, BK = SHAPE.BK, WM = SHAPE.WM, WN = SHAPE.WN;
   constexpr int TM = SHAPE.TM, TN = SHAPE.TN, STAGES = SHAPE.stages, MIN_BLOCKS = SHAPE.min_blocks;
   using S = SimtGeometry<SHAPE>;
@@ -633,9 +642,11 @@ __global__ void __launch_bounds__(SimtGeometry<SHAPE>::kThreads, SHAPE.min_block
   }
 }
 
-// Launches gemm_simt for `SHAPE`: picks the variant for the problem's layout, staging and split.
-template <SimtShape SHAPE>
+// Launches gemm_simt for the configuration CFG (CFG::value a SimtShape): picks the variant for the problem's
+// layout, staging and split.
+template <class CFG>
 void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging staging, cudaStream_t stream) {
+  constexpr SimtShape SHAPE = CFG::value;
   using S = SimtGeometry<SHAPE>;
   constexpr int BM = SHAPE.BM, BN = SHAPE.BN, BK = SHAPE.BK;
   constexpr bool RING = SHAPE.ring, SCALAR_RUNS = SHAPE.scalar_runs, RING16 = SHAPE.ring16;
@@ -643,8 +654,8 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   // The scalar B loader needs more registers than a 2-blocks-per-SM budget leaves (it would spill), so that
   // variant always runs one block per SM; so does the 128x128 tile's split variant with float4 B (held to
   // 128 registers it spills).
-  constexpr SimtShape kOneBlock = SHAPE.with_min_blocks(1);
-  constexpr SimtShape kSplitVec = SHAPE.with_min_blocks(BM * BN >= 128 * 128 ? 1 : SHAPE.min_blocks);
+  using OneBlock = SimtMinBlocks<CFG, 1>;
+  using SplitVec = SimtMinBlocks<CFG, BM * BN >= 128 * 128 ? 1 : SHAPE.min_blocks>;
   const bool regs = staging == Staging::Registers;
   MT_CHECK(staging != Staging::CpAsync || RING, InvalidArgument,
            "gemm: this SIMT configuration has no cp.async ring");
@@ -653,11 +664,11 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
            "B along n, in 16-byte aligned rows");
   MT_CHECK(!regs || SCALAR_RUNS || vector_runs(p), InvalidArgument,
            "gemm: this SIMT configuration needs every operand in whole 16-byte runs");
-  using Kern = decltype(&gemm_simt<SHAPE, kLoadRegs, false>);
+  using Kern = decltype(&gemm_simt<CFG, kLoadRegs, false>);
   // [(A k-contiguous) + 2 * (B k-contiguous) + kScalarRuns unless vector_runs][split > 1].
   auto row = [](auto load) {
     constexpr int kLoad = kLoadRegs + decltype(load)::value;
-    return std::array<Kern, 2>{gemm_simt<SHAPE, kLoad, false>, gemm_simt<SHAPE, kLoad, true>};
+    return std::array<Kern, 2>{gemm_simt<CFG, kLoad, false>, gemm_simt<CFG, kLoad, true>};
   };
   using std::integral_constant;
   constexpr int kRuns = SCALAR_RUNS ? kScalarRuns : 0;  // without them, the scalar-run rows are never taken
@@ -678,7 +689,7 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   const int layout = (a_kfast ? 1 : 0) + (b_kfast ? 2 : 0) + (vector_runs(p) ? 0 : kScalarRuns);
   Kern kernel = reg_kernels[layout][split > 1 ? 1 : 0];
   if constexpr (ROWS_C) {
-    auto rows = [](auto load) { return gemm_simt<SHAPE, kLoadRegs + decltype(load)::value, false, true>; };
+    auto rows = [](auto load) { return gemm_simt<CFG, kLoadRegs + decltype(load)::value, false, true>; };
     static const std::array<Kern, 8> rows_kernels = {
         rows(integral_constant<int, 0>{}),         rows(integral_constant<int, 1>{}),
         rows(integral_constant<int, 2>{}),         rows(integral_constant<int, 3>{}),
@@ -694,8 +705,8 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   if constexpr (RING) {
     // [B takes float4 loads][split > 1].
     static const Kern ring_kernels[2][2] = {
-        {gemm_simt<kOneBlock, kLoadScalarB, false>, gemm_simt<kOneBlock, kLoadScalarB, true>},
-        {gemm_simt<SHAPE, kLoadVecB, false>, gemm_simt<kSplitVec, kLoadVecB, true>}};
+        {gemm_simt<OneBlock, kLoadScalarB, false>, gemm_simt<OneBlock, kLoadScalarB, true>},
+        {gemm_simt<CFG, kLoadVecB, false>, gemm_simt<SplitVec, kLoadVecB, true>}};
     static const bool ring_once = [&] {
       for (auto& row : ring_kernels)
         for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(Staging::CpAsync, sp == 1));
@@ -706,8 +717,8 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   }
   if constexpr (LANES) {
     // [C in unaligned contiguous rows (store_rows)].
-    static const Kern lanes_kernels[2] = {gemm_simt<SHAPE, kLoadLanes, false>,
-                                          gemm_simt<SHAPE, kLoadLanes, false, ROWS_C>};
+    static const Kern lanes_kernels[2] = {gemm_simt<CFG, kLoadLanes, false>,
+                                          gemm_simt<CFG, kLoadLanes, false, ROWS_C>};
     static const bool lanes_once = [&] {
       for (Kern k : lanes_kernels) allow_smem(k, S::smem_bytes(Staging::CpAsync, false));
       return true;
@@ -717,8 +728,8 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
       kernel = lanes_kernels[ROWS_C && p.c_sn == 1 && !c_vectorisable(p) ? 1 : 0];
   }
   if constexpr (RING16) {
-    static const Kern ring16_kernels[2] = {gemm_simt<SHAPE, kLoadKMajorA, false>,
-                                           gemm_simt<SHAPE, kLoadKMajorA, true>};
+    static const Kern ring16_kernels[2] = {gemm_simt<CFG, kLoadKMajorA, false>,
+                                           gemm_simt<CFG, kLoadKMajorA, true>};
     static const bool ring16_once = [&] {
       for (int sp = 0; sp < 2; ++sp)
         allow_smem(ring16_kernels[sp], S::smem_bytes(Staging::CpAsync16, sp == 1));

@@ -4,15 +4,17 @@
 
 namespace mt::detail::gemm {
 
-constexpr SimtShape kSimt128x128{
-    .BM = 128, .BN = 128, .BK = 8, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 4};
-constexpr SimtShape kSimt128x128x2 = kSimt128x128.with_min_blocks(2);
+struct Shape128x128 {
+  static constexpr SimtShape value{
+      .BM = 128, .BN = 128, .BK = 8, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 4};
+};
+using Shape128x128x2 = SimtMinBlocks<Shape128x128, 2>;
 
 void launch_simt_128x128(const Problem& p, const Config& c, cudaStream_t stream) {
-  launch_simt<kSimt128x128>(p, c.split_k, c.reduce, c.staging, stream);
+  launch_simt<Shape128x128>(p, c.split_k, c.reduce, c.staging, stream);
 }
 void launch_simt_128x128x2(const Problem& p, const Config& c, cudaStream_t stream) {
-  launch_simt<kSimt128x128x2>(p, c.split_k, c.reduce, c.staging, stream);
+  launch_simt<Shape128x128x2>(p, c.split_k, c.reduce, c.staging, stream);
 }
 
 }  // namespace mt::detail::gemm

@@ -11,20 +11,25 @@
 
 namespace mt::detail::gemm {
 
-constexpr SimtShape kSimt64x128{
-    .BM = 64, .BN = 128, .BK = 8, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 4, .min_blocks = 3};
-constexpr SimtShape kSimt64x256{.BM = 64,
-                                .BN = 256,
-                                .BK = 8,
-                                .WM = 64,
-                                .WN = 64,
-                                .TM = 16,
-                                .TN = 8,
-                                .stages = 3,
-                                .min_blocks = 2,
-                                .ring = false,
-                                .scalar_runs = false};
-constexpr SimtShape kSimt128x64k16{.BM = 128,
+struct Shape64x128 {
+  static constexpr SimtShape value{
+      .BM = 64, .BN = 128, .BK = 8, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 4, .min_blocks = 3};
+};
+struct Shape64x256 {
+  static constexpr SimtShape value{.BM = 64,
+                                   .BN = 256,
+                                   .BK = 8,
+                                   .WM = 64,
+                                   .WN = 64,
+                                   .TM = 16,
+                                   .TN = 8,
+                                   .stages = 3,
+                                   .min_blocks = 2,
+                                   .ring = false,
+                                   .scalar_runs = false};
+};
+struct Shape128x64k16 {
+  static constexpr SimtShape value{.BM = 128,
                                    .BN = 64,
                                    .BK = 16,
                                    .WM = 64,
@@ -34,15 +39,16 @@ constexpr SimtShape kSimt128x64k16{.BM = 128,
                                    .stages = 2,
                                    .min_blocks = 2,
                                    .ring = false};
+};
 
 void launch_simt_64x128(const Problem& p, const Config& c, cudaStream_t stream) {
-  launch_simt<kSimt64x128>(p, c.split_k, c.reduce, c.staging, stream);
+  launch_simt<Shape64x128>(p, c.split_k, c.reduce, c.staging, stream);
 }
 void launch_simt_64x256(const Problem& p, const Config& c, cudaStream_t stream) {
-  launch_simt<kSimt64x256>(p, c.split_k, c.reduce, c.staging, stream);
+  launch_simt<Shape64x256>(p, c.split_k, c.reduce, c.staging, stream);
 }
 void launch_simt_128x64k16(const Problem& p, const Config& c, cudaStream_t stream) {
-  launch_simt<kSimt128x64k16>(p, c.split_k, c.reduce, c.staging, stream);
+  launch_simt<Shape128x64k16>(p, c.split_k, c.reduce, c.staging, stream);
 }
 
 }  // namespace mt::detail::gemm
