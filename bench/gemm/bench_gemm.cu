@@ -1,7 +1,7 @@
 // bench_gemm: cuBLAS (row 0, the baseline; linked here only) against every rung of the SGEMM ladder, the
 // dispatched FP32 kernel, the TF32 / 3xTF32 tensor-core modes (mma.sync) and the Hopper wgmma kernels
-// (ops/gemm_wgmma.cu, on compute capability 9.0 only; pack pass included in the time), on the shapes of
-// bench/gemm/NOTES.md.
+// (ops/gemm/tensorcore/wgmma.cu, on compute capability 9.0 only; pack pass included in the time), on the
+// shapes of bench/gemm/NOTES.md.
 //
 //   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
 //   bench_gemm --sweep=M,N,K[,BATCH] [--sweep=...] [--math=fp32|tf32|tf32x3] [--only=REGEX]
@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "ops/gemm.h"
-#include "ops/gemm_launch.h"
-#include "ops/gemm_wgmma.h"
+#include "ops/gemm/detail/launch.h"
+#include "ops/gemm/tensorcore/wgmma.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/stream.h"
@@ -71,6 +71,7 @@ enum class Impl {
   Naive,
   SmemTiled,
   RegTiled,
+  WarpTiled,
   Dispatched,
   TF32,
   TF32x3,
@@ -89,6 +90,8 @@ const char* impl_name(Impl i) {
       return "gemm_smem_tiled";
     case Impl::RegTiled:
       return "gemm_reg_tiled";
+    case Impl::WarpTiled:
+      return "gemm_warp_tiled";
     case Impl::Dispatched:
       return "mt_fp32";
     case Impl::TF32:
@@ -175,6 +178,8 @@ Config config_for(Impl impl, const Problem& p) {
       return {Kernel::SmemTiled};
     case Impl::RegTiled:
       return {Kernel::RegTiled};
+    case Impl::WarpTiled:
+      return {Kernel::WarpTiled};
     case Impl::TF32:
       return choose(p, MathMode::TF32);
     case Impl::TF32x3:
@@ -288,8 +293,7 @@ void bm_gemm(benchmark::State& state, GemmShape s, Impl impl, WgmmaConfig wc) {
   if (is_wgmma(impl)) {
     const WgmmaConfig chosen = wgmma_choose(p0, wgmma_math(impl));
     if (wc.bn == 0) wc.bn = chosen.bn;
-    if (wc.cluster_m == 0) wc.cluster_m = chosen.cluster_m;
-    if (wc.split == 0) wc.split = wc.bn == chosen.bn && wc.cluster_m == chosen.cluster_m ? chosen.split : 1;
+    if (wc.split == 0) wc.split = wc.bn == chosen.bn ? chosen.split : 1;
   }
   auto fn = [&](const Problem& p) { run_impl(impl, p, cfg, wc); };
   const bool tf32 = impl == Impl::TF32 || impl == Impl::TF32x3 || impl == Impl::CublasTF32 || is_wgmma(impl);
@@ -299,7 +303,8 @@ void bm_gemm(benchmark::State& state, GemmShape s, Impl impl, WgmmaConfig wc) {
     state.SkipWithError(("validation failed: max err / max ref = " + std::to_string(err)).c_str());
     return;
   }
-  const bool rung = impl == Impl::Naive || impl == Impl::SmemTiled || impl == Impl::RegTiled;
+  const bool rung =
+      impl == Impl::Naive || impl == Impl::SmemTiled || impl == Impl::RegTiled || impl == Impl::WarpTiled;
   const int iters = iterations_for(s, rung ? 2.0 : tf32 ? 100.0 : 40.0);
   std::vector<double> all;
   double med = 0;
@@ -348,17 +353,15 @@ void register_all() {
   };
   for (const GemmShape& s : kShapes) {
     std::vector<Impl> impls = {Impl::Cublas, Impl::CublasTF32};
-    if (s.flops() <= 20e9) impls.insert(impls.end(), {Impl::Naive, Impl::SmemTiled, Impl::RegTiled});
+    if (s.flops() <= 20e9)
+      impls.insert(impls.end(), {Impl::Naive, Impl::SmemTiled, Impl::RegTiled, Impl::WarpTiled});
     impls.insert(impls.end(), {Impl::Dispatched, Impl::TF32, Impl::TF32x3});
     if (wgmma) impls.insert(impls.end(), {Impl::WgTF32, Impl::WgTF32x3});
     for (Impl i : impls) add(s, i, "", WgmmaConfig{});
     // Every built wgmma configuration at the big square shapes (the launcher's choice is the row above).
     if (wgmma && s.m == s.n && s.n == s.k && s.m >= 2048) {
-      for (int cm : {1, 2}) {
-        add(s, Impl::WgTF32x3, "_128x128_c" + std::to_string(cm), WgmmaConfig{128, cm});
-        for (int bn : {128, 256})
-          add(s, Impl::WgTF32, "_128x" + std::to_string(bn) + "_c" + std::to_string(cm), WgmmaConfig{bn, cm});
-      }
+      add(s, Impl::WgTF32x3, "_128x128", WgmmaConfig{128});
+      for (int bn : {128, 256}) add(s, Impl::WgTF32, "_128x" + std::to_string(bn), WgmmaConfig{bn});
     }
   }
 }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ops/functors.h"
-#include "ops/gemm_launch.h"
+#include "ops/gemm/detail/problem.h"
 
 namespace mt::detail::gemm {
 

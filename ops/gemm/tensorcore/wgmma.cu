@@ -33,10 +33,8 @@
 //
 // Napkin maths, 4096^3 3xTF32: 3 * 2 * 4096^3 = 412 GFLOP of TF32 tensor work (~495 TFLOP/s dense peak on
 // H100/H200 at boost clock: ~0.83 ms, so 3xTF32 is bounded near 165 effective TFLOP/s). Packing reads 128 MB
-// and writes 256 MB (~0.1 ms at HBM speed; measured 105 us on the H200). The main loop streams 64 KB per
-// 128 x 128 x 32 stage (A and B, big and small), ~6.7 TB/s from L2 at the measured 108 TFLOP/s; ncu puts L2
-// at 48 % of its peak and the tensor pipe at 81-85 %, and the cluster variant (two CTAs along M receive each
-// B stage once, by multicast) measured the same, so the kernel is tensor-bound, not L2-bound.
+// and writes 256 MB (~0.1 ms at HBM speed). The main loop streams 64 KB per 128 x 128 x 32 stage (A and B,
+// big and small) from L2; the kernel is tensor-bound, not L2-bound (see bench/gemm/DESIGN.md (wgmma)).
 //
 // Built for sm_90a only (CMakeLists.txt compiles this file with -gencode=arch=compute_90a,code=sm_90a): the
 // kernel bodies are empty in any other device pass, and the launcher runs only on compute capability 9.0.
@@ -50,9 +48,11 @@
 #include <tuple>
 #include <utility>
 
-#include "ops/gemm_device.cuh"
-#include "ops/gemm_launch.h"
-#include "ops/gemm_wgmma.h"
+#include "ops/gemm/detail/device.cuh"
+#include "ops/gemm/detail/dispatch.h"
+#include "ops/gemm/detail/launch.h"
+#include "ops/gemm/detail/launchers.h"
+#include "ops/gemm/tensorcore/wgmma.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
@@ -78,8 +78,7 @@ constexpr int kMinSplitKTiles = 2;  // the dispatcher splits K only into shares 
 //   BN      CTA tile N (the wgmma N); BM = 128, BK = 32 are fixed (kBM, kBK)
 //   X3      3xTF32 (big and small parts, three products) instead of TF32
 //   STAGES  depth of the shared-memory ring
-//   CM      CTAs per cluster along M; 2: the pair shares its B stages (each CTA fetches half and multicasts)
-template <int BN, bool X3, int STAGES, int CM>
+template <int BN, bool X3, int STAGES>
 struct WgShape {
   static constexpr int kParts = X3 ? 2 : 1;
   static constexpr int kABytes = kParts * kBM * kRowBytes;  // one stage of A: [part][128 rows][128 bytes]
@@ -90,8 +89,7 @@ struct WgShape {
   static constexpr std::size_t kSmemBytes = std::size_t(STAGES) * kStageBytes + 16 * STAGES + 1024;
   static_assert(BN == 128 || BN == 256, "wgmma tiles here are m64n128 or m64n256");
   static_assert(!X3 || BN == 128, "3xTF32 keeps three accumulator sets: 3 * BN/2 registers must fit in 232");
-  static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
-  static_assert((kBBytes / CM) % 16 == 0, "bulk copies move multiples of 16 bytes");
+  static_assert(kBBytes % 16 == 0 && kABytes % 16 == 0, "bulk copies move multiples of 16 bytes");
   static_assert(kSmemBytes <= 227 * 1024, "the ring must fit the 227 KB a Hopper block can opt into");
 };
 
@@ -99,7 +97,7 @@ struct WgArgs {
   const char* a_pack = nullptr;                       // packed A: [batch][tiles_m][k_tiles][part][128][128 B]
   const char* b_pack = nullptr;                       // packed B: [batch][tiles_n][k_tiles][part][BN][128 B]
   std::int64_t a_batch_bytes = 0, b_batch_bytes = 0;  // 0: the operand is broadcast over the batch
-  int tiles_m = 0, tiles_n = 0, k_tiles = 0;          // tiles_m is a multiple of CM
+  int tiles_m = 0, tiles_n = 0, k_tiles = 0;
   int k_tiles_per_split = 0;  // split K (gridDim.z > 1): split z runs k tiles [z, z + 1) * this
   bool c_vec4 = false;        // C rows contiguous along n, 16-byte aligned: float4 loads and stores
 };
@@ -107,45 +105,6 @@ struct WgArgs {
 #if defined(MT_WGMMA_DEVICE)
 
 // ---------------------------------------------------------------- PTX wrappers (sm_90 / sm_90a)
-
-// Arrives on the barrier at the same shared-memory offset in CTA `rank` of the cluster. Default (CTA-scope)
-// release: the stage's readers are wgmmas that have completed; a cluster-scope release would add a memory
-// barrier per arrival, which measured 1.3-2.3x slower end to end.
-__device__ __forceinline__ void mbar_arrive_cluster(std::uint32_t bar, std::uint32_t rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
-// 1-D bulk copy global -> shared, completing `bytes` transactions on `bar`.
-__device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, std::uint32_t bytes,
-                                          std::uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-// The same, written to the same offset in every CTA of `mask` (and completing on each one's barrier).
-__device__ __forceinline__ void bulk_load_multicast(std::uint32_t dst, const void* src, std::uint32_t bytes,
-                                                    std::uint32_t bar, std::uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, "
-      "[%3], %4;\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "h"(mask)
-      : "memory");
-}
-
-__device__ __forceinline__ std::uint32_t cluster_rank() {
-  std::uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
-}
 
 // Barrier 1 over the 256 consumer threads (barrier 0 is __syncthreads; the producer does not take part).
 __device__ __forceinline__ void consumer_sync() {
@@ -343,10 +302,10 @@ __global__ void __launch_bounds__(256) wgmma_pack(PackOperand a, PackOperand b, 
 
 // ---------------------------------------------------------------- the GEMM
 
-template <int BN, bool X3, int STAGES, int CM>
+template <int BN, bool X3, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args) {
 #if defined(MT_WGMMA_DEVICE)
-  using S = WgShape<BN, X3, STAGES, CM>;
+  using S = WgShape<BN, X3, STAGES>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const std::uint32_t s_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const std::uint32_t s_a = s_base;                      // STAGES x kABytes
@@ -355,12 +314,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
   const std::uint32_t empty = full + 8 * STAGES;         // STAGES mbarriers: stage consumed
 
   const int wg = threadIdx.x / 128;
-  const std::uint32_t rank = CM > 1 ? cluster_rank() : 0u;
   int tile_m, tile_n;
-  raster(blockIdx.x / CM, args.tiles_m / CM, args.tiles_n, tile_m, tile_n);
-  tile_m = tile_m * CM + static_cast<int>(rank);
+  raster(blockIdx.x, args.tiles_m, args.tiles_n, tile_m, tile_n);
   const int batch = blockIdx.y;
-  // This CTA's k tiles: all of them, or split z's share (the splits of a tile are one cluster, CM == 1).
+  // This CTA's k tiles: all of them, or split z's share (the splits of a tile are one cluster).
   const int kt0 = min(args.k_tiles, static_cast<int>(blockIdx.z) * args.k_tiles_per_split);
   const int k_tiles = gridDim.z > 1 ? min(args.k_tiles - kt0, args.k_tiles_per_split) : args.k_tiles;
   constexpr int kLd = BN + 8;  // row stride of the epilogue's staged tile: float2 stores without conflicts
@@ -370,14 +327,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, 2 * 4 * CM);  // one arrival per consumer warp of every CTA it feeds
+      mbar_init(empty + 8 * s, 2 * 4);  // one arrival per consumer warp
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbar_init();
   }
-  if constexpr (CM > 1)
-    cluster_sync();  // the peer's barriers exist before anything is multicast into it
-  else
-    __syncthreads();
+  __syncthreads();
 
   if (wg == 0) {
     // ------------------------------------------------ producer
@@ -394,18 +348,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
         mbar_expect_tx(full + 8 * s, S::kStageBytes);
         bulk_load(s_a + s * S::kABytes, a_src + static_cast<std::int64_t>(kt) * S::kABytes, S::kABytes,
                   full + 8 * s);
-        const char* b_stage = b_src + static_cast<std::int64_t>(kt) * S::kBBytes;
-        if constexpr (CM == 1) {
-          bulk_load(s_b + s * S::kBBytes, b_stage, S::kBBytes, full + 8 * s);
-        } else {
-          constexpr int kHalf = S::kBBytes / CM;
-          bulk_load_multicast(s_b + s * S::kBBytes + rank * kHalf, b_stage + rank * kHalf, kHalf,
-                              full + 8 * s, static_cast<std::uint16_t>((1u << CM) - 1));
-        }
+        bulk_load(s_b + s * S::kBBytes, b_src + static_cast<std::int64_t>(kt) * S::kBBytes, S::kBBytes,
+                  full + 8 * s);
       }
     }
     __syncwarp();
-    if (CM == 1 && gridDim.z > 1) {  // the split-K reduction's two cluster barriers (consumers below)
+    if (gridDim.z > 1) {  // the split-K reduction's two cluster barriers (consumers below)
       cluster_sync();
       cluster_sync();
     }
@@ -416,14 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const std::uint32_t a_off = cw * 64 * kRowBytes;
     auto release = [&](int s) {
-      if (lane == 0) {
-        if constexpr (CM == 1) {
-          mbar_arrive(empty + 8 * s);
-        } else {
-#pragma unroll
-          for (int r = 0; r < CM; ++r) mbar_arrive_cluster(empty + 8 * s, r);
-        }
-      }
+      if (lane == 0) mbar_arrive(empty + 8 * s);
       __syncwarp();  // the warp reconverges before the next .aligned wgmma instruction
     };
 
@@ -521,7 +462,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
           *reinterpret_cast<float2*>(frag + 8 * h * kLd + 8 * j) =
               make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
-    if (CM == 1 && gridDim.z > 1) {
+    if (gridDim.z > 1) {
       // Split K: the cluster's CTAs add their staged tiles. The producers take part in both barriers (in
       // their own branch: code shared by both warpgroups would be held to the producer's 40 registers).
       cluster_sync();
@@ -542,16 +483,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
     }
   }
   __syncwarp();
-  if constexpr (CM > 1) cluster_sync();  // no CTA leaves while its peer may still signal its barriers
-#endif                                   // MT_WGMMA_DEVICE
+#endif  // MT_WGMMA_DEVICE
 }
 
 // ---------------------------------------------------------------- launchers
-
-bool device_is_sm90(int device) {
-  const DeviceProperties& props = device_properties(device);
-  return props.cc_major == 9 && props.cc_minor == 0;
-}
 
 template <class Kern>
 void allow_smem_once(Kern* kernel, std::size_t bytes, int device) {
@@ -590,17 +525,16 @@ void launch_pack(const PackOperand& a, const PackOperand& b, int n_k, int k_tile
   MT_CUDA_CHECK_LAUNCH();
 }
 
-template <int BN, bool X3, int STAGES, int CM>
+template <int BN, bool X3, int STAGES>
 void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
-  using S = WgShape<BN, X3, STAGES, CM>;
+  using S = WgShape<BN, X3, STAGES>;
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
-  auto kernel = gemm_wgmma<BN, X3, STAGES, CM>;
+  auto kernel = gemm_wgmma<BN, X3, STAGES>;
   allow_smem_once(kernel, S::kSmemBytes, device);
 
   WgArgs args;
   args.tiles_m = (p.m + kBM - 1) / kBM;
-  args.tiles_m = (args.tiles_m + CM - 1) / CM * CM;
   args.tiles_n = (p.n + BN - 1) / BN;
   args.k_tiles = (p.k + kBK - 1) / kBK;
   // No empty splits: each gets at least one k tile.
@@ -633,115 +567,77 @@ void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
         p.k, args.k_tiles, stream);
 
   const LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, split), dim3(kThreads, 1, 1),
-                            S::kSmemBytes, stream, split > 1 ? dim3(1, 1, split) : dim3(CM, 1, 1));
+                            S::kSmemBytes, stream, dim3(1, 1, split));
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, args));
-}
-
-// How many clusters of `split` 3xTF32 / TF32 128 x 128 CTAs (split along z) the current device keeps
-// resident at once (cached per device, mode and split). A cluster's CTAs must share a GPC, so this is not
-// simply SMs / split (on the H200, fewer than 16 clusters of 8 where 132 SMs would hold 16).
-std::int64_t resident_split_clusters(int device, bool x3, int split) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, bool, int>, std::int64_t> cache;
-  const auto key = std::make_tuple(device, x3, split);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-  }
-  auto query = [&](auto kernel, std::size_t smem) {
-    allow_smem_once(kernel, smem, device);
-    const LaunchConfig launch(dim3(1, 1, split), dim3(kThreads, 1, 1), smem, nullptr, dim3(1, 1, split));
-    int clusters = 0;
-    MT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg));
-    return static_cast<std::int64_t>(clusters);
-  };
-  const std::int64_t n = x3 ? query(gemm_wgmma<128, true, 3, 1>, WgShape<128, true, 3, 1>::kSmemBytes)
-                            : query(gemm_wgmma<128, false, 6, 1>, WgShape<128, false, 6, 1>::kSmemBytes);
-  std::lock_guard<std::mutex> lock(mutex);
-  cache.emplace(key, n);
-  return n;
 }
 
 // The built configurations.
 bool built(const WgmmaConfig& c, MathMode math) {
-  if (c.cluster_m != 1 && c.cluster_m != 2) return false;
-  if (c.split < 1 || c.split > kMaxClusterSplit || (c.split > 1 && (c.cluster_m != 1 || c.bn != 128)))
-    return false;
+  if (c.split < 1 || c.split > kMaxClusterSplit || (c.split > 1 && c.bn != 128)) return false;
   if (math == MathMode::TF32x3) return c.bn == 128;
   return math == MathMode::TF32 && (c.bn == 128 || c.bn == 256);
 }
 
 void launch_chunk(const Problem& p, MathMode math, const WgmmaConfig& c, cudaStream_t stream) {
-  if (math == MathMode::TF32x3) {
-    if (c.cluster_m == 2) return run_wgmma<128, true, 3, 2>(p, 1, stream);
-    return run_wgmma<128, true, 3, 1>(p, c.split, stream);
-  }
-  if (c.bn == 256) {
-    if (c.cluster_m == 2) return run_wgmma<256, false, 4, 2>(p, 1, stream);
-    return run_wgmma<256, false, 4, 1>(p, 1, stream);
-  }
-  if (c.cluster_m == 2) return run_wgmma<128, false, 6, 2>(p, 1, stream);
-  return run_wgmma<128, false, 6, 1>(p, c.split, stream);
+  if (math == MathMode::TF32x3) return run_wgmma<128, true, 3>(p, c.split, stream);
+  if (c.bn == 256) return run_wgmma<256, false, 4>(p, 1, stream);
+  return run_wgmma<128, false, 6>(p, c.split, stream);
 }
 
 }  // namespace
 
-bool wgmma_can_implement(const Problem& p, MathMode math) {
-  if (math != MathMode::TF32 && math != MathMode::TF32x3) return false;
-  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return false;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (!device_is_sm90(device)) return false;
+bool wgmma_kernels_usable() {
   // The sm_90a image must be in the binary (and loadable on this device).
   static const bool loadable = [] {
     cudaFuncAttributes attr;
-    const bool ok = cudaFuncGetAttributes(&attr, gemm_wgmma<128, true, 3, 1>) == cudaSuccess;
+    const bool ok = cudaFuncGetAttributes(&attr, gemm_wgmma<128, true, 3>) == cudaSuccess;
     if (!ok) (void)cudaGetLastError();
     return ok;
   }();
   return loadable;
 }
 
-WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
-  // Measured on the H200 (bench/gemm/NOTES.md): TF32 takes 128 x 256 tiles once they still give about
-  // three quarters of a wave of CTAs (2048^3: 209 vs 196 TFLOP/s, 8192^3: 351 vs 295), else 128 x 128 for
-  // more CTAs; 3xTF32 has only 128 x 128 (three accumulator sets). The multicast pairs (cluster_m = 2)
-  // measured equal or slower in every case, so they are never chosen. Under a wave of 128 x 128 tiles
-  // (the 256x1024x1024 MLP layer: 16), K is split over a cluster of up to 8 CTAs per tile: the largest split
-  // whose clusters are all resident at once, with at least kMinSplitKTiles k tiles each (3xTF32:
-  // 256x1024x1024 unsplit 11.3, split 6 25.1 TFLOP/s, split 8 17.7 as 16 clusters of 8 do not fit; 512^3
-  // split 6 17.6 against split 4 17.0; 1024^3 split 2 57.0 against 42.3 unsplit).
-  WgmmaConfig c{128, 1, 1};
-  int sms = 132;
-  int device = 0;
-  if (cudaGetDevice(&device) == cudaSuccess) {
-    sms = device_properties(device).sm_count;
-  } else {
-    (void)cudaGetLastError();
-    return c;
-  }
+bool wgmma_can_implement(const Problem& p, MathMode math, const DeviceModel& model) {
+  if (math != MathMode::TF32 && math != MathMode::TF32x3) return false;
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.batch < 0) return false;
+  return model.wgmma_kernels;
+}
+
+bool wgmma_can_implement(const Problem& p, MathMode math) {
+  return wgmma_can_implement(p, math, DeviceModel::current());
+}
+
+// TF32 takes 128 x 256 tiles once they still give about three quarters of a wave of CTAs, else 128 x 128 for
+// more CTAs; 3xTF32 has only 128 x 128 (three accumulator sets). Under a wave of 128 x 128 tiles, K is split
+// over a cluster of up to 8 CTAs per tile: the largest split whose clusters are all resident at once, with at
+// least kMinSplitKTiles k tiles each. See bench/gemm/DESIGN.md (wgmma).
+WgmmaConfig wgmma_choose(const Problem& p, MathMode math, const DeviceModel& model) {
+  WgmmaConfig c{128, 1};
+  const std::int64_t sms = model.sm_count;
   const std::int64_t tiles_m = (p.m + kBM - 1) / kBM;
   if (math == MathMode::TF32) {
     const std::int64_t ctas = tiles_m * ((p.n + 255) / 256) * p.batch;
-    // N >= 256: a 256-wide tile on narrower N is mostly padding (16384x64x4096: 28.6 vs 30.7 TFLOP/s).
-    if (p.n >= 256 && 4 * ctas >= 3 * static_cast<std::int64_t>(sms)) c.bn = 256;
+    // N >= 256: a 256-wide tile on narrower N is mostly padding.
+    if (p.n >= 256 && 4 * ctas >= 3 * sms) c.bn = 256;
   }
-  if (c.bn == 128 && wgmma_can_implement(p, math)) {
+  if (c.bn == 128 && wgmma_can_implement(p, math, model)) {
     const std::int64_t ctas = tiles_m * ((p.n + 127) / 128) * p.batch;
     const int k_tiles = (p.k + kBK - 1) / kBK;
+    // A CTA takes a whole SM (its ring), so clusters of s resident at once are the slots of size s over s.
     for (int s : {2, 3, 4, 6, 8})
-      if (ctas * s <= sms && k_tiles / s >= kMinSplitKTiles &&
-          ctas <= resident_split_clusters(device, math == MathMode::TF32x3, s))
-        c.split = s;
+      if (ctas * s <= sms && k_tiles / s >= kMinSplitKTiles && ctas <= model.slots(s) / s) c.split = s;
   }
   return c;
 }
 
+WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
+  const DeviceModel model = DeviceModel::current();
+  if (model.sm_count == 0) return WgmmaConfig{128, 1};  // no device
+  return wgmma_choose(p, math, model);
+}
+
 std::string wgmma_config_name(const WgmmaConfig& c, MathMode math) {
-  return "wgmma_128x" + std::to_string(c.bn) + "x32" + (c.cluster_m > 1 ? "_cluster2x1" : "") +
+  return "wgmma_128x" + std::to_string(c.bn) + "x32" +
          (c.split > 1 ? "_splitk" + std::to_string(c.split) + "_dsmem" : "") + "_" + math_mode_name(math);
 }
 
@@ -756,11 +652,18 @@ void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cu
   WgmmaConfig c = config;
   const WgmmaConfig chosen = wgmma_choose(p, math);
   if (c.bn == 0) c.bn = chosen.bn;
-  if (c.cluster_m == 0) c.cluster_m = chosen.cluster_m;
-  if (c.split == 0) c.split = c.bn == chosen.bn && c.cluster_m == chosen.cluster_m ? chosen.split : 1;
+  if (c.split == 0) c.split = c.bn == chosen.bn ? chosen.split : 1;
   MT_CHECK(built(c, math), InvalidArgument, "gemm: no wgmma kernel for ", wgmma_config_name(c, math));
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
   for_each_batch_chunk(p, [&](const Problem& q) { launch_chunk(q, math, c, stream); });
+}
+
+void launch_wgmma_kernel(const Problem& p, const Config& cfg, cudaStream_t stream) {
+  // Split K only as chosen by dispatch (cluster reduction); the tile is wgmma_choose's for split 1.
+  WgmmaConfig wc;
+  wc.split = cfg.split_k;
+  if (cfg.split_k > 1) wc.bn = 128;
+  launch_wgmma(p, cfg.math, wc, stream);
 }
 
 std::shared_ptr<WgmmaPackedB> wgmma_pack_b(const Problem& p, MathMode math, cudaStream_t stream) {

@@ -16,8 +16,10 @@
 // right.)
 #include <type_traits>
 
-#include "ops/gemm_device.cuh"
-#include "ops/gemm_launch.h"
+#include "ops/gemm/detail/device.cuh"
+#include "ops/gemm/detail/launch.h"
+#include "ops/gemm/detail/launchers.h"
+#include "ops/gemm/simt/loaders.cuh"
 #include "runtime/error.h"
 
 namespace mt::detail::gemm {
@@ -190,10 +192,8 @@ void launch_mma(const Problem& p, int split, int k_per_split, float* ws, cudaStr
   MT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void launch_tensor(const Problem& p, Kernel kernel, bool x3, int split, int k_per_split, float* ws,
-                   cudaStream_t stream) {
+void launch_tiles(const Problem& p, Kernel kernel, bool x3, int split, int k_per_split, float* ws,
+                  cudaStream_t stream) {
   MT_CHECK(k_per_split % 16 == 0, InvalidArgument, "gemm: tensor-core split of ", k_per_split,
            " is not a multiple of 16");
   switch (kernel) {
@@ -209,6 +209,17 @@ void launch_tensor(const Problem& p, Kernel kernel, bool x3, int split, int k_pe
     default:
       MT_THROW(InvalidArgument, "gemm: ", kernel_name(kernel), " is not a tensor-core kernel");
   }
+}
+
+}  // namespace
+
+void launch_tensor(const Problem& p, const Config& c, cudaStream_t stream) {
+  const int split = c.split_k;
+  float* ws = nullptr;
+  if (split > 1)
+    ws = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n, stream);
+  launch_tiles(p, c.kernel, c.math == MathMode::TF32x3, split, k_per_split(p, split, 16), ws, stream);
+  if (split > 1) launch_splitk_reduce(p, ws, split, stream, /*overlap=*/true);
 }
 
 }  // namespace mt::detail::gemm

@@ -7,7 +7,7 @@
 //
 // Built for the tall skinny product where A streams from DRAM (16384x64x4096, 128x64 tiles). There the
 // register-staged 128x64x16 kernel spent its tile turns with no eligible warp: storing the staged tile, then
-// the barrier (issued IPC 3.02 against cuBLAS 3.41, ncu, bench/gemm/NOTES.md round 18). Here the turn is one
+// the barrier (see bench/gemm/DESIGN.md (TMA)). Here the turn is one
 // mbarrier wait per stage. The same warps side by side along N (64x128 tiles) take the small-M product where
 // B streams (64x4096x4096).
 //
@@ -21,8 +21,9 @@
 
 #include <mutex>
 
-#include "ops/gemm_device.cuh"
-#include "ops/gemm_simt.cuh"
+#include "ops/gemm/detail/device.cuh"
+#include "ops/gemm/detail/launchers.h"
+#include "ops/gemm/simt/kernel.cuh"
 #include "runtime/device.h"
 
 namespace mt::detail::gemm {
@@ -52,24 +53,12 @@ struct TmaShape {
 using Tma128x64 = TmaShape<2, 2, 3, 2>;
 using Tma64x128 = TmaShape<1, 4, 3, 2>;
 
-// The box of `map` at (c0, c1, c2) (c0 the contiguous dim, c2 the batch entry) into shared memory, completing
-// on `bar`.
-__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
-                                            std::uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-
 // SPLIT: K split over gridDim.z; the splits of a tile reduce in their cluster (ws == nullptr) or store raw
 // partials to ws for launch_splitk_reduce. The splits take the 32-deep k-tiles in turn (split s: k-tiles s,
 // s + splits, s + 2 * splits, ...), not a contiguous k range each: the splits of a tile run at the same time,
-// so they fetch neighbouring 128-byte runs of each row of A together instead of runs a K range apart. Where A
-// streams from DRAM that measured faster (16384x64x4096 split 2: the kernel 189.5 against 192.5 us, H100,
-// ncu; bench/gemm/NOTES.md round 21). Each split still adds its k-tiles in order and the reduction adds the
-// splits in order, so results do not depend on timing.
+// so they fetch neighbouring 128-byte runs of each row of A together instead of runs a K range apart, which
+// is faster where A streams from DRAM (see bench/gemm/DESIGN.md (TMA)). Each split still adds its k-tiles in
+// order and the reduction adds the splits in order, so results do not depend on timing.
 template <class T, bool SPLIT>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     gemm_simt_tma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -94,7 +83,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       mbar_init(full + 8 * s, 1);    // the producer's arrival; the TMA bytes complete the phase
       mbar_init(empty + 8 * s, CW);  // one arrival per consumer warp
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbar_init();
   }
   __syncthreads();
 
@@ -224,8 +213,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 // A batch of row-major fp32 matrices of `rows` x `cols` (row stride `ld` elements, batch stride `sb`; 0 for
 // one matrix or a broadcast one, read as entry 0) in boxes of box_rows x box_cols of one entry, out-of-range
-// elements read as zeros. Encoding two descriptors costs about 0.11 us of host time per launch (H200 host),
-// so they are not cached.
+// elements read as zeros. Encoding is cheap next to a launch, so descriptors are not cached.
 CUtensorMap tensor_map(const float* base, std::int64_t rows, std::int64_t cols, std::int64_t ld, int batch,
                        std::int64_t sb, int box_rows, int box_cols, CUtensorMapSwizzle swizzle) {
   CUtensorMap map;
@@ -246,36 +234,10 @@ CUtensorMap tensor_map(const float* base, std::int64_t rows, std::int64_t cols, 
   return map;
 }
 
-// The row strides the descriptors take: a single row of A (or of B) may have any stride, and counts as a row
-// of K (of N) rounded up to whole 16-byte steps.
-std::int64_t tma_lda(const Problem& p) {
-  return p.m == 1 ? ((p.k + 3) / 4) * 4 : p.a_sm;
-}
-std::int64_t tma_ldb(const Problem& p) {
-  return p.k == 1 ? ((p.n + 3) / 4) * 4 : p.b_sk;
-}
-
 }  // namespace
 
-bool tma_ready(const Problem& p) {
-  const auto rows_ok = [](std::int64_t ld, std::int64_t cols, int rows) {
-    return (ld % 4 == 0 && ld >= cols) || rows == 1;
-  };
-  if (p.m < 1 || p.n < 1 || p.k < 1) return false;
-  // Batch entries in whole 16-byte steps that do not overlap, within the descriptor's range; or 0, a
-  // broadcast operand.
-  const auto batch_ok = [&](std::int64_t sb, std::int64_t matrix) {
-    return p.batch == 1 || sb == 0 || (sb % 4 == 0 && sb >= matrix && sb < (std::int64_t{1} << 37));
-  };
-  if (!batch_ok(p.a_sb, p.m * tma_lda(p)) || !batch_ok(p.b_sb, p.k * tma_ldb(p))) return false;
-  if (!(p.a_sk == 1 && rows_ok(p.a_sm, p.k, p.m) && aligned16(p.a))) return false;
-  if (!(p.b_sn == 1 && rows_ok(p.b_sk, p.n, p.k) && aligned16(p.b))) return false;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (device_properties(device).cc_major < 9 || encode_tiled() == nullptr) return false;
+bool tma_kernels_usable() {
+  if (encode_tiled() == nullptr) return false;
   // The kernel must have been compiled for sm_90 or later: an older target leaves its body empty, also when
   // its PTX is compiled for this device at load time (binaryVersion 90, ptxVersion that of the PTX).
   static const bool built = [] {
@@ -319,17 +281,17 @@ void launch_tma(const Problem& p, int split, SplitReduce reduce, cudaStream_t st
 
 }  // namespace
 
-void launch_simt_tma(const Problem& p, Kernel kernel, int split, SplitReduce reduce, cudaStream_t stream) {
+void launch_simt_tma(const Problem& p, const Config& c, cudaStream_t stream) {
   MT_CHECK(tma_ready(p), InvalidArgument,
            "gemm: the TMA kernels need A contiguous along k and B along n, in 16-byte aligned rows and batch "
            "entries, on sm_90");
-  switch (kernel) {
+  switch (c.kernel) {
     case Kernel::SimtTma128x64:
-      return launch_tma<Tma128x64>(p, split, reduce, stream);
+      return launch_tma<Tma128x64>(p, c.split_k, c.reduce, stream);
     case Kernel::SimtTma64x128:
-      return launch_tma<Tma64x128>(p, split, reduce, stream);
+      return launch_tma<Tma64x128>(p, c.split_k, c.reduce, stream);
     default:
-      MT_THROW(InvalidArgument, "gemm: ", kernel_name(kernel), " is not a TMA kernel");
+      MT_THROW(InvalidArgument, "gemm: ", kernel_name(c.kernel), " is not a TMA kernel");
   }
 }
 

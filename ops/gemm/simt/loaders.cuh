@@ -1,50 +1,15 @@
-// Device-side pieces shared by the SGEMM kernels of ops/gemm.cu, ops/gemm_simt.cuh and ops/gemm_tf32.cu:
-// cp.async wrappers, the global -> shared tile loaders, tile rasterisation and the fused epilogue. Included
-// by those files only.
+// The global -> shared tile loaders of the SIMT kernels (ops/gemm/simt/kernel.cuh) and the mma.sync kernels
+// (ops/gemm/tensorcore/mma_tf32.cu), and the cp.async ring over k tiles.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include <cooperative_groups.h>
-
-#include "ops/functors.h"
-#include "ops/gemm_launch.h"
+#include "ops/gemm/detail/device.cuh"
 
 namespace mt::detail::gemm {
 
-// Operand and result bases of batch entry b (a batch stride of 0 broadcasts the operand).
-__device__ __forceinline__ const float* a_batch(const Problem& p, int b) {
-  return p.a + b * p.a_sb;
-}
-__device__ __forceinline__ const float* b_batch(const Problem& p, int b) {
-  return p.b + b * p.b_sb;
-}
-__device__ __forceinline__ float* c_batch(const Problem& p, int b) {
-  return p.c + b * p.c_sb;
-}
-
-// ---------------------------------------------------------------- cp.async (sm_80+, plain sm_90 is enough)
-
-// Copies `bytes` (0 or 4) bytes and zero-fills the rest of the 4-byte word: predicated loads without
-// branches.
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, int bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
-}
-// 4 bytes, all read.
-__device__ __forceinline__ void cp_async4_whole(float* dst, const float* src) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src));
-}
-// 16 bytes, of which the first `bytes` (0..16, a multiple of 4) come from global memory. Bypasses L1 (.cg):
-// every byte of a tile is read once per block. compute-sanitizer counts a partial copy as a read of all 16
-// bytes: callers use one only where the whole run lies in the operand's padded row (cp_async_run otherwise).
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, int bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
-}
 // A run of 4 floats of which the first n (0..4) are read from src (16-byte aligned when n == 4) and the rest
 // zero-filled: one 16-byte copy when whole or empty, else one 4-byte copy per element, so no byte past the
 // run's in-range part is read. `valid`: any readable address.
@@ -56,65 +21,6 @@ __device__ __forceinline__ void cp_async_run(float* dst, const float* src, int n
     for (int c = 0; c < 4; ++c) cp_async4(dst + c, c < n ? src + c : valid, c < n ? 4 : 0);
   }
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// ---------------------------------------------------------------- programmatic dependent launch (sm_90)
-
-// Lets the next kernel in the stream, if launched to overlap this one
-// (LaunchConfig::overlap_previous_kernel), start its blocks once every block of this grid has called this or
-// exited.
-__device__ __forceinline__ void pdl_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-// Waits until the kernels this one was launched to overlap have finished and their writes are visible;
-// returns at once for a kernel launched the ordinary way.
-__device__ __forceinline__ void pdl_wait() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-
-// ---------------------------------------------------------------- mbarriers (sm_90)
-//
-// The stage handshakes of the kernels fed by asynchronous copies (ops/gemm_wgmma.cu, ops/gemm_simt_tma.cu).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-
-__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Arrives once and adds `bytes` to the transactions the current phase waits for.
-__device__ __forceinline__ void mbar_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t ok;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
-// Waits until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
-}
-
-#endif  // __CUDA_ARCH__ >= 900
 
 // ---------------------------------------------------------------- tile loaders
 //
@@ -235,7 +141,9 @@ struct LaneLoaderK {
   __device__ __forceinline__ void copy(float* s, int j) const {
     cp_async4_whole(s + soff + j * kRowsPerPass, ptr + roff[j]);
   }
-  __device__ __forceinline__ void advance() { ptr += BK; }
+  __device__ __forceinline__ void advance() {
+    ptr += BK;
+  }
   // The whole next tile (first k `k0`) into `s`; elements at k >= k_end read as 0.
   __device__ __forceinline__ void load(float* s, int k0, int k_end) {
     const bool ok = k0 + k < k_end;
@@ -279,7 +187,9 @@ struct LaneLoaderX {
     const int kp = e / kRunsX, r = e % kRunsX;
     cp_async4_whole(s + soff + kp * kWarps * (BX + PAD) + 32 * r, ptr + kp * pass + xoff[r]);
   }
-  __device__ __forceinline__ void advance() { ptr += step; }
+  __device__ __forceinline__ void advance() {
+    ptr += step;
+  }
   // The whole next tile (first k `k0`) into `s`; elements at k >= k_end read as 0.
   __device__ __forceinline__ void load(float* s, int k0, int k_end) {
 #pragma unroll
@@ -510,137 +420,6 @@ __device__ __forceinline__ void ring_advance(int t, int n_tiles, Fill&& fill) {
   const int tn = t + STAGES - 1;
   if (tn < n_tiles) fill(tn % STAGES, tn);
   cp_async_commit();
-}
-
-// ---------------------------------------------------------------- tiles and epilogue
-
-// Block -> (tile_m, tile_n), grouped by 8 tile rows so that blocks running together share panels of A and B
-// in L2 (the big shapes do not fit L2 otherwise).
-__device__ __forceinline__ void raster(int bid, int tiles_m, int tiles_n, int& tm, int& tn) {
-  constexpr int kGroup = 8;
-  const int width = kGroup * tiles_n;
-  const int first_m = (bid / width) * kGroup;
-  const int rows = min(tiles_m - first_m, kGroup);
-  tm = first_m + (bid % width) % rows;
-  tn = (bid % width) / rows;
-}
-
-// What one block of the SIMT and mma.sync kernels computes: blockIdx.x the output tile (rasterised),
-// blockIdx.y the batch entry, blockIdx.z the split of K.
-struct BlockTile {
-  int m0, n0;          // the tile's first row and column of C
-  int b, split;        // batch entry, split index
-  int k_begin, k_end;  // this split's k range
-  int n_tiles;         // BK-deep k tiles in it
-};
-template <int BM, int BN, int BK>
-__device__ __forceinline__ BlockTile block_tile(const Problem& p, int k_per_split) {
-  BlockTile t;
-  int tile_m, tile_n;
-  raster(blockIdx.x, (p.m + BM - 1) / BM, (p.n + BN - 1) / BN, tile_m, tile_n);
-  t.m0 = tile_m * BM, t.n0 = tile_n * BN;
-  t.b = blockIdx.y, t.split = blockIdx.z;
-  t.k_begin = t.split * k_per_split, t.k_end = min(p.k, t.k_begin + k_per_split);
-  t.n_tiles = t.k_end > t.k_begin ? (t.k_end - t.k_begin + BK - 1) / BK : 0;
-  return t;
-}
-
-// act(alpha * acc + beta * c + bias[j]), the same formula as the CPU reference and as matmul followed by the
-// eager bias add and activation. epilogue_apply takes C's old value and the bias already loaded (each
-// ignored when unused) and the activation (a constant where the caller has dispatched on it); epilogue_value
-// reads C only when beta != 0. (epilogue_value is not written in terms of epilogue_apply: that form costs the
-// 128-register split-K kernels a spill.)
-__device__ __forceinline__ float epilogue_apply(const Problem& p, float acc, float c, float bias,
-                                                Activation act) {
-  float v = p.alpha * acc;
-  if (p.beta != 0.f) v = fmaf(p.beta, c, v);
-  if (p.bias) v = v + bias;
-  return activate(v, act);
-}
-__device__ __forceinline__ float epilogue_value(const Problem& p, float acc, const float* c, int j) {
-  float v = p.alpha * acc;
-  if (p.beta != 0.f) v = fmaf(p.beta, *c, v);
-  if (p.bias) v = v + p.bias[j * p.bias_s];
-  return activate(v, p.act);
-}
-
-// Writes N consecutive columns j0.. of row i of the batch's C (pointer cb). `vec`: C is contiguous along n
-// with 16-byte aligned rows, so a full in-range run of 4 is one float4.
-template <int N>
-__device__ __forceinline__ void store_run(const Problem& p, float* cb, int i, int j0, const float* acc,
-                                          bool vec) {
-  if (i >= p.m) return;
-  float* row = cb + static_cast<std::int64_t>(i) * p.c_sm;
-  if constexpr (N == 4) {
-    if (vec && j0 + 4 <= p.n) {
-      float4* dst = reinterpret_cast<float4*>(row + j0);
-      float4 old = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (p.beta != 0.f) old = *dst;
-      float4 v;
-      v.x = epilogue_value(p, acc[0], &old.x, j0);
-      v.y = epilogue_value(p, acc[1], &old.y, j0 + 1);
-      v.z = epilogue_value(p, acc[2], &old.z, j0 + 2);
-      v.w = epilogue_value(p, acc[3], &old.w, j0 + 3);
-      *dst = v;
-      return;
-    }
-  }
-#pragma unroll
-  for (int c = 0; c < N; ++c) {
-    const int j = j0 + c;
-    if (j < p.n) {
-      float* dst = row + static_cast<std::int64_t>(j) * p.c_sn;
-      *dst = epilogue_value(p, acc[c], dst, j);
-    }
-  }
-}
-
-// Split K reduced inside one thread-block cluster: the gridDim.z == `splits` blocks of a tile (at most
-// kMaxClusterSplit) each park their raw BM x BN sums in their own shared memory (`red`, row stride LD) and
-// meet at a cluster barrier; then each block reduces a 1/splits slice of the tile, reading every block's sums
-// through distributed shared memory in split order 0, 1, ... (deterministic: the order never depends on
-// timing), and runs the epilogue into C. Called by the NT threads `tid` of each block that hold no other
-// work; the caller puts a cluster barrier before (every block's sums written) and after (no block leaves
-// while a peer may still read its shared memory). No global workspace, no atomics, no serial tail through L2.
-template <int BM, int BN, int LD, int NT>
-__device__ __forceinline__ void cluster_reduce_store(const Problem& p, float* C, const float* red, int m0,
-                                                     int n0, bool c_vec, int tid) {
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  const int splits = static_cast<int>(gridDim.z);
-  const float* peers[kMaxClusterSplit];
-#pragma unroll
-  for (int s = 0; s < kMaxClusterSplit; ++s) peers[s] = cluster.map_shared_rank(red, s < splits ? s : 0);
-  constexpr int kRuns = BM * BN / 4;  // float4 runs of the tile
-  for (int e = static_cast<int>(cluster.block_rank()) * NT + tid; e < kRuns; e += splits * NT) {
-    const int row = e / (BN / 4), col = (e % (BN / 4)) * 4;
-    float4 part[kMaxClusterSplit];
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplit; ++s)  // all loads in flight before the first add
-      if (s < splits) part[s] = *reinterpret_cast<const float4*>(peers[s] + row * LD + col);
-    float sum[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplit; ++s)
-      if (s < splits) sum[0] += part[s].x, sum[1] += part[s].y, sum[2] += part[s].z, sum[3] += part[s].w;
-    store_run<4>(p, C, m0 + row, n0 + col, sum, c_vec);
-  }
-}
-
-// Split-K partial sums: workspace [split][batch][m][n], contiguous; raw sums, the epilogue runs in the
-// reduction.
-template <int N>
-__device__ __forceinline__ void store_partial(float* ws, int m, int n, int i, int j0, const float* acc) {
-  if (i >= m) return;
-  float* row = ws + static_cast<std::int64_t>(i) * n;
-  if constexpr (N == 4) {
-    if ((n & 3) == 0 && j0 + 4 <= n) {
-      *reinterpret_cast<float4*>(row + j0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      return;
-    }
-  }
-#pragma unroll
-  for (int c = 0; c < N; ++c)
-    if (j0 + c < n) row[j0 + c] = acc[c];
 }
 
 }  // namespace mt::detail::gemm

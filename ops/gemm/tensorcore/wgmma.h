@@ -1,7 +1,7 @@
 // Hopper (sm_90a) tensor-core SGEMM for MathMode::TF32 and MathMode::TF32x3: a pack pass and a
-// warp-specialised wgmma kernel (ops/gemm_wgmma.cu). Same Problem contract as the other launchers
-// (ops/gemm_launch.h): any strides for A, B and C, batch strides (0 broadcasts), alpha/beta/bias/activation
-// epilogue, beta == 0 never reads C.
+// warp-specialised wgmma kernel (ops/gemm/tensorcore/wgmma.cu). Same Problem contract as the other launchers
+// (ops/gemm/detail/problem.h): any strides for A, B and C, batch strides (0 broadcasts),
+// alpha/beta/bias/activation epilogue, beta == 0 never reads C.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,7 +12,8 @@
 
 #include "memory/allocator.h"
 #include "ops/gemm.h"
-#include "ops/gemm_launch.h"
+#include "ops/gemm/detail/dispatch.h"
+#include "ops/gemm/detail/problem.h"
 
 namespace mt::detail::gemm {
 
@@ -20,9 +21,8 @@ namespace mt::detail::gemm {
 // is reduced inside the launch: the splits of a tile form one cluster and add their tiles through
 // distributed shared memory in split order (deterministic), then run the epilogue.
 struct WgmmaConfig {
-  int bn = 0;         // CTA tile N: 128 or 256 (256: TF32 only; 3xTF32 holds three accumulator sets)
-  int cluster_m = 0;  // 1, or 2: two CTAs along M share (multicast) their B tiles
-  int split = 0;  // K split over a cluster of this many CTAs per tile (1-8; only with bn 128, cluster_m 1)
+  int bn = 0;     // CTA tile N: 128 or 256 (256: TF32 only; 3xTF32 holds three accumulator sets)
+  int split = 0;  // K split over a cluster of this many CTAs per tile (1-8; only with bn 128)
 };
 
 // B packed ahead of time (a weight used by many launches): a snapshot of B in the layout the kernel reads,
@@ -37,11 +37,14 @@ struct WgmmaPackedB {
   bool x3 = false;  // big and small parts (TF32x3)
 };
 
-// Whether the wgmma kernels can run `p` in `math` on the current device: a TF32 mode, a compute capability
-// 9.0 device, and a binary that carries the sm_90a kernels. Every shape, stride and batch is supported.
+// Whether the wgmma kernels can run `p` in `math` on `model`: a TF32 mode, a compute capability 9.0 device,
+// and a binary that carries the sm_90a kernels (DeviceModel::wgmma_kernels). Every shape, stride and batch
+// is supported. Without a model: the current device (false where there is none).
+bool wgmma_can_implement(const Problem& p, MathMode math, const DeviceModel& model);
 bool wgmma_can_implement(const Problem& p, MathMode math);
 
-// The configuration launch_wgmma(p, math, stream) picks for `p`.
+// The configuration launch_wgmma(p, math, stream) picks for `p` on `model` (pure), or on the current device.
+WgmmaConfig wgmma_choose(const Problem& p, MathMode math, const DeviceModel& model);
 WgmmaConfig wgmma_choose(const Problem& p, MathMode math);
 std::string wgmma_config_name(const WgmmaConfig& c, MathMode math);
 

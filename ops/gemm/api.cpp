@@ -1,13 +1,14 @@
 // Tensor-level SGEMM entry points: validation, 1-D promotion, batch broadcasting, dispatch to the CUDA
-// kernels (ops/gemm.cu, ops/gemm_tf32.cu) or to the Eigen reference for CPU tensors (ops/cpu/gemm.cpp).
+// kernels (ops/gemm/launch.cu and the kernel table) or to the Eigen reference for CPU tensors
+// (ops/cpu/gemm.cpp).
 #include <algorithm>
 #include <atomic>
 #include <optional>
 #include <vector>
 
 #include "ops/gemm.h"
-#include "ops/gemm_launch.h"
-#include "ops/gemm_wgmma.h"
+#include "ops/gemm/detail/launch.h"
+#include "ops/gemm/tensorcore/wgmma.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 

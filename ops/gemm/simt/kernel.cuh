@@ -1,6 +1,6 @@
-// The production FP32 SGEMM kernel (rung 4 of the ladder in ops/gemm.cu) and its launcher template. Included
-// by ops/gemm_simt_*.cu, each of which instantiates a group of tile configurations (so they compile in
-// parallel), and by ops/gemm.cu for the per-configuration launchers declared at the end.
+// The production FP32 SGEMM kernel (the top of the ladder in ops/gemm/ladder.cu) and its launcher template,
+// both parameterised by one named configuration (SimtShape). Included by ops/gemm/simt/tile_*.cu, each of
+// which instantiates a group of tile configurations (so they compile in parallel).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,62 +12,14 @@
 
 #include <cooperative_groups.h>
 
-#include "ops/gemm_device.cuh"
-#include "ops/gemm_launch.h"
+#include "ops/gemm/detail/device.cuh"
+#include "ops/gemm/detail/launch.h"
+#include "ops/gemm/detail/problem.h"
+#include "ops/gemm/simt/loaders.cuh"
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
 namespace mt::detail::gemm {
-
-inline bool aligned16(const void* p) {
-  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
-}
-
-// B can take the float4 loader: contiguous along n, rows and batches 16-byte aligned.
-inline bool b_vectorisable(const Problem& p) {
-  return p.b_sn == 1 && p.b_sk % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) && aligned16(p.b);
-}
-// Operands the register-staged loader takes: contiguous along k or along x (m for A, n for B); `*_runs16`:
-// 4-element runs along that dimension start 16-byte aligned (rows and batches too).
-inline bool a_reg_stageable(const Problem& p) {
-  return p.a_sk == 1 || p.a_sm == 1;
-}
-inline bool b_reg_stageable(const Problem& p) {
-  return p.b_sn == 1 || p.b_sk == 1;
-}
-inline bool a_runs16(const Problem& p) {
-  const std::int64_t row = p.a_sk == 1 ? p.a_sm : p.a_sk;
-  return row % 4 == 0 && (p.a_sb % 4 == 0 || p.batch == 1) && aligned16(p.a);
-}
-inline bool b_runs16(const Problem& p) {
-  const std::int64_t row = p.b_sn == 1 ? p.b_sk : p.b_sn;
-  return row % 4 == 0 && (p.b_sb % 4 == 0 || p.batch == 1) && aligned16(p.b);
-}
-// Every run of an operand's tiles one 16-byte load for RegLoader::load_whole<true>: 16-byte runs, and an
-// operand contiguous along x (m for A, n for B) has an extent that is a multiple of 4 or rows padded to one,
-// so no run reads past the edge.
-inline bool a_whole_runs(const Problem& p) {
-  return a_reg_stageable(p) && a_runs16(p) && ((p.a_sk == 1 && p.a_sm != 1) || p.m % 4 == 0 || p.a_padded);
-}
-inline bool b_whole_runs(const Problem& p) {
-  return b_reg_stageable(p) && b_runs16(p) && ((p.b_sk == 1 && p.b_sn != 1) || p.n % 4 == 0 || p.b_padded);
-}
-inline bool vector_runs(const Problem& p) {
-  return a_whole_runs(p) && b_whole_runs(p);
-}
-inline bool c_vectorisable(const Problem& p) {
-  return p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && aligned16(p.c);
-}
-// The scalar loaders keep 32-bit offsets within a tile.
-inline bool offsets_fit(std::int64_t sx, std::int64_t sk, int bx, int bk) {
-  return static_cast<double>(bx) * static_cast<double>(std::max<std::int64_t>(sx, 0)) +
-             static_cast<double>(bk) * static_cast<double>(std::max<std::int64_t>(sk, 0)) <
-         2147483647.0;
-}
-inline int k_per_split(const Problem& p, int split, int bk) {
-  const int per = (p.k + split - 1) / split;
-  return (per + bk - 1) / bk * bk;
-}
 
 template <class Kern>
 void allow_smem(Kern* kernel, std::size_t bytes) {
@@ -93,8 +45,8 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //                 time; needs each operand contiguous along k or along x. Tile t + 1 is stored to the other
 //                 of two shared buffers after tile t's math, one barrier per tile. While the tile after next
 //                 lies inside the matrix along k, each tile is one straight-line block: unconditional loads
-//                 issued right after the barrier, fixed stores (per-run branches had cost ~16 % of the time
-//                 at 4096^3); the last tiles take a general loop that loads before the math and predicates
+//                 issued right after the barrier, fixed stores (per-run branches cost the big shapes
+//                 dearly); the last tiles take a general loop that loads before the math and predicates
 //                 on k. Runs are one 16-byte load each (vector_runs), or with kScalarRuns 4 scalar loads.
 // Shared memory per block: STAGES (2 for kLoadRegs) * BK * (BM + BN + 2 * kPad) * 4 bytes, with A's stage
 // BM * (BK + kPad) for kLoadKMajorA.
@@ -110,38 +62,81 @@ constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadLanes = 3,
 // distinct bank quads.
 constexpr int kSimtPad = 4;
 
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
+// A named configuration of gemm_simt and launch_simt (a class-type template parameter: the fields are
+// compile-time constants). The tiling parameters are documented above; the flags say which variants of the
+// configuration are built:
+//   ring         the 4-byte cp.async ring variants (Staging::CpAsync, any strides); without them
+//                can_implement refuses CpAsync for it (KernelInfo::registers_only)
+//   scalar_runs  the register-staged variants for operands without whole 16-byte runs; without them the
+//                configuration takes vector_runs(p) problems only (KernelInfo::whole_runs_only), for tiles
+//                whose scalar-run variants would spill
+//   ring16       the ring of 16-byte copies with A k-major (Staging::CpAsync16, for ring16_ready(p) problems)
+//   rows_c       the unsplit register-staged kernels for C in unaligned contiguous rows (gemm_simt's ROWS_C),
+//                taken for such a C; without them that C gets scalar stores
+//   lanes        the unsplit 4-byte ring takes the lane loaders (kLoadLanes) for A contiguous along k and B
+//                along n
 struct SimtShape {
-  static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
+  int BM, BN, BK;      // block tile of C; k-depth of one pipeline stage
+  int WM, WN;          // warp tile
+  int TM, TN;          // thread tile
+  int stages;          // cp.async ring depth
+  int min_blocks = 1;  // blocks per SM the launch bounds ask for (the register budget)
+  bool ring = true;    // the flags above
+  bool scalar_runs = true;
+  bool ring16 = false;
+  bool rows_c = false;
+  bool lanes = false;
+
+  constexpr SimtShape with_min_blocks(int blocks) const {
+    SimtShape s = *this;
+    s.min_blocks = blocks;
+    return s;
+  }
+  constexpr int threads() const { return 32 * (BM / WM) * (BN / WN); }
+};
+
+// The kernel and launcher take a configuration as a type whose `value` is its SimtShape (a named struct per
+// configuration, simt/tile_*.cu): nvcc's host stubs cannot spell a class-type template argument.
+template <class C, int MIN_BLOCKS>
+struct SimtMinBlocks {  // C held to another number of blocks per SM
+  static constexpr SimtShape value = C::value.with_min_blocks(MIN_BLOCKS);
+};
+
+// What follows from a SimtShape: warps, lanes, stage sizes, shared memory.
+template <SimtShape S>
+struct SimtGeometry {
+  static constexpr int kWarpsM = S.BM / S.WM, kWarpsN = S.BN / S.WN;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
-  static constexpr int kLanesM = WM / TM, kLanesN = WN / TN;  // lanes of a warp along m and n
-  static constexpr int kStageA = BK * (BM + kSimtPad), kStageB = BK * (BN + kSimtPad);
-  static constexpr int kStageAK = BM * (BK + kSimtPad);  // k-major A (kLoadKMajorA)
+  static constexpr int kLanesM = S.WM / S.TM, kLanesN = S.WN / S.TN;  // lanes of a warp along m and n
+  static constexpr int kStageA = S.BK * (S.BM + kSimtPad), kStageB = S.BK * (S.BN + kSimtPad);
+  static constexpr int kStageAK = S.BM * (S.BK + kSimtPad);  // k-major A (kLoadKMajorA)
   static constexpr std::size_t pipe_bytes(Staging st) {
     switch (st) {
       case Staging::Registers:
         return sizeof(float) * 2 * (kStageA + kStageB);
       case Staging::CpAsync16:
-        return sizeof(float) * STAGES * (kStageAK + kStageB);
+        return sizeof(float) * S.stages * (kStageAK + kStageB);
       default:
-        return sizeof(float) * STAGES * (kStageA + kStageB);
+        return sizeof(float) * S.stages * (kStageA + kStageB);
     }
   }
   // The cluster split-K variant reuses the pipeline's buffers for the BM x BN tile of partial sums.
   static constexpr std::size_t smem_bytes(Staging st, bool cluster_split) {
     const std::size_t pipe = pipe_bytes(st);
-    const std::size_t tile = sizeof(float) * BM * BN;
+    const std::size_t tile = sizeof(float) * S.BM * S.BN;
     return cluster_split && tile > pipe ? tile : pipe;
   }
 
-  static_assert(BM % WM == 0 && BN % WN == 0, "the warp tile must divide the block tile");
-  static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of float4 fragments");
-  static_assert(WM % TM == 0 && WN % TN == 0, "the thread tile must divide the warp tile");
+  static_assert(S.BM % S.WM == 0 && S.BN % S.WN == 0, "the warp tile must divide the block tile");
+  static_assert(S.TM % 4 == 0 && S.TN % 4 == 0, "thread tiles are made of float4 fragments");
+  static_assert(S.WM % S.TM == 0 && S.WN % S.TN == 0, "the thread tile must divide the warp tile");
   static_assert(kLanesM * kLanesN == 32,
                 "a warp's 32 lanes must cover its warp tile exactly: (WM/TM)*(WN/TN) == 32");
-  static_assert(BK % 8 == 0, "the k-fast scalar loader walks k in groups of 8");
-  static_assert(STAGES >= 2, "the pipeline needs at least one tile in flight while one is computed");
+  static_assert(S.BK % 8 == 0, "the k-fast scalar loader walks k in groups of 8");
+  static_assert(S.stages >= 2, "the pipeline needs at least one tile in flight while one is computed");
   static_assert(kThreads <= 1024, "too many threads per block");
+  static_assert(S.min_blocks >= 1, "the launch bounds ask for at least one block per SM");
+  static_assert(!S.lanes || S.ring, "the lane loaders are a variant of the 4-byte ring");
 };
 
 // SPLIT: K is split over gridDim.z blocks (a separate instantiation, so the reduction does not cost the
@@ -152,18 +147,16 @@ struct SimtShape {
 // fastest; register-staged variants have it in LOAD); a_vec / b_vec (register staging, last tiles) its
 // 4-element runs are 16-byte aligned; c_vec C takes float4 stores.
 // ROWS_C: the unsplit kernel for C in contiguous rows that are not 16-byte aligned, whose epilogue is
-// store_rows alone. The main loop's speed follows the epilogue's code size, although the loop is the same
-// code: with store_rows beside the other stores in every kernel, the aligned problems lost 2-5 %
-// (4096x4096x1024: 256x128x8 48.55 -> 47.57 TFLOP/s, 256x128x16 48.9 -> 46.7; round 16); a ROWS_C kernel
-// with all of them issued 0.80 instructions per scheduler per cycle where the plain kernel issued 0.84, and
-// with store_rows alone, checked, it ran 4.5 % faster (4095x4097x1023: 44.0 -> 46.0 TFLOP/s; round 17 of
-// bench/gemm/NOTES.md).
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS, int LOAD,
-          bool SPLIT, bool ROWS_C = false>
-__global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>::kThreads, MIN_BLOCKS)
+// store_rows alone: a kernel of its own because the main loop's speed follows the epilogue's code size,
+// although the loop is the same code (see bench/gemm/DESIGN.md (epilogue)).
+template <class CFG, int LOAD, bool SPLIT, bool ROWS_C = false>
+__global__ void __launch_bounds__(CFG::value.threads(), CFG::value.min_blocks)
     gemm_simt(Problem p, int k_per_split, float* ws, bool a_kfast, bool b_kfast, bool a_vec, bool b_vec,
               bool c_vec) {
-  using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
+  constexpr SimtShape SHAPE = CFG::value;
+  constexpr int BM = SHAPE.BM, BN = SHAPE.BN, BK = SHAPE.BK, WM = SHAPE.WM, WN = SHAPE.WN;
+  constexpr int TM = SHAPE.TM, TN = SHAPE.TN, STAGES = SHAPE.stages, MIN_BLOCKS = SHAPE.min_blocks;
+  using S = SimtGeometry<SHAPE>;
   constexpr int NT = S::kThreads;
   pdl_wait();  // launched to overlap the previous kernel (launch_simt): its writes first
   extern __shared__ float4 smem4[];
@@ -203,8 +196,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   const int b_col = warp_n * WN + lane_n * 4;
   // The outer product's FMAs visit the thread tile row by row, odd rows backwards: consecutive FMAs share an
   // operand, so ptxas can mark it for the operand reuse cache instead of reading the register file again
-  // (also across a row change, where the column repeats): 2-5 % faster at most benchmark shapes
-  // (bench/gemm/NOTES.md, round 13). Each accumulator still takes its k-steps in order. ptxas spills with
+  // (also across a row change, where the column repeats; see bench/gemm/DESIGN.md (inner loop)). Each
+  // accumulator still takes its k-steps in order. ptxas spills with
   // that order in a few register-starved variants (the scalar-run loaders; both operands contiguous along k
   // at 128 registers per thread), which keep the plain order.
   constexpr bool kSerpentine = !(kRegs && (!kVecRuns || (LOAD == kLoadRegs + 3 && MIN_BLOCKS * NT >= 512)));
@@ -320,10 +313,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
     // the row before it; tile t + 1's first fragments load in place of the last row's, so two rows of FMAs
     // stand between the barrier and their use instead of the whole block stalling after it. The other buffer
     // was last read before the previous turn's barrier. It pays where the block's barrier idles the SM: one
-    // block per SM, or the 16x8 thread tiles (4096^3 +1.4 %, 2048^3 +2 %, the (4096, 4096) MLP -1.5 % against
-    // the turn one row later, which already gave 1-3 % over the turn after the tile); the two-block 8x8 tiles
-    // lost 3-5 % with it, and the split 256x128 tiles with both operands contiguous along k spill
-    // (bench/gemm/NOTES.md, round 14).
+    // block per SM, or the 16x8 thread tiles; the two-block 8x8 tiles lose with it, and the split 256x128
+    // tiles with both operands contiguous along k spill (see bench/gemm/DESIGN.md (early turn)).
     constexpr bool kEarlyTurn =
         (MIN_BLOCKS == 1 || TM * TN >= 128) && !(SPLIT && (LOAD & 3) == 3 && TM * TN >= 128);
     if (n_whole >= 2) {
@@ -395,8 +386,9 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
         __syncthreads();
       };
       // Past the last tile this reads slot nxt's stale tile into fragments that are never used.
-      tile_rows_with(sA + cur * S::kStageA, sB + cur * S::kStageB, turn,
-                     [&] { load_frags(sA + nxt * S::kStageA, sB + nxt * S::kStageB, 0, 0); }, each_row);
+      tile_rows_with(
+          sA + cur * S::kStageA, sB + cur * S::kStageB, turn,
+          [&] { load_frags(sA + nxt * S::kStageA, sB + nxt * S::kStageB, 0, 0); }, each_row);
       prev = cur;
       cur = nxt;
     };
@@ -491,9 +483,8 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   } else {
     // The thread's TN bias values are loaded once, and the activation and C's layout are dispatched once per
     // tile, so the unrolled stores stay short. Edge tiles (partly outside C) check each element's row and
-    // column; they used to take the per-element store_run (the activation dispatched per element, ~14k
-    // instructions run once per block), which cost 4096x4100x1024 17 % against 4096x4224x1024 on the same
-    // grid, and a rolled loop over a local copy of the sums was slower still (bench/gemm/NOTES.md, round 15).
+    // column, with the same compact code: the per-element store_run (the activation dispatched per element)
+    // and a rolled loop over a local copy of the sums were both slower (see bench/gemm/DESIGN.md (epilogue)).
     //   kVecC    an interior tile of a C in 16-byte aligned rows: one float4 per fragment
     //   store_rows  (ROWS_C kernels, their only store) C in contiguous rows at any alignment (rows of odd
     //            length, an offset view), every element checked: the fragment's 4 values are shifted across
@@ -651,22 +642,20 @@ __global__ void __launch_bounds__(SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>:
   }
 }
 
-// RING: the configuration also has the 4-byte cp.async ring variants (Staging::CpAsync, any strides); without
-// them can_implement refuses CpAsync for it.
-// SCALAR_RUNS: the register-staged variants for operands without whole 16-byte runs are built too; without
-// them the configuration takes vector_runs(p) problems only (can_implement refuses the rest), for tiles whose
-// scalar-run variants would spill.
-// RING16: the configuration also has the ring of 16-byte copies with A k-major (Staging::CpAsync16, for
-// ring16_ready(p) problems).
-// ROWS_C: the configuration also has the unsplit register-staged kernels for C in unaligned contiguous rows
-// (gemm_simt's ROWS_C), taken for such a C; without them that C gets scalar stores.
-// LANES: the configuration's unsplit 4-byte ring takes the lane loaders (kLoadLanes) for A contiguous along k
-// and B along n.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MIN_BLOCKS = 1,
-          bool RING = true, bool SCALAR_RUNS = true, bool RING16 = false, bool ROWS_C = false,
-          bool LANES = false>
+// Launches gemm_simt for the configuration CFG (CFG::value a SimtShape): picks the variant for the problem's
+// layout, staging and split.
+template <class CFG>
 void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging staging, cudaStream_t stream) {
-  using S = SimtShape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
+  constexpr SimtShape SHAPE = CFG::value;
+  using S = SimtGeometry<SHAPE>;
+  constexpr int BM = SHAPE.BM, BN = SHAPE.BN, BK = SHAPE.BK;
+  constexpr bool RING = SHAPE.ring, SCALAR_RUNS = SHAPE.scalar_runs, RING16 = SHAPE.ring16;
+  constexpr bool ROWS_C = SHAPE.rows_c, LANES = SHAPE.lanes;
+  // The scalar B loader needs more registers than a 2-blocks-per-SM budget leaves (it would spill), so that
+  // variant always runs one block per SM; so does the 128x128 tile's split variant with float4 B (held to
+  // 128 registers it spills).
+  using OneBlock = SimtMinBlocks<CFG, 1>;
+  using SplitVec = SimtMinBlocks<CFG, BM * BN >= 128 * 128 ? 1 : SHAPE.min_blocks>;
   const bool regs = staging == Staging::Registers;
   MT_CHECK(staging != Staging::CpAsync || RING, InvalidArgument,
            "gemm: this SIMT configuration has no cp.async ring");
@@ -675,12 +664,11 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
            "B along n, in 16-byte aligned rows");
   MT_CHECK(!regs || SCALAR_RUNS || vector_runs(p), InvalidArgument,
            "gemm: this SIMT configuration needs every operand in whole 16-byte runs");
-  using Kern = decltype(&gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs, false>);
+  using Kern = decltype(&gemm_simt<CFG, kLoadRegs, false>);
   // [(A k-contiguous) + 2 * (B k-contiguous) + kScalarRuns unless vector_runs][split > 1].
   auto row = [](auto load) {
     constexpr int kLoad = kLoadRegs + decltype(load)::value;
-    return std::array<Kern, 2>{gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoad, false>,
-                               gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoad, true>};
+    return std::array<Kern, 2>{gemm_simt<CFG, kLoad, false>, gemm_simt<CFG, kLoad, true>};
   };
   using std::integral_constant;
   constexpr int kRuns = SCALAR_RUNS ? kScalarRuns : 0;  // without them, the scalar-run rows are never taken
@@ -701,10 +689,7 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   const int layout = (a_kfast ? 1 : 0) + (b_kfast ? 2 : 0) + (vector_runs(p) ? 0 : kScalarRuns);
   Kern kernel = reg_kernels[layout][split > 1 ? 1 : 0];
   if constexpr (ROWS_C) {
-    auto rows = [](auto load) {
-      return gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadRegs + decltype(load)::value,
-                       false, true>;
-    };
+    auto rows = [](auto load) { return gemm_simt<CFG, kLoadRegs + decltype(load)::value, false, true>; };
     static const std::array<Kern, 8> rows_kernels = {
         rows(integral_constant<int, 0>{}),         rows(integral_constant<int, 1>{}),
         rows(integral_constant<int, 2>{}),         rows(integral_constant<int, 3>{}),
@@ -718,15 +703,10 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
     if (split == 1 && p.c_sn == 1 && !c_vectorisable(p)) kernel = rows_kernels[layout];
   }
   if constexpr (RING) {
-    // [B takes float4 loads][split > 1]. The scalar B loader needs more registers than a 2-blocks-per-SM
-    // budget leaves (it would spill), so that variant always runs one block per SM; so does the 128x128
-    // tile's split variant with float4 B (held to 128 registers it spilled 32 bytes).
-    constexpr int kSplitVecBlocks = BM * BN >= 128 * 128 ? 1 : MIN_BLOCKS;
+    // [B takes float4 loads][split > 1].
     static const Kern ring_kernels[2][2] = {
-        {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, kLoadScalarB, false>,
-         gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, 1, kLoadScalarB, true>},
-        {gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadVecB, false>,
-         gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, kSplitVecBlocks, kLoadVecB, true>}};
+        {gemm_simt<OneBlock, kLoadScalarB, false>, gemm_simt<OneBlock, kLoadScalarB, true>},
+        {gemm_simt<CFG, kLoadVecB, false>, gemm_simt<SplitVec, kLoadVecB, true>}};
     static const bool ring_once = [&] {
       for (auto& row : ring_kernels)
         for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(Staging::CpAsync, sp == 1));
@@ -736,11 +716,9 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
     if (staging == Staging::CpAsync) kernel = ring_kernels[b_vectorisable(p) ? 1 : 0][split > 1 ? 1 : 0];
   }
   if constexpr (LANES) {
-    static_assert(RING, "the lane loaders are a variant of the 4-byte ring");
     // [C in unaligned contiguous rows (store_rows)].
-    static const Kern lanes_kernels[2] = {
-        gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadLanes, false>,
-        gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadLanes, false, ROWS_C>};
+    static const Kern lanes_kernels[2] = {gemm_simt<CFG, kLoadLanes, false>,
+                                          gemm_simt<CFG, kLoadLanes, false, ROWS_C>};
     static const bool lanes_once = [&] {
       for (Kern k : lanes_kernels) allow_smem(k, S::smem_bytes(Staging::CpAsync, false));
       return true;
@@ -750,9 +728,8 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
       kernel = lanes_kernels[ROWS_C && p.c_sn == 1 && !c_vectorisable(p) ? 1 : 0];
   }
   if constexpr (RING16) {
-    static const Kern ring16_kernels[2] = {
-        gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadKMajorA, false>,
-        gemm_simt<BM, BN, BK, WM, WN, TM, TN, STAGES, MIN_BLOCKS, kLoadKMajorA, true>};
+    static const Kern ring16_kernels[2] = {gemm_simt<CFG, kLoadKMajorA, false>,
+                                           gemm_simt<CFG, kLoadKMajorA, true>};
     static const bool ring16_once = [&] {
       for (int sp = 0; sp < 2; ++sp)
         allow_smem(ring16_kernels[sp], S::smem_bytes(Staging::CpAsync16, sp == 1));
@@ -781,33 +758,5 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   MT_CUDA_CHECK_LAUNCH();
   if (reduce_kernel) launch_splitk_reduce(p, ws, split, stream, /*overlap=*/true);
 }
-
-// One launcher per production configuration (see kernel_name() for the tile parameters of each).
-void launch_simt_128x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                         cudaStream_t stream);  // gemm_simt_big.cu
-void launch_simt_128x128x2(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                           cudaStream_t stream);  // gemm_simt_big.cu
-void launch_simt_128x128k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                            cudaStream_t stream);  // gemm_simt_deep.cu
-void launch_simt_256x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                         cudaStream_t stream);  // gemm_simt_deep.cu
-void launch_simt_256x128k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                            cudaStream_t stream);  // gemm_simt_deep.cu
-void launch_simt_128x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                        cudaStream_t stream);  // gemm_simt_mid.cu
-void launch_simt_64x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                       cudaStream_t stream);  // gemm_simt_mid.cu
-void launch_simt_32x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                        cudaStream_t stream);  // gemm_simt_small.cu
-void launch_simt_32x64(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                       cudaStream_t stream);  // gemm_simt_small.cu
-void launch_simt_64x128(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                        cudaStream_t stream);  // gemm_simt_skinny.cu
-void launch_simt_64x256(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                        cudaStream_t stream);  // gemm_simt_skinny.cu
-void launch_simt_128x64k16(const Problem& p, int split, SplitReduce reduce, Staging staging,
-                           cudaStream_t stream);  // gemm_simt_skinny.cu
-// The TMA kernels (Kernel::SimtTma*), gemm_simt_tma.cu.
-void launch_simt_tma(const Problem& p, Kernel kernel, int split, SplitReduce reduce, cudaStream_t stream);
 
 }  // namespace mt::detail::gemm

@@ -1,0 +1,75 @@
+// SGEMM dispatch as a pure function of the problem, the math mode and a model of the device: which
+// configurations can run a problem (can_implement), which one runs it (choose), which are worth timing
+// (candidates). Nothing here calls the CUDA runtime except DeviceModel::current(), so decisions for an H100,
+// an H200 or an A100-like device are computed and tested without a GPU (tests/ops/gemm/test_dispatch.cpp).
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "ops/gemm.h"
+#include "ops/gemm/detail/kernel_table.h"
+#include "ops/gemm/detail/problem.h"
+
+namespace mt::detail::gemm {
+
+// What dispatch needs to know about a device.
+struct DeviceModel {
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  // cluster_slots[s]: how many blocks of `s`-block clusters are resident at once where each SM holds one
+  // block (s = 1 .. kMaxClusterSplit; [0] unused). A cluster sits within one GPC, so sizes that do not divide
+  // a GPC's SM count leave SMs out. The runtime's answer (cudaOccupancyMaxActiveClusters) for a probe kernel
+  // held to one block per SM; see bench/gemm/NOTES.md (cluster_slots).
+  std::array<int, kMaxClusterSplit + 1> cluster_slots{};
+  std::size_t smem_per_block = 0;  // opt-in maximum, bytes
+  std::size_t smem_per_sm = 0;
+  bool clusters = false;     // thread-block clusters (compute capability 9.0+): SplitReduce::Cluster
+  bool tma_kernels = false;  // the Kernel::SimtTma* kernels can run: sm_90+, built for it, TMA encoder found
+  bool wgmma_kernels = false;  // the sm_90a wgmma kernels can run: compute capability 9.0, image loadable
+
+  // The current device, asked of the runtime once per device (cached); none() where there is no device.
+  static DeviceModel current();
+  // No device: the layout rules alone (clusters allowed, no TMA or wgmma kernels, no SMs to fill). Enough
+  // for can_implement; choose and candidates need SMs.
+  static DeviceModel none();
+  // H100 SXM (132 SMs) and H200 (132 SMs, the same cluster slots), with every kernel built.
+  static DeviceModel h100();
+  static DeviceModel h200();
+  // An A100-like device: 108 SMs, compute capability 8.0, no clusters, TMA or wgmma.
+  static DeviceModel a100();
+
+  bool has_clusters() const { return clusters; }
+  // Blocks resident at once in clusters of `size` (every SM for size 1).
+  int slots(int size) const {
+    if (size <= 1 || !has_clusters()) return sm_count;
+    if (size <= kMaxClusterSplit && cluster_slots[size] > 0) return cluster_slots[size];
+    return sm_count / size * size;
+  }
+};
+
+// The problems the TMA kernels take on `model` (tma_layout_ok, and the kernels there).
+bool tma_ready(const Problem& p, const DeviceModel& model);
+bool tma_ready(const Problem& p);  // on DeviceModel::current()
+
+// Whether packing would copy an operand of `p` (Config::pack), and `p` as the kernel sees it after packing
+// (the copied operands' pointers null): each copied operand keeps its contiguous dim (k for an operand
+// strided both ways, n for B), in rows padded to a multiple of 4 floats. Pure (ops/gemm/pack.cu).
+bool needs_pack(const Problem& p);
+Problem pack_shape(const Problem& p);
+
+// Whether `config` can run `p` on `model` (alignment it needs, math mode it supports, 32-bit tile offsets,
+// grid limits, kernels the device has).
+bool can_implement(const Problem& p, const Config& config, const DeviceModel& model);
+bool can_implement(const Problem& p, const Config& config);  // on DeviceModel::current()
+
+// The dispatcher's choice for `p` in `math` mode on `model` (rules measured on H100/H200; see
+// bench/gemm/DESIGN.md (dispatch)).
+Config choose(const Problem& p, MathMode math, const DeviceModel& model);
+Config choose(const Problem& p, MathMode math);  // on DeviceModel::current()
+
+// Every configuration worth timing for `p` in `math` mode (the tuning sweep).
+std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceModel& model);
+std::vector<Config> candidates(const Problem& p, MathMode math);  // on DeviceModel::current()
+
+}  // namespace mt::detail::gemm

@@ -1,0 +1,40 @@
+// How Config::pack lays out a copied operand (ops/gemm/pack.cu); dispatch reads it to weigh the copy.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/gemm/detail/problem.h"
+
+namespace mt::detail::gemm {
+
+inline int batches_of(std::int64_t sb, int batch) {
+  return sb == 0 ? 1 : batch;
+}
+inline std::int64_t round4(int x) {
+  return (static_cast<std::int64_t>(x) + 3) / 4 * 4;
+}
+// How pack_shape lays out one copied operand: `rows` rows of `cols` elements (the contiguous dim, padded to
+// `ld`), element (r, c) read from src[r * s_r + c * s_c].
+struct PackedLayout {
+  int rows = 0, cols = 0;
+  std::int64_t s_r = 0, s_c = 0, ld = 0;
+  std::int64_t elements(int batches) const { return static_cast<std::int64_t>(batches) * rows * ld; }
+};
+// A keeps m contiguous where it is (and k is not); otherwise it goes k-contiguous.
+inline bool a_packs_along_m(const Problem& p) {
+  return p.a_sm == 1 && p.a_sk != 1;
+}
+// B keeps k contiguous where it is (and n is not); otherwise it goes n-contiguous (the fast layout).
+inline bool b_packs_along_k(const Problem& p) {
+  return p.b_sk == 1 && p.b_sn != 1;
+}
+inline PackedLayout a_layout(const Problem& p) {
+  if (a_packs_along_m(p)) return {p.k, p.m, p.a_sk, p.a_sm, round4(p.m)};
+  return {p.m, p.k, p.a_sm, p.a_sk, round4(p.k)};
+}
+inline PackedLayout b_layout(const Problem& p) {
+  if (b_packs_along_k(p)) return {p.n, p.k, p.b_sn, p.b_sk, round4(p.k)};
+  return {p.k, p.n, p.b_sk, p.b_sn, round4(p.n)};
+}
+
+}  // namespace mt::detail::gemm

@@ -1,0 +1,404 @@
+// SGEMM dispatch: can_implement, candidates and choose, pure functions of the problem, the math mode and a
+// DeviceModel (no CUDA runtime calls: tests/ops/gemm/test_dispatch.cpp runs them on the CPU). The rules come
+// from bench_gemm --sweep-all on H100/H200; the measurements behind each are in bench/gemm/DESIGN.md
+// (dispatch) and bench/gemm/NOTES.md.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <vector>
+
+#include "ops/gemm/detail/dispatch.h"
+#include "ops/gemm/detail/pack.h"
+#include "ops/gemm/tensorcore/wgmma.h"
+#include "runtime/error.h"
+
+namespace mt::detail::gemm {
+
+// ---------------------------------------------------------------- device models
+
+DeviceModel DeviceModel::h100() {
+  DeviceModel m;
+  m.sm_count = 132;
+  m.cc_major = 9, m.cc_minor = 0;
+  // Sizes 5 and 7 are never asked for (splits are 1, 2, 3, 4, 6, 8): the SMs in whole clusters.
+  m.cluster_slots = {0, 132, 132, 117, 120, 130, 102, 126, 120};
+  m.smem_per_block = 227 * 1024;
+  m.smem_per_sm = 228 * 1024;
+  m.clusters = m.tma_kernels = m.wgmma_kernels = true;
+  return m;
+}
+
+DeviceModel DeviceModel::h200() {
+  return h100();  // the same SMs, GPCs and shared memory; only the HBM differs
+}
+
+DeviceModel DeviceModel::none() {
+  DeviceModel m;
+  m.clusters = true;
+  return m;
+}
+
+DeviceModel DeviceModel::a100() {
+  DeviceModel m;
+  m.sm_count = 108;
+  m.cc_major = 8, m.cc_minor = 0;
+  m.smem_per_block = 163 * 1024;
+  m.smem_per_sm = 164 * 1024;
+  return m;
+}
+
+bool tma_ready(const Problem& p, const DeviceModel& model) {
+  return model.tma_kernels && tma_layout_ok(p);
+}
+bool tma_ready(const Problem& p) {
+  return tma_ready(p, DeviceModel::current());
+}
+
+namespace {
+// The current device's model for choose and candidates, which need its SMs: CudaError where there is none.
+DeviceModel current_device() {
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device));
+  return DeviceModel::current();
+}
+}  // namespace
+
+// ---------------------------------------------------------------- can_implement
+
+bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model) {
+  if (cfg.pack) {
+    if (!is_simt(cfg.kernel) || cfg.math != MathMode::FP32) return false;
+    Config plain = cfg;
+    plain.pack = false;
+    return can_implement(needs_pack(p) ? pack_shape(p) : p, plain, model);
+  }
+  if (cfg.split_k < 1 || cfg.split_k > 64) return false;
+  const KernelInfo& info = kernel_info(cfg.kernel);
+  // mma.sync kernels add split K with the second kernel only, wgmma in a cluster only; clusters need sm_90.
+  if (cfg.split_k > 1 && cfg.reduce == SplitReduce::Cluster &&
+      ((is_tensor(cfg.kernel) && cfg.kernel != Kernel::Wgmma) || cfg.split_k > kMaxClusterSplit ||
+       !model.has_clusters()))
+    return false;
+  if (is_rung(cfg.kernel)) return cfg.split_k == 1 && cfg.math == MathMode::FP32;
+  if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
+  if (cfg.kernel == Kernel::Wgmma)
+    return (cfg.split_k == 1 || cfg.reduce == SplitReduce::Cluster) &&
+           wgmma_can_implement(p, cfg.math, model);
+  // The TMA kernels have no other staging, and no other kernel has it.
+  if (info.is_tma != (cfg.staging == Staging::Tma)) return false;
+  if (cfg.staging == Staging::Tma) return tma_ready(p, model);
+  if (is_simt(cfg.kernel) && cfg.staging == Staging::Registers && !(a_reg_stageable(p) && b_reg_stageable(p)))
+    return false;
+  if (info.registers_only && cfg.staging == Staging::CpAsync) return false;
+  if (cfg.staging == Staging::CpAsync16 && !(info.has_ring16 && ring16_ready(p))) return false;
+  if (info.whole_runs_only && !vector_runs(p)) return false;
+  const TileInfo t = info.tile;
+  if (!offsets_fit(p.a_sm, p.a_sk, t.bm, t.bk) || !offsets_fit(p.b_sn, p.b_sk, t.bn, t.bk)) return false;
+  // Tiles are raster-ordered in a 1-D grid.
+  const double tiles = std::ceil(p.m / double(t.bm)) * std::ceil(p.n / double(t.bn));
+  return tiles < 2147483647.0;
+}
+
+bool can_implement(const Problem& p, const Config& cfg) {
+  return can_implement(p, cfg, DeviceModel::current());
+}
+
+// ---------------------------------------------------------------- candidates
+
+std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceModel& model) {
+  std::vector<Config> out;
+  const std::vector<Kernel> kernels = math == MathMode::FP32 ? simt_kernels() : tensor_kernels();
+  const int sms = model.sm_count;
+  for (Kernel k : kernels) {
+    const TileInfo t = tile_of(k);
+    const std::int64_t blocks =
+        static_cast<std::int64_t>((p.m + t.bm - 1) / t.bm) * ((p.n + t.bn - 1) / t.bn) * p.batch;
+    for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
+      // Splitting only pays while the blocks do not fill the GPU a few times over, or to fill a last wave.
+      if (split > 1 && (p.k / split < 32 || blocks * split > 16 * sms)) break;
+      for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16, Staging::Tma})
+        for (bool pack : {false, true}) {
+          if (math != MathMode::FP32 && st != Staging::Registers) continue;
+          if (pack && (math != MathMode::FP32 || st == Staging::CpAsync || !needs_pack(p))) continue;
+          const Config rk{k, split, math, SplitReduce::Kernel, st, pack};
+          if (can_implement(p, rk, model)) out.push_back(rk);
+          const Config cl{k, split, math, SplitReduce::Cluster, st, pack};
+          if (split > 1 && can_implement(p, cl, model)) out.push_back(cl);
+        }
+    }
+  }
+  return out;
+}
+
+std::vector<Config> candidates(const Problem& p, MathMode math) {
+  return candidates(p, math, current_device());
+}
+
+// ---------------------------------------------------------------- choose
+
+// Pick the tile by the shape class, then split K while there are too few blocks to fill the machine.
+Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
+  if (math == MathMode::FP32 && needs_pack(p)) {
+    // Operands without whole 16-byte runs are copied once into aligned scratch where each copied element
+    // feeds enough FMAs for the copy to pay (the kernel then takes 16-byte loads instead of 4 scalar ones):
+    // 512 FMAs per copied element, or 256 where the problem fills a wave of 64x64 tiles (the unpacked rules
+    // would take scalar-run register-staged tiles there; fewer tiles take the 4-byte cp.async ring, which
+    // reads unaligned operands at its full rate). See bench/gemm/DESIGN.md (packing).
+    const Problem q = pack_shape(p);
+    const double copied = (q.a ? 0.0 : double(a_layout(p).elements(batches_of(p.a_sb, p.batch)))) +
+                          (q.b ? 0.0 : double(b_layout(p).elements(batches_of(p.b_sb, p.batch))));
+    const double tiles64 = std::ceil(p.m / 64.0) * std::ceil(p.n / 64.0) * p.batch;
+    const double per_copied = tiles64 >= model.sm_count ? 256.0 : 512.0;
+    if (double(p.m) * p.n * p.k * p.batch >= per_copied * copied) {
+      Config c = choose(q, math, model);
+      // The unsplit 256x128 tile with A along k and B along n reads unaligned operands in place through the
+      // lane loaders as fast as it reads packed ones: the copy is saved.
+      const Config lanes{Kernel::Simt256x128, 1, math, SplitReduce::Kernel, Staging::CpAsync};
+      if (c.kernel == lanes.kernel && c.split_k == 1 && lanes_ready(p) && can_implement(p, lanes, model))
+        return lanes;
+      c.pack = true;
+      if (can_implement(p, c, model)) return c;
+    }
+  }
+  const int sms = model.sm_count;
+  const std::int64_t batch = p.batch;
+  auto blocks = [&](int bm, int bn) {
+    return static_cast<std::int64_t>((p.m + bm - 1) / bm) * ((p.n + bn - 1) / bn) * batch;
+  };
+  // Pick the split that brings the block count to about `target` with at least `min_k` of K per split.
+  auto split_for = [&](std::int64_t nblocks, std::int64_t target, int min_k) {
+    int split = 1;
+    while (nblocks * split * 2 <= target && p.k / (split * 2) >= min_k && split < 32) split *= 2;
+    return split;
+  };
+  // The largest split in {1, 2, 3, 4, 6, 8, 12, 16} up to `max_split` that keeps the block count within
+  // `target` and at least `min_k` of K per split.
+  auto split_to_fill = [&](std::int64_t nblocks, std::int64_t target, int min_k, int max_split = 8) {
+    int split = 1;
+    for (int s : {2, 3, 4, 6, 8, 12, 16})
+      if (s <= max_split && nblocks * s <= target && p.k / s >= min_k) split = s;
+    return split;
+  };
+  // The waves `b` blocks take where `slots` of them run at once.
+  auto waves = [](std::int64_t b, std::int64_t slots) { return (b + slots - 1) / slots; };
+  // The share of its waves' slots that `b` blocks fill, `per_sm` resident per SM.
+  auto fill = [&](std::int64_t b, int per_sm) {
+    const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sms;
+    return static_cast<double>(b) / static_cast<double>(waves(b, slots) * slots);
+  };
+  // Register-staged with 16-byte loads for every operand run.
+  const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
+  // Whether 256x128 tiles leave edge tiles (partly outside C).
+  const bool edges256 = p.m % 256 != 0 || p.n % 128 != 0;
+  Config c;
+  c.math = math;
+  // The reduction of split K where a rule names one; the others get the default rule at the end.
+  std::optional<SplitReduce> reduce;
+  if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 &&
+      can_implement(p, Config{Kernel::Wgmma, 1, math}, model)) {
+    // At least one whole 128x128 tile: the Hopper wgmma kernel, K split over a cluster per tile under a
+    // wave of tiles (wgmma_choose). Small and skinny shapes stay on mma.sync with split K, which wins there.
+    c.kernel = Kernel::Wgmma;
+    c.split_k = wgmma_choose(p, math, model).split;
+    reduce = SplitReduce::Cluster;
+  } else if (math == MathMode::TF32x3) {
+    // No whole 128x128 tile: the fp32 SIMT kernels beat 3xTF32 on mma.sync at every such shape measured and
+    // are at least as accurate, so TF32x3 runs them there.
+    return choose(p, MathMode::FP32, model);
+  } else if (math != MathMode::FP32) {
+    // TF32 without a whole 128x128 tile: mma.sync, K split to about two blocks per SM, down to 32 of K per
+    // split.
+    c.kernel = blocks(128, 128) >= sms  ? Kernel::Tensor128x128
+               : blocks(128, 64) >= sms ? Kernel::Tensor128x64
+                                        : Kernel::Tensor64x64;
+    const TileInfo t = tile_of(c.kernel);
+    c.split_k = split_for(blocks(t.bm, t.bn), 2 * sms, 32);
+  } else if (p.m <= 64) {
+    // Small M: the cp.async ring (its deeper prefetch hides more of a short K range's latency than register
+    // staging).
+    c.staging = Staging::CpAsync;
+    if (blocks(32, 128) < 32) {
+      // Few output tiles (MLP-sized problems): the 64-thread 32x64 tile, K split to about two blocks per SM;
+      // the 16-byte ring where A runs along k and B along n in aligned rows.
+      c.kernel = Kernel::Simt32x64;
+      c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
+      if (ring16_ready(p)) c.staging = Staging::CpAsync16;
+    } else if (p.m > 32 && p.k >= 2048) {
+      // M of 33-64 with a long K: one wave of 64-row tiles, K split to fill it, the splits added by a second
+      // kernel over every SM (the in-launch fix-up leaves most SMs idle while the last block per tile adds).
+      c.staging = Staging::Registers;
+      reduce = SplitReduce::Kernel;
+      if (tma_ready(p, model)) {
+        // The TMA kernel's 64x128 tiles, two blocks per SM, where TMA can fetch the operands.
+        c.kernel = Kernel::SimtTma64x128, c.staging = Staging::Tma;
+        c.split_k = split_to_fill(blocks(64, 128), 2 * sms, 256, 16);
+      } else if (vector_runs(p)) {
+        c.kernel = Kernel::Simt64x256;
+        c.split_k = split_to_fill(blocks(64, 256), 2 * sms, 256, 16);
+      } else {
+        c.kernel = Kernel::Simt64x128;
+        c.split_k = split_to_fill(blocks(64, 128), 3 * sms, 256, 16);
+      }
+    } else {
+      c.kernel = Kernel::Simt32x128;
+      c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
+    }
+  } else if (blocks(64, 64) < sms) {
+    if (runs16 && p.k >= 512 && p.m >= 128 && p.n >= 128) {
+      // Few output tiles but K of 512 or more: the 16-deep register-staged tile, K split to one wave and
+      // added by a second kernel.
+      c.kernel = Kernel::Simt128x128k16;
+      c.split_k = split_to_fill(blocks(128, 128), sms, 64);
+      reduce = SplitReduce::Kernel;
+      if (p.k >= 1024 && tma_ready(p, model)) {
+        // With K of 1024 or more, where TMA can fetch the operands: the TMA kernel's 128x64 tiles, two
+        // blocks per SM, K split to about two per SM.
+        c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma;
+        c.split_k = split_to_fill(blocks(128, 64), 2 * sms, 64);
+      }
+    } else if (p.m >= 256 && p.n >= 256 && p.k >= 256 && ring16_ready(p)) {
+      // Few output tiles of a mid-sized problem with a shorter K, A along k and B along n in aligned rows:
+      // 32x64 tiles on the 16-byte ring, K split to about two blocks per SM, reduced in a cluster.
+      c.kernel = Kernel::Simt32x64;
+      c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
+      c.staging = Staging::CpAsync16;
+      if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
+    } else if (p.m >= 256 && p.n >= 256 && p.k >= 256) {
+      // The same with other layouts: 32x128 tiles on the 4-byte ring, K split to about one wave, reduced in
+      // a cluster.
+      c.kernel = Kernel::Simt32x128;
+      c.split_k = split_for(blocks(32, 128), sms, 64);
+      c.staging = Staging::CpAsync;
+      if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
+    } else {
+      // Few output tiles of a small problem: latency bound; 64x64 tiles, K split to about four blocks per
+      // SM, on the cp.async ring.
+      c.kernel = Kernel::Simt64x64;
+      c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
+      c.staging = Staging::CpAsync;
+    }
+  } else if (p.n <= 64 && runs16 && blocks(128, 64) >= 3 * sms / 4) {
+    // Skinny N under a tall M (A streams from DRAM): 128x64 tiles, K split to about two blocks per SM. The
+    // TMA kernel where TMA can fetch the operands (its turns between tiles are one mbarrier wait), the splits
+    // added by the second kernel; else the 16-deep register-staged tile, reduced in a cluster.
+    c.kernel = Kernel::Simt128x64k16;
+    c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
+    if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
+    if (tma_ready(p, model))
+      c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma, reduce = SplitReduce::Kernel;
+  } else if (p.n <= 64) {
+    // Other skinny N: 128x64 split to about two blocks per SM, reduced in a cluster, on the cp.async ring.
+    c.kernel = Kernel::Simt128x64;
+    c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
+    c.staging = Staging::CpAsync;
+    if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
+  } else if (runs16 && blocks(256, 128) >= 3 * sms / 4 &&
+             (p.k >= 512 || (p.k >= 256 && !edges256 && c_vectorisable(p)))) {
+    // Big problems: 256x128 tiles of 16x8 threads (the fewest shared-memory reads per FMA), register-staged;
+    // 16 deep, but 8 deep where C is not in float4 runs, where a K of at most 1024 leaves edge tiles, or
+    // where K is under 512.
+    c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) && p.k >= 512 ? Kernel::Simt256x128k16
+                                                                             : Kernel::Simt256x128;
+    const std::int64_t tiles = blocks(256, 128);
+    auto filled = [&](int s) { return fill(tiles * s, 1); };
+    // The TMA kernel's 128x64 tiles, two blocks per SM, where they fill their waves and 256x128 tiles, in
+    // two waves at most, do not; K split 2 in a cluster where each split keeps 1024 of K. Over more waves
+    // the 256x128 tile's higher rate outweighs its idle slots.
+    auto filled_tma = [&](int s) { return fill(blocks(128, 64) * s, 2); };
+    if (filled(1) < 0.9 && tiles <= 2 * sms && filled_tma(1) >= 0.95 && tma_ready(p, model)) {
+      c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma;
+      c.split_k = (p.k + 1) / 2 >= 1024 && filled_tma(2) >= 0.95 ? 2 : 1;
+      reduce = SplitReduce::Cluster;
+    } else if (filled(1) < 0.9) {
+      // A last wave that leaves SMs idle (under 90 % of the waves' slots filled): K split in 2 or 3 where
+      // that fills enough more of them, the 8-deep tile, the splits added by the second kernel. A split runs
+      // at about 0.945 - 33 * split / K of the unsplit rate against the slots it fills (a fit; see
+      // bench/gemm/DESIGN.md (dispatch)), and must promise 2 % to be taken.
+      int best = 1;
+      double best_rate = 1.02 * filled(1);
+      for (int s : {2, 3}) {
+        const double rate = filled(s) * (0.945 - 33.0 * s / p.k);
+        if (p.k / s >= 256 && tiles * s <= 16 * sms && rate > best_rate) best = s, best_rate = rate;
+      }
+      const Config split{Kernel::Simt256x128, best, MathMode::FP32, SplitReduce::Kernel};
+      if (best > 1 && can_implement(p, split, model)) {
+        c.kernel = split.kernel, c.split_k = best;
+        reduce = SplitReduce::Kernel;
+      }
+    }
+  } else if (runs16 && p.k >= 512) {
+    // Under 3/4 of a wave of 256x128 tiles with K of 512 or more: the wave model. Both tiles hold one block
+    // per SM and K splits reduce in a cluster. A configuration's rate is the product of
+    // - its tile's own rate (the 128x128 tile's is 0.95 of the 256x128 tile's);
+    // - the share of its tiles' area inside C;
+    // - the share of the SMs its blocks keep busy over their waves, a wave being as many blocks as fit in
+    //   whole clusters (DeviceModel::slots);
+    // - ks / (ks + 32) for ks of K per split: each block's fixed cost and its share of the reduction come to
+    //   about 32 of K.
+    // The constants are fitted to H100 sweeps (bench/gemm/DESIGN.md (dispatch)).
+    struct Option {
+      Kernel kernel;
+      double rate;
+    };
+    constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
+    std::int64_t slots[std::size(kSplits)];
+    for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);
+    double best = 0;
+    for (const Option o : {Option{Kernel::Simt256x128, 1.0}, Option{Kernel::Simt128x128k16, 0.95}}) {
+      const TileInfo t = tile_of(o.kernel);
+      const std::int64_t b = blocks(t.bm, t.bn);
+      const double inside = double(p.m) * p.n * batch / (double(b) * t.bm * t.bn);
+      for (std::size_t i = 0; i < std::size(kSplits); ++i) {
+        const int s = kSplits[i];
+        const double ks = double(p.k) / s;
+        if (ks < 128) break;
+        const double busy = double(b * s) / double(waves(b * s, slots[i]) * sms);
+        const double rate = o.rate * inside * busy * ks / (ks + 32);
+        if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s;
+      }
+    }
+    reduce = SplitReduce::Cluster;
+  } else if (p.k < 512 && p.n >= 256 && vector_runs(p) && blocks(64, 256) >= sms) {
+    // Short K over many tiles with edge tiles or a K under 256: 64x256 tiles of 16x8 threads, two blocks per
+    // SM, so each SM holds 8 warps of the fewest shared-memory reads per FMA.
+    c.kernel = Kernel::Simt64x256;
+  } else if (runs16 && blocks(128, 128) < sms) {
+    // Under one wave of 128x128 tiles with K under 512: the 16-deep tile with K split in a cluster.
+    c.kernel = Kernel::Simt128x128k16;
+    c.split_k = split_for(blocks(128, 128), sms, 128);
+  } else {
+    // Everything else: 128x128 tiles, two blocks per SM, register-staged; unaligned operands of problems too
+    // small to pay for packing take scalar runs. Operands contiguous in neither dim take the ring (below),
+    // with BK=16 and one block per SM unless B takes float4 loads. Split K while fewer than two waves of
+    // blocks.
+    const bool stageable = a_reg_stageable(p) && b_reg_stageable(p);
+    c.kernel = stageable || b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
+    c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
+  }
+  // Where no rule named the reduction: short K ranges per block (and the 16-deep register-staged tile at any
+  // K) reduce the splits of a tile in one cluster; other long ranges leave them to a second kernel over every
+  // SM, where a cluster's co-scheduling and final barrier cost more. The mma.sync kernels always take the
+  // second kernel.
+  const bool deep_regs = c.kernel == Kernel::Simt128x128k16 && c.staging == Staging::Registers;
+  if (!reduce)
+    reduce = is_simt(c.kernel) && c.split_k <= kMaxClusterSplit && (p.k / c.split_k <= 128 || deep_regs)
+                 ? SplitReduce::Cluster
+                 : SplitReduce::Kernel;
+  c.reduce = *reduce;
+  // A device without clusters adds every split with the second kernel.
+  if (c.reduce == SplitReduce::Cluster && !model.has_clusters()) c.reduce = SplitReduce::Kernel;
+  if (math == MathMode::FP32 && !(a_reg_stageable(p) && b_reg_stageable(p))) c.staging = Staging::CpAsync;
+  if (!can_implement(p, c, model))
+    c = Config{Kernel::Simt128x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
+  if (!can_implement(p, c, model)) c = Config{Kernel::Naive, 1, MathMode::FP32};
+  return c;
+}
+
+Config choose(const Problem& p, MathMode math) {
+  return choose(p, math, current_device());
+}
+
+}  // namespace mt::detail::gemm

@@ -1,0 +1,395 @@
+// SGEMM dispatch on the CPU: choose, candidates and can_implement are pure functions of the problem, the math
+// mode and a DeviceModel, so the picks for an H100, an H200 (the same picks: same SMs and cluster slots) and
+// an A100-like device (no clusters, TMA or wgmma) are checked here without a GPU. The problems carry no data
+// (null operands count as 16-byte aligned). One GPU test ties the H100 model to a 132-SM compute capability
+// 9.0 device the runtime describes.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "ops/gemm/detail/dispatch.h"
+#include "ops/gemm/detail/launch.h"
+#include "ops/gemm/tensorcore/wgmma.h"
+#include "tests/common/gpu.h"
+
+namespace mt::detail::gemm {
+namespace {
+
+// A row-major m x n x k problem in dense rows.
+Problem dense_rows(int m, int n, int k) {
+  Problem p;
+  p.m = m, p.n = n, p.k = k;
+  p.a_sm = k, p.a_sk = 1, p.b_sk = n, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
+  return p;
+}
+// Row-major with leading dimensions lda, ldb.
+Problem rows(int m, int n, int k, std::int64_t lda, std::int64_t ldb) {
+  Problem p;
+  p.m = m, p.n = n, p.k = k;
+  p.a_sm = lda, p.a_sk = 1, p.b_sk = ldb, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
+  return p;
+}
+// A dense batch of row-major problems.
+Problem dense(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
+  Problem p;
+  p.m = static_cast<int>(m), p.n = static_cast<int>(n), p.k = static_cast<int>(k);
+  p.batch = static_cast<int>(batch);
+  p.a_sm = k, p.a_sk = 1, p.a_sb = m * k;
+  p.b_sk = n, p.b_sn = 1, p.b_sb = k * n;
+  p.c_sm = n, p.c_sn = 1, p.c_sb = m * n;
+  return p;
+}
+
+// ---------------------------------------------------------------- device models
+
+TEST(GemmDeviceModel, HopperModels) {
+  for (const DeviceModel& m : {DeviceModel::h100(), DeviceModel::h200()}) {
+    EXPECT_EQ(m.sm_count, 132);
+    EXPECT_EQ(m.cc_major, 9);
+    EXPECT_TRUE(m.has_clusters() && m.tma_kernels && m.wgmma_kernels);
+    // bench/gemm/NOTES.md: 132 at sizes 1-2, 117 at 3, 120 at 4 and 8, 102 at 6.
+    const int expected[][2] = {{1, 132}, {2, 132}, {3, 117}, {4, 120}, {6, 102}, {8, 120}};
+    for (const auto& [size, slots] : expected) EXPECT_EQ(m.slots(size), slots) << "size " << size;
+  }
+  const DeviceModel a = DeviceModel::a100();
+  EXPECT_EQ(a.sm_count, 108);
+  EXPECT_EQ(a.cc_major, 8);
+  EXPECT_FALSE(a.has_clusters() || a.tma_kernels || a.wgmma_kernels);
+  EXPECT_EQ(a.slots(4), 108);  // no clusters: every SM is a slot
+}
+
+// On a 132-SM compute capability 9.0 GPU the runtime's answers are the H100 model's, so the goldens below
+// are that device's picks.
+TEST(GemmDeviceModel, CurrentHopperMatchesTheModel) {
+  MT_REQUIRE_SM90();
+  const DeviceModel cur = DeviceModel::current();
+  if (cur.sm_count != 132) GTEST_SKIP() << "the model is of a 132-SM device; this one has " << cur.sm_count;
+  const DeviceModel h = DeviceModel::h100();
+  for (int size : {1, 2, 3, 4, 6, 8}) EXPECT_EQ(cur.slots(size), h.slots(size)) << "size " << size;
+  EXPECT_EQ(cur.has_clusters(), h.has_clusters());
+  EXPECT_EQ(cur.tma_kernels, h.tma_kernels);
+  EXPECT_EQ(cur.wgmma_kernels, h.wgmma_kernels);
+}
+
+// ---------------------------------------------------------------- Hopper picks (H100 and H200)
+
+class GemmDispatchHopper : public ::testing::TestWithParam<std::string> {
+ protected:
+  DeviceModel model() const { return GetParam() == "H100" ? DeviceModel::h100() : DeviceModel::h200(); }
+  Config pick(const Problem& p, MathMode math = MathMode::FP32) const { return choose(p, math, model()); }
+};
+
+// Unaligned operands of a problem where each copied element would feed enough FMAs (4095x4097x1023):
+// row-major ones are read in place by the 256x128 tile's lane-loader ring; other layouts are packed; below
+// that size neither. With C in odd rows the 256x128 tile runs 8 deep (its ROWS_C kernels: store_rows).
+TEST_P(GemmDispatchHopper, F32_UnalignedBigProblems) {
+  const Config odd = pick(rows(4095, 4097, 1023, 1023, 4097));
+  EXPECT_FALSE(odd.pack) << config_name(odd);
+  EXPECT_EQ(odd.staging, Staging::CpAsync);
+  EXPECT_EQ(odd.kernel, Kernel::Simt256x128);  // C in odd rows: the 8-deep 16x8 tile
+  EXPECT_EQ(odd.split_k, 1);
+  Problem odd_t = rows(4095, 4097, 1023, 1023, 4097);  // A transposed: stored k x m in rows of 4095
+  odd_t.a_sm = 1, odd_t.a_sk = 4095;
+  const Config packed = pick(odd_t);
+  EXPECT_TRUE(packed.pack) << config_name(packed);
+  EXPECT_EQ(packed.staging, Staging::Registers);
+  const Config aligned = pick(rows(4096, 4096, 4096, 4096, 4096));
+  EXPECT_FALSE(aligned.pack);
+  EXPECT_EQ(aligned.kernel, Kernel::Simt256x128k16);
+  // Where a wave of 64x64 tiles is filled, 256 FMAs per copied element pay for the copy: 1023^3 (511.5 per
+  // element, 256 tiles) packs, 255x2113x1023 (227.5, 136 tiles) does not. Fewer tiles need 512:
+  // 511x513x511 (256.0, 72 tiles) does not pack.
+  EXPECT_TRUE(pick(rows(1023, 1023, 1023, 1023, 1023)).pack);
+  EXPECT_FALSE(pick(rows(255, 2113, 1023, 1023, 2113)).pack);
+  EXPECT_FALSE(pick(rows(511, 513, 511, 511, 513)).pack);
+  EXPECT_FALSE(pick(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
+  // 136 tiles of 256x128 fill 52 % of two waves; 528 tiles of 128x64, two per SM, fill two: the TMA
+  // kernel on the packed operands, K split 2 in a cluster.
+  const Config mid = pick(rows(2047, 2049, 2047, 2047, 2049));
+  EXPECT_TRUE(mid.pack) << config_name(mid);
+  EXPECT_EQ(mid.kernel, Kernel::SimtTma128x64) << config_name(mid);
+  EXPECT_EQ(mid.split_k, 2) << config_name(mid);
+  EXPECT_EQ(mid.reduce, SplitReduce::Cluster) << config_name(mid);
+}
+
+// Big problems take the 256x128 tile 16 deep, and 8 deep where a K of at most 1024 leaves edge tiles or K is
+// under 512.
+TEST_P(GemmDispatchHopper, F32_EdgeTilesOfShortKTakeThe8DeepTile) {
+  EXPECT_EQ(pick(dense_rows(4096, 4096, 1024)).kernel, Kernel::Simt256x128k16);
+  EXPECT_EQ(pick(dense_rows(4096, 4100, 1024)).kernel, Kernel::Simt256x128);
+  EXPECT_EQ(pick(dense_rows(4092, 4096, 1024)).kernel, Kernel::Simt256x128);
+  EXPECT_EQ(pick(dense_rows(4096, 4100, 2048)).kernel, Kernel::Simt256x128k16);  // K > 1024
+  // A K of 256-511 without edge tiles: the 8-deep tile too (a batch of 64 x 256^3); with edges, 64x256.
+  Problem batch = dense_rows(256, 256, 256);
+  batch.batch = 64, batch.a_sb = 256 * 256, batch.b_sb = 256 * 256, batch.c_sb = 256 * 256;
+  EXPECT_EQ(pick(batch).kernel, Kernel::Simt256x128);
+  EXPECT_EQ(pick(batch).split_k, 1);
+  EXPECT_EQ(pick(dense_rows(4096, 4100, 256)).kernel, Kernel::Simt64x256);
+}
+
+// A last wave that leaves most SMs idle splits K (3000^3: 288 tiles of 256x128 on 132 SMs); full waves do
+// not.
+TEST_P(GemmDispatchHopper, F32_SplitsKToFillTheLastWave) {
+  const Config odd = pick(dense_rows(3000, 3000, 3000));
+  EXPECT_EQ(odd.kernel, Kernel::Simt256x128) << config_name(odd);
+  EXPECT_EQ(odd.split_k, 3) << config_name(odd);
+  EXPECT_EQ(odd.reduce, SplitReduce::Kernel) << config_name(odd);
+  const Config wide = pick(dense_rows(4100, 4100, 4096));  // 561 tiles, 85 % filled
+  EXPECT_EQ(wide.split_k, 3) << config_name(wide);
+  EXPECT_EQ(pick(dense_rows(4096, 4096, 4096)).split_k, 1);  // 97 % filled
+  // 800 tiles of 256x128 (87 % filled, over two waves): that tile, unsplit (split 2 promises under 2 %).
+  const Config big = pick(dense_rows(5000, 5000, 5000));
+  EXPECT_EQ(big.kernel, Kernel::Simt256x128k16) << config_name(big);
+  EXPECT_EQ(big.split_k, 1) << config_name(big);
+  // 136 tiles of 256x128 (52 % of two waves), 528 of 128x64 (two whole waves of two per SM): the TMA kernel,
+  // K split 2 in a cluster where each split keeps 1024 of K.
+  const Config mid = pick(dense_rows(2048, 2056, 2048));
+  EXPECT_EQ(mid.kernel, Kernel::SimtTma128x64) << config_name(mid);
+  EXPECT_EQ(mid.split_k, 2) << config_name(mid);
+  EXPECT_EQ(mid.reduce, SplitReduce::Cluster) << config_name(mid);
+  EXPECT_EQ(pick(dense_rows(2048, 2056, 2040)).split_k, 1) << "1020 of K per split";
+}
+
+// Under 3/4 of a wave of 256x128 tiles with K of 512 or more, the wave model: the tile and split that keep
+// the most SMs busy over their waves (as many blocks per wave as fit in whole clusters), less each block's
+// fixed cost; the 128x128 tile counts at 0.95 of the 256x128 tile's rate. K split in a cluster.
+TEST_P(GemmDispatchHopper, F32_MidGridsTakeTheWaveModel) {
+  struct Case {
+    int m, n, k;
+    Kernel kernel;
+    int split;
+  };
+  for (const Case& c : {
+           // Rows of odd length: packed first. 36 tiles of 256x128, split 3: 108 blocks, one wave of 117 in
+           // clusters of 3 (82 % of the SMs; split 2 55 %, split 4 two waves of 120, 55 %).
+           Case{1023, 1025, 1023, Kernel::Simt256x128, 3},
+           Case{1279, 1281, 1279, Kernel::Simt256x128, 2},  // 55 tiles, split 2: 83 %
+           // 78 tiles, split 3: two waves of 117, 89 % (156 of 128x128 split 3 as much, at 0.95 the rate).
+           Case{1535, 1537, 1535, Kernel::Simt256x128, 3},
+           Case{1536, 1536, 1536, Kernel::Simt256x128, 3},
+           // 64 tiles of 128x128, split 2: 97 % of a wave with 512 of K each (32 of 256x128, split 3: 73 %).
+           Case{1024, 1024, 1024, Kernel::Simt128x128k16, 2},
+           Case{1280, 1280, 1280, Kernel::Simt256x128, 2},  // 50 tiles, split 2: 76 %, 640 of K each
+           // 98 tiles of 256x128: split 4 takes four waves of 120 blocks in clusters of 4 (74 %); 196 of
+           // 128x128, split 2, three waves of 132 (99 %).
+           Case{1792, 1792, 1792, Kernel::Simt128x128k16, 2},
+       }) {
+    const Problem p = dense_rows(c.m, c.n, c.k);
+    const Config got = pick(p);
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
+    EXPECT_EQ(got.kernel, c.kernel) << config_name(got);
+    EXPECT_EQ(got.split_k, c.split) << config_name(got);
+    EXPECT_EQ(got.pack, needs_pack(p)) << config_name(got);
+    EXPECT_EQ(got.reduce, SplitReduce::Cluster) << config_name(got);
+    EXPECT_EQ(got.staging, Staging::Registers) << config_name(got);
+  }
+}
+
+// The rules for M of 33-64 with a long K, skinny N under a tall M, short K over many tiles and few tiles on
+// the 16-byte ring. The shapes follow the SM count (132) so that each rule applies (the same shapes run
+// through mt::gemm on a GPU in tests/ops/test_gemm.cpp).
+TEST_P(GemmDispatchHopper, F32_SmallM_SkinnyN_ShortKBatched) {
+  const DeviceModel m = model();
+  const int sms = m.sm_count;
+  // 48 x (32 tiles of 128 + 4) x 2048: the TMA kernel's 64x128 tiles, K split and added by a second kernel;
+  // B in rows of 4101 (no whole 16-byte runs) takes the register-staged 64x128.
+  const std::int64_t wide_n = 32 * 128 + 4;
+  const Config small_m = pick(dense(48, wide_n, 2048, 1));
+  ASSERT_TRUE(tma_ready(dense(48, wide_n, 2048, 1), m));
+  EXPECT_EQ(small_m.kernel, Kernel::SimtTma64x128);
+  EXPECT_EQ(small_m.staging, Staging::Tma);
+  EXPECT_GT(small_m.split_k, 1);
+  EXPECT_EQ(small_m.reduce, SplitReduce::Kernel);
+  const Config small_m_odd = pick(dense(48, wide_n + 1, 2048, 1));
+  EXPECT_EQ(small_m_odd.kernel, Kernel::Simt64x128);
+  EXPECT_EQ(small_m_odd.reduce, SplitReduce::Kernel);
+  // Few 128x128 tiles with K of 512 or more (the (256, 1024) MLP's layers, 512^3): 16 deep, K split to a
+  // wave, a second kernel adds the splits; with K of 1024 or more, the TMA kernel's 128x64 tiles, K split to
+  // about two blocks per SM.
+  for (const Problem& p : {dense(256, 1024, 1024, 1), dense(512, 512, 512, 1)}) {
+    const Config few = pick(p);
+    const bool tma = p.k >= 1024;
+    EXPECT_EQ(few.kernel, tma ? Kernel::SimtTma128x64 : Kernel::Simt128x128k16);
+    EXPECT_EQ(few.staging, tma ? Staging::Tma : Staging::Registers);
+    EXPECT_EQ(few.split_k, 8);
+    EXPECT_EQ(few.reduce, SplitReduce::Kernel);
+  }
+  // The mma.sync kernels add their splits with the second kernel only, the wgmma kernel in a cluster only.
+  EXPECT_TRUE(can_implement(dense(256, 1024, 1024, 1),
+                            Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Kernel}, m));
+  EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
+                             Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Cluster}, m));
+  EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
+                             Config{Kernel::Wgmma, 2, MathMode::TF32, SplitReduce::Kernel}, m));
+  // (3/4 of a wave of 128-row tiles + 1 row) x 40 x 520: 128x64 tiles, split 2, TMA-fed, the splits added by
+  // the second kernel.
+  const std::int64_t tall_m = 128 * ((3 * sms + 3) / 4) + 1;
+  const Config skinny = pick(dense(tall_m, 40, 520, 1));
+  EXPECT_EQ(skinny.kernel, Kernel::SimtTma128x64);
+  EXPECT_EQ(skinny.split_k, 2);
+  EXPECT_EQ(skinny.reduce, SplitReduce::Kernel);
+  // A batch of 100x260x68 with at least one 64x256 tile per SM: 64x256, unsplit; rows of A not in whole
+  // 16-byte runs take another tile.
+  const std::int64_t batch = (sms + 3) / 4;
+  EXPECT_EQ(pick(dense(100, 260, 68, batch)).kernel, Kernel::Simt64x256);
+  EXPECT_NE(pick(dense(100, 260, 67, batch)).kernel, Kernel::Simt64x256);  // rows of 67
+  // Few tiles of 512x512x256 and 64x512x512, operands in aligned rows: 32x64 tiles on the 16-byte ring, K
+  // split (in a cluster); B in rows of 511 takes the 4-byte ring.
+  for (const Problem& p : {dense(512, 512, 256, 1), dense(64, 512, 512, 1)}) {
+    const Config c = pick(p);
+    EXPECT_EQ(c.kernel, Kernel::Simt32x64);
+    EXPECT_EQ(c.staging, Staging::CpAsync16);
+    EXPECT_GT(c.split_k, 1);
+    EXPECT_EQ(c.reduce, SplitReduce::Cluster);
+  }
+  EXPECT_EQ(pick(dense(64, 511, 512, 1)).staging, Staging::CpAsync);
+}
+
+// Without a TMA-capable device the same rules take the register-staged tiles (the other branch of the
+// rules above).
+TEST_P(GemmDispatchHopper, F32_WithoutTmaKernels) {
+  DeviceModel m = model();
+  m.tma_kernels = false;
+  const std::int64_t wide_n = 32 * 128 + 4;
+  const Config small_m = choose(dense(48, wide_n, 2048, 1), MathMode::FP32, m);
+  EXPECT_EQ(small_m.kernel, Kernel::Simt64x256);
+  EXPECT_EQ(small_m.staging, Staging::Registers);
+  EXPECT_EQ(small_m.reduce, SplitReduce::Kernel);
+  EXPECT_EQ(choose(dense(256, 1024, 1024, 1), MathMode::FP32, m).kernel, Kernel::Simt128x128k16);
+  const std::int64_t tall_m = 128 * ((3 * m.sm_count + 3) / 4) + 1;
+  const Config skinny = choose(dense(tall_m, 40, 520, 1), MathMode::FP32, m);
+  EXPECT_EQ(skinny.kernel, Kernel::Simt128x64k16);
+  EXPECT_EQ(skinny.split_k, 2);
+  EXPECT_EQ(skinny.reduce, SplitReduce::Cluster);
+}
+
+// Few 128x128 tiles with a long K (the 256x1024x1024 MLP layer: 16 tiles) in the TF32 modes: the wgmma
+// kernel with K split over a cluster per tile, to about one wave; many tiles stay unsplit.
+TEST_P(GemmDispatchHopper, Wgmma_SplitsFewTiles) {
+  const int sms = model().sm_count;
+  for (MathMode math : {MathMode::TF32x3, MathMode::TF32}) {
+    const Config few = pick(dense_rows(256, 1024, 1024), math);
+    EXPECT_EQ(few.kernel, Kernel::Wgmma);
+    EXPECT_EQ(few.reduce, SplitReduce::Cluster);
+    EXPECT_GT(few.split_k, 1);
+    EXPECT_LE(16 * few.split_k, sms);
+    EXPECT_EQ(pick(dense_rows(4096, 4096, 4096), math).split_k, 1);
+    const Config short_k = pick(dense_rows(256, 1024, 32), math);  // one k tile: nothing to split
+    EXPECT_EQ(short_k.kernel, Kernel::Wgmma);
+    EXPECT_EQ(short_k.split_k, 1);
+  }
+  // 16 clusters of 8 do not fit the 120 slots of size 8 (15 clusters); 16 of 6 fit the 102 slots of size 6.
+  EXPECT_EQ(wgmma_choose(dense_rows(256, 1024, 1024), MathMode::TF32x3, model()).split, 6);
+  // No whole 128x128 tile: TF32 takes mma.sync, TF32x3 the fp32 kernels (faster there, and as accurate).
+  for (const Problem& small :
+       {dense_rows(64, 512, 512), dense_rows(16384, 64, 4096), dense_rows(127, 129, 255)}) {
+    EXPECT_EQ(pick(small, MathMode::TF32).math, MathMode::TF32);
+    const Config c = pick(small, MathMode::TF32x3);
+    EXPECT_EQ(c.math, MathMode::FP32);
+    EXPECT_EQ(c.kernel, pick(small).kernel);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Hopper, GemmDispatchHopper, ::testing::Values("H100", "H200"),
+                         [](const auto& info) { return info.param; });
+
+// ---------------------------------------------------------------- an A100-like device
+
+// Every pick and candidate is one the device has: no TMA or wgmma kernel, no cluster reduction; and each
+// pick can run the problem there.
+TEST(GemmDispatchA100, PicksExistOnTheArch) {
+  const DeviceModel a = DeviceModel::a100();
+  std::vector<Problem> problems = {dense_rows(4096, 4096, 4096),
+                                   dense_rows(3000, 3000, 3000),
+                                   dense_rows(2048, 2056, 2048),
+                                   dense_rows(1024, 1024, 1024),
+                                   dense_rows(1792, 1792, 1792),
+                                   dense_rows(256, 1024, 1024),
+                                   dense_rows(512, 512, 512),
+                                   dense_rows(64, 512, 512),
+                                   dense_rows(127, 129, 255),
+                                   dense(48, 32 * 128 + 4, 2048, 1),
+                                   dense(100, 260, 68, 27),
+                                   dense(16384, 64, 4096, 1),
+                                   rows(4095, 4097, 1023, 1023, 4097),
+                                   rows(2047, 2049, 2047, 2047, 2049),
+                                   dense_rows(256, 1024, 32)};
+  Problem t = rows(4095, 4097, 1023, 1023, 4097);
+  t.a_sm = 1, t.a_sk = 4095;
+  problems.push_back(t);
+  for (const Problem& p : problems) {
+    for (MathMode math : {MathMode::FP32, MathMode::TF32, MathMode::TF32x3}) {
+      const Config c = choose(p, math, a);
+      SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + " " +
+                   math_mode_name(math) + ": " + config_name(c));
+      EXPECT_TRUE(can_implement(p, c, a));
+      EXPECT_NE(c.kernel, Kernel::Wgmma);
+      EXPECT_FALSE(is_tma_kernel(c.kernel));
+      EXPECT_NE(c.staging, Staging::Tma);
+      EXPECT_FALSE(c.split_k > 1 && c.reduce == SplitReduce::Cluster);
+      EXPECT_FALSE(is_rung(c.kernel));
+    }
+    for (const Config& c : candidates(p, MathMode::FP32, a)) {
+      EXPECT_FALSE(is_tma_kernel(c.kernel)) << config_name(c);
+      EXPECT_FALSE(c.split_k > 1 && c.reduce == SplitReduce::Cluster) << config_name(c);
+    }
+  }
+  // Where Hopper takes the TMA kernel, the A100 takes the register-staged tiles; its cluster splits are
+  // added by the second kernel.
+  const Config skinny = choose(dense(16384, 64, 4096, 1), MathMode::FP32, a);
+  EXPECT_EQ(skinny.kernel, Kernel::Simt128x64k16);
+  EXPECT_EQ(skinny.reduce, SplitReduce::Kernel);
+  EXPECT_EQ(choose(dense_rows(256, 1024, 1024), MathMode::TF32, a).kernel, Kernel::Tensor64x64);
+}
+
+// ---------------------------------------------------------------- can_implement and the kernel table
+
+// TMA staging belongs to the TMA kernels alone; on a model with the TMA kernels they take aligned row-major
+// operands.
+TEST(GemmDispatch, Tma_StagingOnlyWithTheTmaKernels) {
+  Problem p;
+  p.m = 256, p.n = 64, p.k = 128;
+  p.a_sm = 128, p.a_sk = 1, p.b_sk = 64, p.b_sn = 1, p.c_sm = 64, p.c_sn = 1;
+  for (const DeviceModel& m : {DeviceModel::h100(), DeviceModel::a100()})
+    for (Kernel kernel : simt_kernels()) {
+      SCOPED_TRACE(kernel_name(kernel));
+      const bool tma = is_tma_kernel(kernel);
+      EXPECT_EQ(can_implement(p, Config{kernel, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma}, m),
+                tma && m.tma_kernels);
+      EXPECT_EQ(can_implement(p, Config{kernel, 2, MathMode::FP32, SplitReduce::Kernel, Staging::Tma}, m),
+                tma && m.tma_kernels);
+      if (tma)
+        EXPECT_FALSE(
+            can_implement(p, Config{kernel, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers}, m));
+    }
+  p.a_sm = 130;  // rows not in 16-byte steps
+  EXPECT_FALSE(tma_ready(p, DeviceModel::h100()));
+}
+
+// One row per kernel, in Kernel order; the ladder's rungs are never among the production lists.
+TEST(GemmKernelTable, OneRowPerKernel) {
+  const auto table = kernel_table();
+  ASSERT_EQ(table.size(), static_cast<std::size_t>(Kernel::Wgmma) + 1);
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ(static_cast<std::size_t>(table[i].kernel), i);
+    EXPECT_NE(table[i].launch, nullptr) << table[i].name;
+  }
+  EXPECT_EQ(rung_kernels(),
+            (std::vector<Kernel>{Kernel::Naive, Kernel::SmemTiled, Kernel::RegTiled, Kernel::WarpTiled}));
+  EXPECT_EQ(simt_kernels().size(), 14u);
+  EXPECT_EQ(tensor_kernels(), (std::vector<Kernel>{Kernel::Tensor128x128, Kernel::Tensor128x64,
+                                                   Kernel::Tensor64x64, Kernel::Wgmma}));
+  EXPECT_STREQ(kernel_name(Kernel::WarpTiled), "gemm_warp_tiled");
+  EXPECT_STREQ(kernel_name(Kernel::Simt256x128), "simt_256x128x8_w64x64_t16x8_s3");
+  // The rungs run every problem, unsplit, FP32 only; dispatch never picks one.
+  const Problem p = dense_rows(127, 129, 255);
+  for (Kernel k : rung_kernels()) {
+    EXPECT_TRUE(can_implement(p, Config{k, 1, MathMode::FP32}, DeviceModel::h100()));
+    EXPECT_FALSE(can_implement(p, Config{k, 2, MathMode::FP32}, DeviceModel::h100()));
+  }
+}
+
+}  // namespace
+}  // namespace mt::detail::gemm
