@@ -9,6 +9,7 @@
 #include "ops/gemm/detail/launchers.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/launch.h"
 
 namespace mt::detail::gemm {
 
@@ -17,31 +18,22 @@ namespace {
 __global__ void cluster_probe_kernel() {}
 
 // How many blocks of `size`-block clusters are resident at once where each SM holds one block: asked of the
-// runtime for a probe kernel held to one block per SM by its shared memory; where the runtime cannot say,
-// the SMs in whole clusters.
+// runtime's occupancy cache (runtime/launch.h) for a probe kernel held to one block per SM by its shared
+// memory; where the runtime cannot say, the SMs in whole clusters.
 int probe_cluster_slots(int device, int size, int sms) {
   if (size <= 1) return sms;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(size);
-  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(size)), cfg.blockDim = dim3(128);
-  cfg.attrs = &cluster, cfg.numAttrs = 1;
-  int per_sm = 0, per_block = 0, clusters = 0;
-  bool asked =
-      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess;
-  if (asked) {
-    // Over half an SM's shared memory: one block per SM.
-    cfg.dynamicSmemBytes = std::min<std::size_t>(per_block, per_sm / 2 + 4096);
-    asked = cudaFuncSetAttribute(cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(cfg.dynamicSmemBytes)) == cudaSuccess &&
-            cudaOccupancyMaxActiveClusters(&clusters, cluster_probe_kernel, &cfg) == cudaSuccess &&
-            clusters > 0;
+  const DeviceProperties& props = device_properties(device);
+  // Over half an SM's shared memory: one block per SM.
+  const std::size_t smem =
+      std::min<std::size_t>(props.smem_per_block_optin, static_cast<std::size_t>(props.smem_per_sm) / 2 + 4096);
+  const void* probe = reinterpret_cast<const void*>(cluster_probe_kernel);
+  try {
+    use_max_dynamic_smem(probe);
+    return static_cast<int>(std::min<std::int64_t>(resident_clusters(probe, 128, smem, size) * size, sms));
+  } catch (const CudaError&) {
+    (void)cudaGetLastError();  // not sticky: clear it, so it is not reported by a later check
+    return sms / size * size;
   }
-  if (!asked) (void)cudaGetLastError();  // not sticky: clear it, so it is not reported by a later check
-  return asked ? std::min(clusters * size, sms) : sms / size * size;
 }
 
 DeviceModel ask(int device) {

@@ -4,7 +4,7 @@
 
 #include "ops/gemm/detail/launch.h"
 #include "ops/gemm/detail/launchers.h"
-#include "ops/kernels.h"
+#include "ops/detail/kernels.h"
 #include "runtime/error.h"
 
 namespace mt::detail::gemm {

@@ -6,7 +6,7 @@
 
 #include "ops/gemm/detail/device.cuh"
 #include "ops/gemm/detail/launch.h"
-#include "ops/kernels.h"
+#include "ops/detail/kernels.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
