@@ -1,7 +1,7 @@
 // bench_gemm: cuBLAS (row 0, the baseline; linked here only) against every rung of the SGEMM ladder, the
 // dispatched FP32 kernel, the TF32 / 3xTF32 tensor-core modes (mma.sync) and the Hopper wgmma kernels
 // (ops/gemm/tensorcore/wgmma.cu, on compute capability 9.0 only; pack pass included in the time), on the
-// shapes of bench/gemm/NOTES.md.
+// shapes of bench/gemm/DESIGN.md.
 //
 //   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
 //   bench_gemm --sweep=M,N,K[,BATCH] [--sweep=...] [--math=fp32|tf32|tf32x3] [--only=REGEX]
@@ -324,7 +324,7 @@ void bm_gemm(benchmark::State& state, GemmShape s, Impl impl, WgmmaConfig wc) {
   if (g_cublas_ms.count(s.name())) r.ratio = g_cublas_ms[s.name()] / med;
   if (impl == Impl::Dispatched) {
     // The same two again, their samples interleaved: the cuBLAS row ran first, on a card not yet warmed
-    // by the rows after it (bench/gemm/NOTES.md, round 19).
+    // by the rows after it (bench/gemm/DESIGN.md, round 19).
     const std::vector<double> both =
         time_interleaved(o, iters, {[&](const Problem& p) { run_cublas(handles().pedantic, p); }, fn});
     r.ratio_interleaved = both[0] / both[1];

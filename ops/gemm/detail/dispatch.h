@@ -20,7 +20,7 @@ struct DeviceModel {
   // cluster_slots[s]: how many blocks of `s`-block clusters are resident at once where each SM holds one
   // block (s = 1 .. kMaxClusterSplit; [0] unused). A cluster sits within one GPC, so sizes that do not divide
   // a GPC's SM count leave SMs out. The runtime's answer (cudaOccupancyMaxActiveClusters) for a probe kernel
-  // held to one block per SM; see bench/gemm/NOTES.md (cluster_slots).
+  // held to one block per SM; see bench/gemm/DESIGN.md (cluster_slots).
   std::array<int, kMaxClusterSplit + 1> cluster_slots{};
   std::size_t smem_per_block = 0;  // opt-in maximum, bytes
   std::size_t smem_per_sm = 0;

@@ -49,7 +49,7 @@ TEST(GemmDeviceModel, HopperModels) {
     EXPECT_EQ(m.sm_count, 132);
     EXPECT_EQ(m.cc_major, 9);
     EXPECT_TRUE(m.has_clusters() && m.tma_kernels && m.wgmma_kernels);
-    // bench/gemm/NOTES.md: 132 at sizes 1-2, 117 at 3, 120 at 4 and 8, 102 at 6.
+    // bench/gemm/DESIGN.md: 132 at sizes 1-2, 117 at 3, 120 at 4 and 8, 102 at 6.
     const int expected[][2] = {{1, 132}, {2, 132}, {3, 117}, {4, 120}, {6, 102}, {8, 120}};
     for (const auto& [size, slots] : expected) EXPECT_EQ(m.slots(size), slots) << "size " << size;
   }
