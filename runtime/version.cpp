@@ -1,0 +1,9 @@
+#include "runtime/version.h"
+
+namespace mt {
+
+const char* version() noexcept {
+  return MT_VERSION_STRING;
+}
+
+}  // namespace mt
