@@ -1,6 +1,11 @@
 // Eigen interop for 2-D float32 tensors (host code only; kernels never include Eigen).
 #pragma once
 
+// Eigen stays host-only even in a .cu file that includes this header: without it, nvcc compiles Eigen's
+// functions for the device too (slow, and warnings about host calls). Must precede the first Eigen include.
+#ifndef EIGEN_NO_CUDA
+#define EIGEN_NO_CUDA
+#endif  // EIGEN_NO_CUDA
 #include <Eigen/Core>
 
 #include "tensor/tensor.h"
