@@ -1,14 +1,15 @@
 // minitensor: a CUDA tensor & BLAS runtime with a graph executor. The one header users include.
 #pragma once
 
-#include "graph/graph.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "ops/ops.h"
-#include "runtime/runtime.h"
-#include "tensor/eigen.h"
-#include "tensor/io.h"
-#include "tensor/tensor.h"
+#include "minitensor/graph/graph.h"
+#include "minitensor/memory/allocator.h"
+#include "minitensor/memory/stats.h"
+#include "minitensor/ops/ops.h"
+#include "minitensor/runtime/runtime.h"
+#include "minitensor/runtime/version.h"
+#include "minitensor/tensor/eigen.h"
+#include "minitensor/tensor/io.h"
+#include "minitensor/tensor/tensor.h"
 #if defined(MT_HAS_DLPACK)
-#include "tensor/dlpack.h"
+#include "minitensor/tensor/dlpack.h"
 #endif

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "graph/graph.h"
-#include "minitensor.h"
+#include "minitensor/graph/graph.h"
+#include "minitensor/minitensor.h"
 
 using namespace mt;
 

@@ -2,7 +2,7 @@
 // as a graph, checked against the Eigen reference.
 #include <iostream>
 
-#include "minitensor.h"
+#include "minitensor/minitensor.h"
 
 int main() {
   using namespace mt;

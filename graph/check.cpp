@@ -9,7 +9,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "graph/detail/executor_impl.h"
+#include "minitensor/graph/detail/executor_impl.h"
 
 namespace mt {
 namespace detail {

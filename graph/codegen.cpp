@@ -1,7 +1,7 @@
 // Source generation for fused elementwise groups, and their NVRTC compile + load with two caches.
-#include "graph/detail/codegen.h"
+#include "minitensor/graph/detail/codegen.h"
 
-#include "ops/functors_source.h"
+#include "minitensor/ops/functors_source.h"
 
 #include <nvrtc.h>
 

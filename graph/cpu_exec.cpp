@@ -1,8 +1,8 @@
 // The CPU path: every node through the eager ops on CPU tensors (the Eigen reference), no fusion or planning.
 #include <algorithm>
 
-#include "graph/detail/internal.h"
-#include "ops/ops.h"
+#include "minitensor/graph/detail/internal.h"
+#include "minitensor/ops/ops.h"
 
 namespace mt {
 namespace detail {

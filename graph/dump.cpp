@@ -1,7 +1,7 @@
 // Text dump and Graphviz DOT export of a graph.
 #include <sstream>
 
-#include "graph/detail/ir.h"
+#include "minitensor/graph/detail/ir.h"
 
 namespace mt {
 

@@ -9,13 +9,13 @@
 #include <numeric>
 #include <sstream>
 
-#include "graph/detail/executor_impl.h"
-#include "ops/detail/kernels.h"
+#include "minitensor/graph/detail/executor_impl.h"
+#include "minitensor/ops/detail/kernels.h"
 
 #include <cmath>
-#include "ops/ops.h"
-#include "runtime/stream.h"
-#include "tensor/detail/kernels.h"
+#include "minitensor/ops/ops.h"
+#include "minitensor/runtime/stream.h"
+#include "minitensor/tensor/detail/kernels.h"
 
 namespace mt {
 namespace detail {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "graph/detail/ir.h"
+#include "minitensor/graph/detail/ir.h"
 
 namespace mt {
 namespace detail {

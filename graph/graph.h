@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/elementwise.h"
-#include "ops/gemm.h"
-#include "ops/reduce.h"
-#include "tensor/tensor.h"
+#include "minitensor/ops/elementwise.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/reduce.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 

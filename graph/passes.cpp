@@ -6,7 +6,7 @@
 #include <cstring>
 #include <map>
 
-#include "graph/detail/program.h"
+#include "minitensor/graph/detail/program.h"
 
 namespace mt::detail {
 

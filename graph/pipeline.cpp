@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "graph/detail/executor_impl.h"
-#include "ops/ops.h"
-#include "runtime/stream.h"
+#include "minitensor/graph/detail/executor_impl.h"
+#include "minitensor/ops/ops.h"
+#include "minitensor/runtime/stream.h"
 
 namespace mt::detail {
 

@@ -6,7 +6,7 @@
 // run on other streams.
 #include <algorithm>
 
-#include "graph/detail/program.h"
+#include "minitensor/graph/detail/program.h"
 
 namespace mt::detail {
 

@@ -5,8 +5,8 @@
 #include <map>
 #include <sstream>
 
-#include "graph/detail/executor_impl.h"
-#include "runtime/stream.h"
+#include "minitensor/graph/detail/executor_impl.h"
+#include "minitensor/runtime/stream.h"
 
 namespace mt::detail {
 

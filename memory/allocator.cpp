@@ -1,9 +1,9 @@
-#include "memory/allocator.h"
+#include "minitensor/memory/allocator.h"
 
 #include <cstdlib>
 #include <new>
 
-#include "runtime/error.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/device.h"
+#include "minitensor/runtime/device.h"
 
 namespace mt {
 

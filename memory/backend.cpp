@@ -1,4 +1,4 @@
-#include "memory/detail/backend.h"
+#include "minitensor/memory/detail/backend.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/error.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

@@ -28,7 +28,7 @@
 // caches into their pool (and get their release number) before any search of other pools.
 //
 // Lock order: m_threads_mutex, then a thread cache's flag, then a pool's mutex (then m_pools_mutex).
-#include "memory/detail/caching.h"
+#include "minitensor/memory/detail/caching.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -39,7 +39,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/error.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

@@ -6,8 +6,8 @@
 #include <bit>
 #include <limits>
 
-#include "memory/detail/pinned.h"
-#include "runtime/error.h"
+#include "minitensor/memory/detail/pinned.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

@@ -1,12 +1,12 @@
 // The uncached backends: one cudaMalloc / cudaHostAlloc per allocation. The caching allocators are built on
 // the same calls; these stay as the simplest correct reference.
-#include "memory/detail/plain.h"
+#include "minitensor/memory/detail/plain.h"
 
 #include <array>
 #include <memory>
 #include <mutex>
 
-#include "runtime/error.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

@@ -9,12 +9,12 @@
 #include <cstring>
 #include <mutex>
 
-#include "memory/allocator.h"
-#include "memory/detail/caching.h"
-#include "memory/detail/pinned.h"
-#include "memory/stats.h"
-#include "runtime/error.h"
-#include "runtime/stream.h"
+#include "minitensor/memory/allocator.h"
+#include "minitensor/memory/detail/caching.h"
+#include "minitensor/memory/detail/pinned.h"
+#include "minitensor/memory/stats.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/stream.h"
 
 namespace mt {
 

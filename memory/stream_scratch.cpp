@@ -1,12 +1,12 @@
-#include "memory/stream_scratch.h"
+#include "minitensor/memory/stream_scratch.h"
 
 #include <algorithm>
 #include <map>
 #include <tuple>
 #include <vector>
 
-#include "memory/allocator.h"
-#include "runtime/error.h"
+#include "minitensor/memory/allocator.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 namespace {

@@ -1,14 +1,14 @@
 // Elementwise op entries: validate the tensors (device, dtype, shape), allocate or check `out`, and dispatch
 // to the CUDA launchers (ops/elementwise.cu) or the Eigen reference (ops/cpu/elementwise.cpp).
-#include "ops/elementwise.h"
+#include "minitensor/ops/elementwise.h"
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "ops/detail/kernels.h"
-#include "runtime/device.h"
-#include "runtime/stream.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/stream.h"
 
 namespace mt {
 

@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ops/detail/kernels.h"
-#include "ops/functors.h"
-#include "runtime/error.h"
-#include "runtime/launch.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/functors.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 

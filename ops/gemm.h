@@ -6,7 +6,7 @@
 #include <memory>
 #include <optional>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 

@@ -1,8 +1,8 @@
 // ops/: the eager API. CUDA tensors run tuned kernels; CPU tensors run the Eigen reference.
 #pragma once
 
-#include "ops/elementwise.h"
-#include "ops/gemm.h"
-#include "ops/reduce.h"
-#include "ops/softmax.h"
-#include "ops/transpose.h"
+#include "minitensor/ops/elementwise.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/reduce.h"
+#include "minitensor/ops/softmax.h"
+#include "minitensor/ops/transpose.h"

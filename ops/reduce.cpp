@@ -1,16 +1,16 @@
 // Reduction entries: validate axes, then map the reduction onto a row case (reduced elements contiguous) or a
 // column case (reduced axis strided, innermost kept axis contiguous) without copying; anything else is made
 // contiguous with the reduced axes last (one tiled copy) and reduced as rows.
-#include "ops/reduce.h"
+#include "minitensor/ops/reduce.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-#include "ops/detail/kernels.h"
-#include "runtime/device.h"
-#include "runtime/stream.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/stream.h"
 
 namespace mt {
 

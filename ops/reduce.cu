@@ -10,12 +10,12 @@
 #include <cstdint>
 #include <limits>
 
-#include "memory/stream_scratch.h"
-#include "ops/detail/kernels.h"
-#include "ops/functors.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "runtime/launch.h"
+#include "minitensor/memory/stream_scratch.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/functors.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail {
 namespace {

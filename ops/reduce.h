@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 

@@ -2,10 +2,10 @@
 // kernel over (outer, axis, inner), or the float64 Eigen reference on the CPU.
 #include <cstdint>
 
-#include "ops/detail/kernels.h"
-#include "ops/softmax.h"
-#include "runtime/device.h"
-#include "runtime/stream.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/softmax.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/stream.h"
 
 namespace mt {
 namespace {

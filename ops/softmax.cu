@@ -15,13 +15,13 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "memory/stream_scratch.h"
-#include "ops/detail/kernels.h"
-#include "ops/functors.h"
-#include "runtime/detail/device_primitives.cuh"
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "runtime/launch.h"
+#include "minitensor/memory/stream_scratch.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/functors.h"
+#include "minitensor/runtime/detail/device_primitives.cuh"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail {
 namespace {

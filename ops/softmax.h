@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 

@@ -1,5 +1,5 @@
 // Materialising transposes: a view, then a copy into a new contiguous tensor (tensor/'s tiled copy on CUDA).
-#include "ops/transpose.h"
+#include "minitensor/ops/transpose.h"
 
 namespace mt {
 

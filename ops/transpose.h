@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <span>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 

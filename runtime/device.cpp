@@ -1,4 +1,4 @@
-#include "runtime/device.h"
+#include "minitensor/runtime/device.h"
 
 #include <cuda_runtime_api.h>
 
@@ -6,7 +6,7 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/error.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

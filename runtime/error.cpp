@@ -1,4 +1,4 @@
-#include "runtime/error.h"
+#include "minitensor/runtime/error.h"
 
 #include <cstdio>
 

@@ -1,8 +1,8 @@
-#include "runtime/event.h"
+#include "minitensor/runtime/event.h"
 
 #include <utility>
 
-#include "runtime/error.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

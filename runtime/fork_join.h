@@ -11,7 +11,7 @@
 
 #include <vector>
 
-#include "runtime/event.h"
+#include "minitensor/runtime/event.h"
 
 namespace mt {
 

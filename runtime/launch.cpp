@@ -1,12 +1,12 @@
-#include "runtime/launch.h"
+#include "minitensor/runtime/launch.h"
 
 #include <map>
 #include <mutex>
 #include <set>
 #include <tuple>
 
-#include "runtime/device.h"
-#include "runtime/error.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

@@ -1,8 +1,8 @@
 // runtime/: errors, devices, streams, events, fork/join.
 #pragma once
 
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "runtime/event.h"
-#include "runtime/fork_join.h"
-#include "runtime/stream.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/event.h"
+#include "minitensor/runtime/fork_join.h"
+#include "minitensor/runtime/stream.h"

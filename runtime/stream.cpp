@@ -1,12 +1,12 @@
-#include "runtime/stream.h"
+#include "minitensor/runtime/stream.h"
 
 #include <array>
 #include <atomic>
 #include <mutex>
 #include <utility>
 
-#include "runtime/device.h"
-#include "runtime/error.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

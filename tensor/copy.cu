@@ -2,10 +2,10 @@
 // All are bandwidth-bound: bytes moved = n * elem_size (fill, arange, random) or 2 * n * elem_size (copy).
 #include <cstdint>
 
-#include "runtime/error.h"
-#include "runtime/launch.h"
-#include "tensor/detail/random.h"
-#include "tensor/detail/kernels.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
+#include "minitensor/tensor/detail/random.h"
+#include "minitensor/tensor/detail/kernels.h"
 
 namespace mt::detail {
 namespace {

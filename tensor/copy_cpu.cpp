@@ -1,9 +1,9 @@
 // CPU counterparts of tensor/copy.cu.
 #include <cstring>
 
-#include "runtime/error.h"
-#include "tensor/detail/random.h"
-#include "tensor/detail/kernels.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/tensor/detail/random.h"
+#include "minitensor/tensor/detail/kernels.h"
 
 namespace mt::detail {
 namespace {

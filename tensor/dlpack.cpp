@@ -3,7 +3,7 @@
 // Import wraps the producer's memory in an Allocation of a DlpackAllocator: it allocates nothing, and giving
 // the Allocation back calls the producer's deleter. So a foreign buffer is an ordinary Storage to the rest of
 // the library, and its lifetime is the Storage's.
-#include "tensor/dlpack.h"
+#include "minitensor/tensor/dlpack.h"
 
 #include <array>
 #include <memory>

@@ -8,7 +8,7 @@
 
 #include <dlpack/dlpack.h>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 

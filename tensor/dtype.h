@@ -6,7 +6,7 @@
 #include <ostream>
 #include <type_traits>
 
-#include "runtime/error.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

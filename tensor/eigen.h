@@ -8,7 +8,7 @@
 #endif  // EIGEN_NO_CUDA
 #include <Eigen/Core>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 

@@ -17,7 +17,7 @@
 #include <map>
 #include <string>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 

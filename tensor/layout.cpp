@@ -1,4 +1,4 @@
-#include "tensor/layout.h"
+#include "minitensor/tensor/layout.h"
 
 namespace mt {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "tensor/shape.h"
+#include "minitensor/tensor/shape.h"
 
 #if defined(__CUDACC__)
 #define MT_HOST_DEVICE __host__ __device__ __forceinline__

@@ -19,7 +19,7 @@
 #include <zlib.h>
 #endif
 
-#include "tensor/io.h"
+#include "minitensor/tensor/io.h"
 
 namespace mt {
 namespace {

@@ -2,7 +2,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt {
 namespace {

@@ -1,9 +1,9 @@
-#include "tensor/shape.h"
+#include "minitensor/tensor/shape.h"
 
 #include <limits>
 #include <sstream>
 
-#include "runtime/error.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

@@ -1,4 +1,4 @@
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <limits>
 #include <optional>
 
-#include "runtime/stream.h"
-#include "tensor/detail/kernels.h"
+#include "minitensor/runtime/stream.h"
+#include "minitensor/tensor/detail/kernels.h"
 
 namespace mt {
 

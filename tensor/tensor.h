@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "memory/allocator.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "tensor/dtype.h"
-#include "tensor/layout.h"
-#include "tensor/shape.h"
+#include "minitensor/memory/allocator.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/tensor/dtype.h"
+#include "minitensor/tensor/layout.h"
+#include "minitensor/tensor/shape.h"
 
 namespace mt {
 

@@ -9,9 +9,9 @@
 // Napkin maths: 2 * elem_size bytes per element, no arithmetic: copy bandwidth is the target.
 #include <cstdint>
 
-#include "runtime/error.h"
-#include "runtime/launch.h"
-#include "tensor/detail/kernels.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
+#include "minitensor/tensor/detail/kernels.h"
 
 namespace mt::detail {
 namespace {

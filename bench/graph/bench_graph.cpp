@@ -31,8 +31,8 @@
 #include <iostream>
 #include <vector>
 
-#include "graph/graph.h"
-#include "minitensor.h"
+#include "minitensor/graph/graph.h"
+#include "minitensor/minitensor.h"
 
 namespace {
 

@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "memory/detail/caching.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "runtime/stream.h"
+#include "minitensor/memory/detail/caching.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/stream.h"
 
 namespace {
 

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "minitensor.h"
-#include "ops/detail/kernels.h"
-#include "runtime/stream.h"
-#include "tensor/detail/kernels.h"
+#include "minitensor/minitensor.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/runtime/stream.h"
+#include "minitensor/tensor/detail/kernels.h"
 
 namespace mt {
 namespace {

@@ -1,6 +1,5 @@
 // A user's program: includes minitensor as an installed package and runs a few ops on the CPU.
 #include <minitensor/minitensor.h>
-#include <minitensor/runtime/version.h>
 #include <cmath>
 #include <cstring>
 #include <iostream>

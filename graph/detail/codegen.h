@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/detail/program.h"
+#include "minitensor/graph/detail/program.h"
 
 namespace mt::detail {
 

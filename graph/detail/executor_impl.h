@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "graph/detail/codegen.h"
-#include "graph/detail/internal.h"
-#include "graph/detail/program.h"
-#include "runtime/event.h"
+#include "minitensor/graph/detail/codegen.h"
+#include "minitensor/graph/detail/internal.h"
+#include "minitensor/graph/detail/program.h"
+#include "minitensor/runtime/event.h"
 
 namespace mt::detail {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "graph/detail/ir.h"
+#include "minitensor/graph/detail/ir.h"
 
 namespace mt::detail {
 

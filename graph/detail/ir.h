@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph.h"
+#include "minitensor/graph/graph.h"
 
 namespace mt::detail {
 

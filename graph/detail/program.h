@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/detail/ir.h"
+#include "minitensor/graph/detail/ir.h"
 
 namespace mt::detail {
 

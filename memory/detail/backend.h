@@ -18,7 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "runtime/device.h"
+#include "minitensor/runtime/device.h"
 
 namespace mt {
 

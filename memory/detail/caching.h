@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
-#include "memory/allocator.h"
-#include "memory/detail/backend.h"
-#include "memory/stats.h"
+#include "minitensor/memory/allocator.h"
+#include "minitensor/memory/detail/backend.h"
+#include "minitensor/memory/stats.h"
 
 namespace mt {
 

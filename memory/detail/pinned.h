@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "memory/detail/caching.h"
+#include "minitensor/memory/detail/caching.h"
 
 namespace mt {
 

@@ -1,7 +1,7 @@
 // Uncached allocators: one driver allocation per request.
 #pragma once
 
-#include "memory/allocator.h"
+#include "minitensor/memory/allocator.h"
 
 namespace mt {
 

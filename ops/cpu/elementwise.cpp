@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "ops/detail/kernels.h"
-#include "ops/functors.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/functors.h"
 
 namespace mt::detail {
 namespace {

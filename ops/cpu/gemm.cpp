@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/functors.h"
-#include "ops/gemm/detail/problem.h"
+#include "minitensor/ops/functors.h"
+#include "minitensor/ops/gemm/detail/problem.h"
 
 namespace mt::detail::gemm {
 

@@ -3,8 +3,8 @@
 #include <Eigen/Core>
 #include <vector>
 
-#include "ops/detail/kernels.h"
-#include "ops/functors.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/functors.h"
 
 namespace mt::detail {
 

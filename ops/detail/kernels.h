@@ -7,10 +7,10 @@
 
 #include <cstdint>
 
-#include "ops/elementwise.h"
-#include "ops/reduce.h"
-#include "tensor/dtype.h"
-#include "tensor/layout.h"
+#include "minitensor/ops/elementwise.h"
+#include "minitensor/ops/reduce.h"
+#include "minitensor/tensor/dtype.h"
+#include "minitensor/tensor/layout.h"
 
 namespace mt::detail {
 

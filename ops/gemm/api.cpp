@@ -6,11 +6,11 @@
 #include <optional>
 #include <vector>
 
-#include "ops/gemm.h"
-#include "ops/gemm/detail/launch.h"
-#include "ops/gemm/tensorcore/wgmma.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/tensorcore/wgmma.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 

@@ -5,11 +5,11 @@
 #include <map>
 #include <mutex>
 
-#include "ops/gemm/detail/dispatch.h"
-#include "ops/gemm/detail/launchers.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "runtime/launch.h"
+#include "minitensor/ops/gemm/detail/dispatch.h"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail::gemm {
 

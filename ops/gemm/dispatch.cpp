@@ -9,10 +9,10 @@
 #include <optional>
 #include <vector>
 
-#include "ops/gemm/detail/dispatch.h"
-#include "ops/gemm/detail/pack.h"
-#include "ops/gemm/tensorcore/wgmma.h"
-#include "runtime/error.h"
+#include "minitensor/ops/gemm/detail/dispatch.h"
+#include "minitensor/ops/gemm/detail/pack.h"
+#include "minitensor/ops/gemm/tensorcore/wgmma.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt::detail::gemm {
 

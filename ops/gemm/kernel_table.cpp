@@ -2,9 +2,9 @@
 // row here and its launcher (detail/launchers.h).
 #include <array>
 
-#include "ops/gemm/detail/kernel_table.h"
-#include "ops/gemm/detail/launchers.h"
-#include "runtime/error.h"
+#include "minitensor/ops/gemm/detail/kernel_table.h"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt::detail::gemm {
 

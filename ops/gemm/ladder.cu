@@ -17,9 +17,9 @@
 //                    clusters, TMA (ops/gemm/simt/tma.cu); tensor cores in ops/gemm/tensorcore/
 #include <cuda_runtime.h>
 
-#include "ops/gemm/detail/device.cuh"
-#include "ops/gemm/detail/launchers.h"
-#include "runtime/error.h"
+#include "minitensor/ops/gemm/detail/device.cuh"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt::detail::gemm {
 

@@ -2,10 +2,10 @@
 // the row softmax, operand packing, then the kernel table's launcher.
 #include <algorithm>
 
-#include "ops/gemm/detail/launch.h"
-#include "ops/gemm/detail/launchers.h"
-#include "ops/detail/kernels.h"
-#include "runtime/error.h"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt::detail::gemm {
 

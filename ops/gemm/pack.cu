@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ops/gemm/detail/device.cuh"
-#include "ops/gemm/detail/launch.h"
-#include "ops/gemm/detail/pack.h"
-#include "runtime/error.h"
-#include "runtime/launch.h"
+#include "minitensor/ops/gemm/detail/device.cuh"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/pack.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail::gemm {
 

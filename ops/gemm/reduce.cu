@@ -4,11 +4,11 @@
 #include <climits>
 #include <cstdint>
 
-#include "ops/gemm/detail/device.cuh"
-#include "ops/gemm/detail/launch.h"
-#include "ops/detail/kernels.h"
-#include "runtime/error.h"
-#include "runtime/launch.h"
+#include "minitensor/ops/gemm/detail/device.cuh"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail::gemm {
 

@@ -2,8 +2,8 @@
 // per-stream scratch (memory/stream_scratch.h, which holds the reuse and CUDA-graph capture rules).
 #include <algorithm>
 
-#include "memory/stream_scratch.h"
-#include "ops/gemm/detail/scratch.h"
+#include "minitensor/memory/stream_scratch.h"
+#include "minitensor/ops/gemm/detail/scratch.h"
 
 namespace mt::detail::gemm {
 

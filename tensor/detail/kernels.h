@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "tensor/dtype.h"
-#include "tensor/layout.h"
+#include "minitensor/tensor/dtype.h"
+#include "minitensor/tensor/layout.h"
 
 namespace mt::detail {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "tensor/layout.h"  // MT_HOST_DEVICE
+#include "minitensor/tensor/layout.h"  // MT_HOST_DEVICE
 
 namespace mt::detail {
 

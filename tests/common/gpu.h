@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/device.h"
+#include "minitensor/runtime/device.h"
 
 #define MT_REQUIRE_GPU()                                                                      \
   do {                                                                                        \

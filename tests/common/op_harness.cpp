@@ -5,8 +5,8 @@
 #include <limits>
 #include <sstream>
 
-#include "runtime/device.h"
-#include "tensor/detail/random.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/tensor/detail/random.h"
 
 namespace mt::test {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "minitensor/tensor/tensor.h"
 
 namespace mt::test {
 

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 
-#include "graph/detail/codegen.h"
-#include "graph/detail/internal.h"
-#include "graph/detail/program.h"
-#include "graph/graph.h"
+#include "minitensor/graph/detail/codegen.h"
+#include "minitensor/graph/detail/internal.h"
+#include "minitensor/graph/detail/program.h"
+#include "minitensor/graph/graph.h"
 #include "random_graph.h"
 
 namespace mt {

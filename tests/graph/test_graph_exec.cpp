@@ -6,9 +6,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "graph/detail/codegen.h"
-#include "graph/graph.h"
-#include "ops/ops.h"
+#include "minitensor/graph/detail/codegen.h"
+#include "minitensor/graph/graph.h"
+#include "minitensor/ops/ops.h"
 #include "random_graph.h"
 #include "tests/common/gpu.h"
 

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "memory/detail/caching.h"
-#include "runtime/error.h"
+#include "minitensor/memory/detail/caching.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 namespace {

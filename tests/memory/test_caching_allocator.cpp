@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "memory/detail/caching.h"
-#include "memory/detail/pinned.h"
-#include "runtime/error.h"
+#include "minitensor/memory/detail/caching.h"
+#include "minitensor/memory/detail/pinned.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 namespace {

@@ -6,11 +6,11 @@
 #include <random>
 #include <vector>
 
-#include "memory/detail/caching.h"
-#include "memory/detail/pinned.h"
-#include "runtime/error.h"
-#include "runtime/event.h"
-#include "runtime/stream.h"
+#include "minitensor/memory/detail/caching.h"
+#include "minitensor/memory/detail/pinned.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/event.h"
+#include "minitensor/runtime/stream.h"
 #include "tests/common/gpu.h"
 
 namespace mt {

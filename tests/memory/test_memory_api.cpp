@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "minitensor.h"
+#include "minitensor/minitensor.h"
 
 namespace mt {
 namespace {

@@ -1,8 +1,8 @@
 // The caching pinned-host allocator's policy on FakeBackend.
 #include <gtest/gtest.h>
 
-#include "memory/detail/pinned.h"
-#include "runtime/error.h"
+#include "minitensor/memory/detail/pinned.h"
+#include "minitensor/runtime/error.h"
 
 namespace mt {
 namespace {

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/detail/kernels.h"
-#include "ops/elementwise.h"
-#include "ops/functors.h"
-#include "runtime/device.h"
-#include "runtime/stream.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/elementwise.h"
+#include "minitensor/ops/functors.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/stream.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 

@@ -17,12 +17,12 @@
 #include <map>
 #include <sstream>
 
-#include "ops/functors.h"
-#include "ops/gemm.h"
-#include "ops/gemm/detail/launch.h"
-#include "ops/gemm/tensorcore/wgmma.h"
-#include "runtime/launch.h"
-#include "runtime/stream.h"
+#include "minitensor/ops/functors.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/tensorcore/wgmma.h"
+#include "minitensor/runtime/launch.h"
+#include "minitensor/runtime/stream.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/reduce.h"
-#include "runtime/device.h"
+#include "minitensor/ops/reduce.h"
+#include "minitensor/runtime/device.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 

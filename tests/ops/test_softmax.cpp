@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/detail/kernels.h"
-#include "ops/reduce.h"
-#include "ops/softmax.h"
-#include "runtime/stream.h"
+#include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/reduce.h"
+#include "minitensor/ops/softmax.h"
+#include "minitensor/runtime/stream.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 

@@ -4,9 +4,9 @@
 
 #include <numeric>
 
-#include "ops/transpose.h"
-#include "runtime/stream.h"
-#include "tensor/detail/kernels.h"
+#include "minitensor/ops/transpose.h"
+#include "minitensor/runtime/stream.h"
+#include "minitensor/tensor/detail/kernels.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 

@@ -2,7 +2,7 @@
 // through ctypes. Functions return 0 (or a pointer) on success; on failure, mt_bridge_error() says why.
 #include <string>
 
-#include "tensor/dlpack.h"
+#include "minitensor/tensor/dlpack.h"
 
 namespace {
 std::string g_error;

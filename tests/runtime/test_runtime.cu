@@ -3,7 +3,7 @@
 #include <cstring>
 #include <thread>
 
-#include "runtime/runtime.h"
+#include "minitensor/runtime/runtime.h"
 #include "tests/common/gpu.h"
 
 namespace mt {

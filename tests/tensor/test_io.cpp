@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "tensor/io.h"
+#include "minitensor/tensor/io.h"
 #include "tests/common/gpu.h"
 #if MT_HAS_DLPACK
-#include "tensor/dlpack.h"
+#include "minitensor/tensor/dlpack.h"
 #endif
 
 namespace mt {

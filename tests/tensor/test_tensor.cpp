@@ -5,9 +5,9 @@
 #include <limits>
 #include <sstream>
 
-#include "runtime/stream.h"
-#include "tensor/eigen.h"
-#include "tensor/tensor.h"
+#include "minitensor/runtime/stream.h"
+#include "minitensor/tensor/eigen.h"
+#include "minitensor/tensor/tensor.h"
 #include "tests/common/gpu.h"
 
 namespace mt {

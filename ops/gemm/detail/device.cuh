@@ -10,10 +10,10 @@
 
 #include <cooperative_groups.h>
 
-#include "ops/functors.h"
-#include "ops/gemm/detail/kernel_table.h"
-#include "ops/gemm/detail/problem.h"
-#include "runtime/detail/device_primitives.cuh"
+#include "minitensor/ops/functors.h"
+#include "minitensor/ops/gemm/detail/kernel_table.h"
+#include "minitensor/ops/gemm/detail/problem.h"
+#include "minitensor/runtime/detail/device_primitives.cuh"
 
 namespace mt::detail::gemm {
 

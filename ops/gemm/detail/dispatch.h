@@ -7,9 +7,9 @@
 #include <array>
 #include <vector>
 
-#include "ops/gemm.h"
-#include "ops/gemm/detail/kernel_table.h"
-#include "ops/gemm/detail/problem.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/gemm/detail/kernel_table.h"
+#include "minitensor/ops/gemm/detail/problem.h"
 
 namespace mt::detail::gemm {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/gemm.h"
-#include "ops/gemm/detail/problem.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/gemm/detail/problem.h"
 
 namespace mt::detail::gemm {
 

@@ -5,10 +5,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "ops/gemm/detail/dispatch.h"
-#include "ops/gemm/detail/kernel_table.h"
-#include "ops/gemm/detail/problem.h"
-#include "ops/gemm/detail/scratch.h"
+#include "minitensor/ops/gemm/detail/dispatch.h"
+#include "minitensor/ops/gemm/detail/kernel_table.h"
+#include "minitensor/ops/gemm/detail/problem.h"
+#include "minitensor/ops/gemm/detail/scratch.h"
 
 namespace mt::detail::gemm {
 

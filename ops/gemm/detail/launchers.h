@@ -3,8 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "ops/gemm/detail/kernel_table.h"
-#include "ops/gemm/detail/problem.h"
+#include "minitensor/ops/gemm/detail/kernel_table.h"
+#include "minitensor/ops/gemm/detail/problem.h"
 
 namespace mt::detail::gemm {
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "ops/gemm/detail/problem.h"
+#include "minitensor/ops/gemm/detail/problem.h"
 
 namespace mt::detail::gemm {
 

@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ops/functors.h"
-#include "ops/gemm.h"
+#include "minitensor/ops/functors.h"
+#include "minitensor/ops/gemm.h"
 
 namespace mt::detail::gemm {
 

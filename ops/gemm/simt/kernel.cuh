@@ -12,12 +12,12 @@
 
 #include <cooperative_groups.h>
 
-#include "ops/gemm/detail/device.cuh"
-#include "ops/gemm/detail/launch.h"
-#include "ops/gemm/detail/problem.h"
-#include "ops/gemm/simt/loaders.cuh"
-#include "runtime/error.h"
-#include "runtime/launch.h"
+#include "minitensor/ops/gemm/detail/device.cuh"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/problem.h"
+#include "minitensor/ops/gemm/simt/loaders.cuh"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail::gemm {
 

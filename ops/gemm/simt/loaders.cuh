@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "ops/gemm/detail/device.cuh"
+#include "minitensor/ops/gemm/detail/device.cuh"
 
 namespace mt::detail::gemm {
 

@@ -1,8 +1,8 @@
 // Instantiates the production SGEMM for the deeper-k and larger tiles (simt/kernel.cuh): 128x128x16, and
 // 256x128 of 16x8 threads, 8 deep (with the lane-loader ring and the unaligned-rows C kernels) and 16 deep
 // (register-staged only).
-#include "ops/gemm/detail/launchers.h"
-#include "ops/gemm/simt/kernel.cuh"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/ops/gemm/simt/kernel.cuh"
 
 namespace mt::detail::gemm {
 

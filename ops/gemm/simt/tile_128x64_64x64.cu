@@ -1,7 +1,7 @@
 // Instantiates the production SGEMM for the 128x64 and 64x64 tiles (64x64 held to 128 registers: 4 blocks per
 // SM) (simt/kernel.cuh).
-#include "ops/gemm/detail/launchers.h"
-#include "ops/gemm/simt/kernel.cuh"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/ops/gemm/simt/kernel.cuh"
 
 namespace mt::detail::gemm {
 

@@ -1,6 +1,6 @@
 // Instantiates the production SGEMM for the small-M tiles (simt/kernel.cuh).
-#include "ops/gemm/detail/launchers.h"
-#include "ops/gemm/simt/kernel.cuh"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/ops/gemm/simt/kernel.cuh"
 
 namespace mt::detail::gemm {
 

@@ -6,8 +6,8 @@
 // - 128x64, 16 deep: 8x8 per thread in 4 warps, two blocks per SM, register-staged only. The register-staged
 //   loader issues a tile's loads one tile ahead; where A streams from DRAM, the 16-deep tile has twice the
 //   math of an 8-deep one to hide them behind.
-#include "ops/gemm/detail/launchers.h"
-#include "ops/gemm/simt/kernel.cuh"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/ops/gemm/simt/kernel.cuh"
 
 namespace mt::detail::gemm {
 

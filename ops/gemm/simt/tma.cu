@@ -21,10 +21,10 @@
 
 #include <mutex>
 
-#include "ops/gemm/detail/device.cuh"
-#include "ops/gemm/detail/launchers.h"
-#include "ops/gemm/simt/kernel.cuh"
-#include "runtime/device.h"
+#include "minitensor/ops/gemm/detail/device.cuh"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/ops/gemm/simt/kernel.cuh"
+#include "minitensor/runtime/device.h"
 
 namespace mt::detail::gemm {
 

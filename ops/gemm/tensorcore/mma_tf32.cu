@@ -16,11 +16,11 @@
 // right.)
 #include <type_traits>
 
-#include "ops/gemm/detail/device.cuh"
-#include "ops/gemm/detail/launch.h"
-#include "ops/gemm/detail/launchers.h"
-#include "ops/gemm/simt/loaders.cuh"
-#include "runtime/error.h"
+#include "minitensor/ops/gemm/detail/device.cuh"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/ops/gemm/simt/loaders.cuh"
+#include "minitensor/runtime/error.h"
 
 namespace mt::detail::gemm {
 

@@ -48,14 +48,14 @@
 #include <tuple>
 #include <utility>
 
-#include "ops/gemm/detail/device.cuh"
-#include "ops/gemm/detail/dispatch.h"
-#include "ops/gemm/detail/launch.h"
-#include "ops/gemm/detail/launchers.h"
-#include "ops/gemm/tensorcore/wgmma.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "runtime/launch.h"
+#include "minitensor/ops/gemm/detail/device.cuh"
+#include "minitensor/ops/gemm/detail/dispatch.h"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/ops/gemm/tensorcore/wgmma.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MT_WGMMA_DEVICE 1

@@ -10,10 +10,10 @@
 #include <memory>
 #include <string>
 
-#include "memory/allocator.h"
-#include "ops/gemm.h"
-#include "ops/gemm/detail/dispatch.h"
-#include "ops/gemm/detail/problem.h"
+#include "minitensor/memory/allocator.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/gemm/detail/dispatch.h"
+#include "minitensor/ops/gemm/detail/problem.h"
 
 namespace mt::detail::gemm {
 

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/gemm/detail/dispatch.h"
-#include "ops/gemm/detail/launch.h"
-#include "ops/gemm/tensorcore/wgmma.h"
+#include "minitensor/ops/gemm/detail/dispatch.h"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "tests/common/gpu.h"
 
 namespace mt::detail::gemm {
