@@ -4,6 +4,8 @@
 // in one arena, outputs in a persistent buffer, inputs are read in place (or staged into persistent buffers),
 // so a whole run can be captured on the origin stream and replayed while the input pointers stay the same.
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <numeric>
@@ -11,8 +13,6 @@
 
 #include "minitensor/graph/detail/executor_impl.h"
 #include "minitensor/ops/detail/kernels.h"
-
-#include <cmath>
 #include "minitensor/ops/ops.h"
 #include "minitensor/runtime/stream.h"
 #include "minitensor/tensor/detail/kernels.h"
@@ -27,7 +27,69 @@ void CudaGraphExec::reset() noexcept {
   graph = nullptr;
 }
 
+// ---------------------------------------------------------------- test-only fault injection
+
 namespace {
+// -1: no hook. Read once per run, relaxed: a test sets the hook before the runs it means to fail.
+std::atomic<int> g_fault_step{-1};
+std::atomic<int> g_fault_kind{0};
+}  // namespace
+
+void set_executor_fault_hook(const ExecutorFaultHook& hook) {
+  g_fault_kind.store(static_cast<int>(hook.kind), std::memory_order_relaxed);
+  g_fault_step.store(hook.step, std::memory_order_relaxed);
+}
+
+int executor_fault_step() {
+  return g_fault_step.load(std::memory_order_relaxed);
+}
+
+void throw_executor_fault(const char* where, int step, int device) {
+  const auto kind = static_cast<ExecutorFaultHook::Kind>(g_fault_kind.load(std::memory_order_relaxed));
+  if (kind == ExecutorFaultHook::Kind::OutOfMemory)
+    MT_THROW(OutOfMemoryError, where, ": out of memory at step ", step, " (injected fault)");
+  throw CudaError(cudaErrorLaunchOutOfResources, str(where, ": launch of step ", step, " (injected fault)"),
+                  __FILE__, __LINE__, device);
+}
+
+namespace {
+
+// Ends a capture that failed half-way and throws its graph away, so the stream takes work again. Never
+// throws: the error being thrown is the one that matters.
+void end_capture_discarding(cudaStream_t origin, const std::vector<cudaStream_t>& sides) noexcept {
+  cudaGraph_t broken = nullptr;
+  (void)cudaStreamEndCapture(origin, &broken);
+  if (broken) (void)cudaGraphDestroy(broken);
+  (void)cudaGetLastError();
+  for (cudaStream_t s : sides) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &st) != cudaSuccess) (void)cudaGetLastError();
+    if (st != cudaStreamCaptureStatusNone)
+      log_error("Executor: a side stream is still capturing after a failed CUDA graph capture ended");
+  }
+}
+
+// Destroys a captured graph unless release()d: count_edges or instantiation may throw.
+class CapturedGraph {
+ public:
+  explicit CapturedGraph(cudaGraph_t g) : m_graph(g) {}
+  ~CapturedGraph() {
+    if (m_graph) MT_CUDA_CHECK_NOTHROW(cudaGraphDestroy(m_graph));
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  cudaGraph_t get() const noexcept { return m_graph; }
+  cudaGraph_t release() noexcept { return std::exchange(m_graph, nullptr); }
+
+ private:
+  cudaGraph_t m_graph;
+};
+
+void record_use(const std::shared_ptr<Storage>& storage, cudaStream_t stream) {
+  if (!storage || !stream) return;
+  const Allocation& a = storage->allocation();
+  if (a.allocator() && a.stream() != stream) a.allocator()->record_stream(a, stream);
+}
 
 // op over the middle extent of a contiguous float32 tensor seen as (outer, len, inner), into out (outer,
 // inner). Never split across blocks: the launch may be captured into a CUDA graph (see launch_reduce_rows).
@@ -203,6 +265,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   m_staging_done.resize(n_nodes);
   m_step_done.resize(m_prog.steps.size());
   m_join.resize(static_cast<size_t>(kStreamPoolSize));
+  m_unwind_join.resize(static_cast<size_t>(kStreamPoolSize) + 1);  // side streams and the copy stream
 
   // Host pipeline: one elementwise step over inputs of the output's size, one output node.
   if (m_prog.steps.size() == 1) {
@@ -218,8 +281,48 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
 }
 
 ExecutorImpl::~ExecutorImpl() {
-  // The arena goes back to the allocator: no queued work may still use it.
-  if (m_last_origin) MT_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(m_last_origin));
+  // The arena and the staging buffers go back to the allocator: no queued work may still use them. Every run
+  // (a failed one too) joins each stream it used into its origin and records m_run_done there, and a run on a
+  // new origin first waits for the last one: so m_run_done, recorded last, follows the work of every stream.
+  // An event, not the streams: a user's stream may be gone by now, and a pool stream may be capturing for
+  // another thread.
+  if (m_run_done.recorded()) MT_CUDA_CHECK_NOTHROW(cudaEventSynchronize(m_run_done.get()));
+}
+
+void ExecutorImpl::note_stream(cudaStream_t stream) {
+  if (std::find(m_used_streams.begin(), m_used_streams.end(), stream) != m_used_streams.end()) return;
+  m_used_streams.push_back(stream);
+  record_use(m_arena, stream);
+  record_use(m_persistent, stream);
+  record_use(m_pipe_device, stream);
+  for (const Tensor& t : m_staging_device) record_use(t.storage(), stream);
+  for (const Tensor& t : m_staging_host) record_use(t.storage(), stream);
+  for (const Tensor& t : m_static) record_use(t.storage(), stream);  // leaves (arena views: already done)
+}
+
+void ExecutorImpl::note_buffer(const std::shared_ptr<Storage>& storage) {
+  for (cudaStream_t s : m_used_streams) record_use(storage, s);
+}
+
+void ExecutorImpl::join_forked(cudaStream_t origin) noexcept {
+  for (size_t k = 0; k < m_forked.size() && k < m_unwind_join.size(); ++k) {
+    try {
+      m_unwind_join[k].record(m_forked[k]);
+      m_unwind_join[k].wait(origin);
+    } catch (const std::exception& e) {
+      log_error(str("Executor: cannot join a side stream after a failed run: ", e.what()));
+    }
+  }
+  m_forked.clear();
+  // Inside a capture the run's end is the graph launch's: the caller marks it once the capture has ended.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(origin, &capturing) != cudaSuccess) (void)cudaGetLastError();
+  if (capturing != cudaStreamCaptureStatusNone) return;
+  try {
+    m_run_done.record(origin);
+  } catch (const std::exception& e) {
+    log_error(str("Executor: cannot mark the end of a failed run: ", e.what()));
+  }
 }
 
 Tensor ExecutorImpl::node_tensor(int id) const {
@@ -348,9 +451,15 @@ void ExecutorImpl::launch_all(cudaStream_t origin, bool timed) {
     cudaStream_t s = pool_stream(m_device.index(), slot);
     if (s != origin) m_streams.push_back(s);
   }
+  // From the fork on, a failure joins the side streams back before it leaves (before a capture ends, too).
+  OnUnwind join_on_failure([&]() noexcept { join_forked(origin); });
   if (n_streams > 1) {
+    for (int k = 1; k < n_streams; ++k) note_stream(m_streams[static_cast<size_t>(k)]);
     m_fork.record(origin);
-    for (int k = 1; k < n_streams; ++k) m_fork.wait(m_streams[static_cast<size_t>(k)]);
+    for (int k = 1; k < n_streams; ++k) {
+      m_fork.wait(m_streams[static_cast<size_t>(k)]);
+      m_forked.push_back(m_streams[static_cast<size_t>(k)]);
+    }
   }
   if (timed) {
     m_prof_start.resize(m_prog.steps.size());
@@ -359,9 +468,11 @@ void ExecutorImpl::launch_all(cudaStream_t origin, bool timed) {
       if (!m_prof_start[i].recorded()) m_prof_start[i] = Event(true), m_prof_end[i] = Event(true);
     }
   }
+  const int fault_step = executor_fault_step();
   for (int i = 0; i < static_cast<int>(m_prog.steps.size()); ++i) {
     cudaStream_t s = m_streams[static_cast<size_t>(m_sched.stream[static_cast<size_t>(i)])];
     for (int w : m_sched.waits[static_cast<size_t>(i)]) m_step_done[static_cast<size_t>(w)].wait(s);
+    if (i == fault_step) throw_executor_fault("Executor::run", i, m_device.index());
     if (timed) m_prof_start[static_cast<size_t>(i)].record(s);
     launch_step(i, s);
     if (timed) m_prof_end[static_cast<size_t>(i)].record(s);
@@ -371,10 +482,13 @@ void ExecutorImpl::launch_all(cudaStream_t origin, bool timed) {
     m_join[static_cast<size_t>(k)].record(m_streams[static_cast<size_t>(k)]);
     m_join[static_cast<size_t>(k)].wait(origin);
   }
+  m_forked.clear();
 }
 
 TensorMap ExecutorImpl::run_cpu_path(const TensorMap& inputs) {
   std::vector<Tensor> values = bind_inputs(m_source, inputs, Device::cpu(), "run");
+  const int fault_step = executor_fault_step();
+  int step = 0;
   for (int id = 0; id < static_cast<int>(m_source.nodes.size()); ++id) {
     const NodeData& n = m_source.at(id);
     Tensor& v = values[static_cast<size_t>(id)];
@@ -383,6 +497,7 @@ TensorMap ExecutorImpl::run_cpu_path(const TensorMap& inputs) {
     } else if (n.is_leaf()) {
       v = n.value.cpu();
     } else {
+      if (step++ == fault_step) throw_executor_fault("Executor::run (cpu)", fault_step, -1);
       std::vector<Tensor> ins;
       for (int in : n.inputs) ins.push_back(values[static_cast<size_t>(in)]);
       v = eval_node(n, ins);
@@ -407,9 +522,25 @@ void ExecutorImpl::count_edges(cudaGraph_t g) {
 }
 
 TensorMap ExecutorImpl::run(const TensorMap& inputs) {
+  // One run at a time: a run writes the arena, the staging buffers, the outputs and the stats.
+  std::lock_guard<std::mutex> lock(m_run_mutex);
   if (m_device.is_cpu()) return run_cpu_path(inputs);
+  return run_device(inputs);
+}
+
+TensorMap ExecutorImpl::run_device(const TensorMap& inputs) {
   std::vector<Tensor> bound = bind_inputs(m_prog.g, inputs, m_device, "Executor::run");
   DeviceGuard device_guard(m_device);
+  const cudaStream_t origin = current_stream(m_device.index());
+  // A run on another stream than the last one (another thread, a StreamGuard) must not overwrite the arena
+  // or the outputs while the last run may still use them.
+  if (m_last_origin && origin != m_last_origin) m_run_done.wait(origin);
+  m_last_origin = origin;
+  note_stream(origin);
+  m_forked.clear();
+  // Whatever fails from here, every stream this run forked is joined back and the run's end is marked.
+  OnUnwind join_on_failure([&]() noexcept { join_forked(origin); });
+
   bool all_host = true;
   for (int id : m_prog.order)
     if (m_prog.g.at(id).kind == OpKind::Input) all_host = all_host && bound[static_cast<size_t>(id)].is_cpu();
@@ -417,8 +548,6 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
       m_prog.g.at(m_prog.steps[0].root).shape.numel() >= 2 * m_opt.run.pipeline_chunk)
     return run_pipeline(bound);
 
-  const cudaStream_t origin = current_stream(m_device.index());
-  m_last_origin = origin;
   const bool timed = m_opt.run.profile;
 
   // Inputs: contiguous device tensors are read in place; the others go through persistent staging buffers.
@@ -435,7 +564,10 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
       continue;
     }
     Tensor& dev = m_staging_device[static_cast<size_t>(id)];
-    if (!dev.defined()) dev = empty(n.shape, n.dtype, m_device);
+    if (!dev.defined()) {
+      dev = empty(n.shape, n.dtype, m_device);
+      note_buffer(dev.storage());
+    }
     if (t.is_cuda()) {  // strided device input: gather on the origin stream
       launch_copy_strided(dev.data_ptr(), dev.layout(), t.data_ptr(), t.layout(), t.element_size(), t.numel(),
                           origin);
@@ -444,12 +576,17 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
       if (!copy_stream) {
         copy_stream = pool_stream(m_device.index(), kStreamPoolSize - 1);
         if (copy_stream == origin) copy_stream = pool_stream(m_device.index(), kStreamPoolSize - 2);
+        note_stream(copy_stream);
         m_run_done.wait(copy_stream);  // the staging buffers are free once the last run is done
+        m_forked.push_back(copy_stream);
       }
       const void* src = t.data_ptr();
       if (!(t.is_pinned() && t.is_contiguous())) {
         Tensor& host = m_staging_host[static_cast<size_t>(id)];
-        if (!host.defined()) host = empty_pinned(n.shape, n.dtype);
+        if (!host.defined()) {
+          host = empty_pinned(n.shape, n.dtype);
+          note_buffer(host.storage());
+        }
         m_staging_done[static_cast<size_t>(id)].synchronize();  // the previous copy out of it has finished
         Tensor host_view = host;
         host_view.copy_(t);  // host to host (strided gather when needed)
@@ -470,6 +607,7 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
     m_copy_ready.record(copy_stream);
     m_copy_ready.wait(origin);
   }
+  m_forked.clear();  // the copy stream is joined
   // Views of inputs follow the inputs.
   for (int id : m_prog.order) {
     if (m_mem.where[static_cast<size_t>(id)] != MemoryPlan::Where::Alias) continue;
@@ -495,26 +633,23 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
   } else if (use_graph && m_stats.n_plain_runs > 0) {
     // Capture (thread-local mode: other threads may keep using CUDA). Nothing inside allocates or
     // synchronises.
-    cudaGraph_t g = nullptr;
+    m_graph_valid = false;  // until this capture is instantiated
     MT_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
     try {
-      launch_all(origin, false);
+      launch_all(origin, false);  // on failure it joins its side streams first, so the capture can end
     } catch (...) {
-      cudaGraph_t broken = nullptr;
-      (void)cudaStreamEndCapture(origin, &broken);
-      if (broken) cudaGraphDestroy(broken);
-      (void)cudaGetLastError();
+      end_capture_discarding(origin, m_streams);
       throw;
     }
-    MT_CUDA_CHECK(cudaStreamEndCapture(origin, &g));
-    count_edges(g);
+    cudaGraph_t captured = nullptr;
+    MT_CUDA_CHECK(cudaStreamEndCapture(origin, &captured));
+    CapturedGraph g(captured);
+    count_edges(g.get());
     bool updated = false;
     if (m_graph.exec) {
       cudaGraphExecUpdateResultInfo info{};
-      if (cudaGraphExecUpdate(m_graph.exec, g, &info) == cudaSuccess) {
+      if (cudaGraphExecUpdate(m_graph.exec, g.get(), &info) == cudaSuccess) {
         updated = true;
-        if (m_graph.graph) cudaGraphDestroy(m_graph.graph);
-        m_graph.graph = g;
         ++m_stats.n_graph_updates;
       } else {
         (void)cudaGetLastError();
@@ -523,10 +658,12 @@ TensorMap ExecutorImpl::run(const TensorMap& inputs) {
       }
     }
     if (!updated) {
-      m_graph.graph = g;
-      MT_CUDA_CHECK(cudaGraphInstantiate(&m_graph.exec, g, 0));
+      m_graph.reset();
+      MT_CUDA_CHECK(cudaGraphInstantiate(&m_graph.exec, g.get(), 0));
       ++m_stats.n_captures;
     }
+    if (m_graph.graph) MT_CUDA_CHECK_NOTHROW(cudaGraphDestroy(m_graph.graph));
+    m_graph.graph = g.release();
     m_graph_key = key;
     m_graph_valid = true;
     MT_CUDA_CHECK(cudaGraphLaunch(m_graph.exec, origin));

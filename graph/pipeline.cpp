@@ -52,8 +52,7 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
   const int n_slots = std::clamp(m_opt.run.pipeline_streams, 1, kStreamPoolSize - 1);
   const std::size_t es = dtype_size(root.dtype);
   const int n_in = static_cast<int>(step.reads.size());
-  const cudaStream_t origin = current_stream(m_device.index());
-  m_last_origin = origin;
+  const cudaStream_t origin = current_stream(m_device.index());  // run_device made it m_last_origin
   const bool timed = m_opt.run.profile;
 
   std::vector<Tensor> inputs;
@@ -66,14 +65,21 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
   // Persistent buffers: per slot, one chunk per input and one for the output; pinned staging when needed.
   const std::size_t chunk_bytes = align_up(static_cast<std::size_t>(chunk) * es, kArenaAlignment);
   const std::size_t device_bytes = chunk_bytes * static_cast<std::size_t>(n_slots * (n_in + 1));
-  if (!m_pipe_device || m_pipe_device->nbytes() < device_bytes)
+  if (!m_pipe_device || m_pipe_device->nbytes() < device_bytes) {
     m_pipe_device =
         std::make_shared<Storage>(cuda_allocator(m_device.index()).allocate(device_bytes, origin));
-  if (m_pipe_out_host.empty() || !(m_pipe_out_host[0].shape() == root.shape))
+    note_buffer(m_pipe_device);
+  }
+  if (m_pipe_out_host.empty() || !(m_pipe_out_host[0].shape() == root.shape)) {
     m_pipe_out_host = {empty_pinned(root.shape, root.dtype)};
+    note_buffer(m_pipe_out_host[0].storage());
+  }
   if (!all_pinned && static_cast<int>(m_pipe_stage.size()) != n_slots * n_in) {
     m_pipe_stage.clear();
-    for (int i = 0; i < n_slots * n_in; ++i) m_pipe_stage.push_back(empty_pinned({chunk}, root.dtype));
+    for (int i = 0; i < n_slots * n_in; ++i) {
+      m_pipe_stage.push_back(empty_pinned({chunk}, root.dtype));
+      note_buffer(m_pipe_stage.back().storage());
+    }
   }
   m_pipe_slot_free.resize(static_cast<size_t>(n_slots));
   auto device_chunk = [&](int slot, int j) {  // j == n_in: the output
@@ -86,8 +92,13 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
     cudaStream_t st = pool_stream(m_device.index(), s);
     if (st != origin) streams.push_back(st);
   }
+  // A failure from here on is joined back by run_device (m_forked).
+  for (cudaStream_t st : streams) note_stream(st);
   m_fork.record(origin);
-  for (cudaStream_t st : streams) m_fork.wait(st);
+  for (cudaStream_t st : streams) {
+    m_fork.wait(st);
+    m_forked.push_back(st);
+  }
   if (timed) {
     m_prof_base = Event(true);
     m_prof_base.record(origin);
@@ -97,6 +108,7 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
   const auto n_chunks = static_cast<std::int64_t>(pieces.size());
   if (timed) m_pipe_events.reserve(static_cast<size_t>(3 * n_chunks));
   char* out_host = static_cast<char*>(m_pipe_out_host[0].data_ptr());
+  const int fault_step = executor_fault_step();
   for (std::int64_t c = 0; c < n_chunks; ++c) {
     const int slot = static_cast<int>(c % n_slots);
     cudaStream_t st = streams[static_cast<size_t>(slot)];
@@ -123,6 +135,8 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
     }
     if (!all_pinned) m_pipe_slot_free[static_cast<size_t>(slot)].record(st);
     if (ev) ev->end.record(st);
+    if (c == fault_step)
+      throw_executor_fault("Executor::run (host pipeline)", static_cast<int>(c), m_device.index());
     ev = timed ? &mark("kernel") : nullptr;
     if (ev) ev->start.record(st);
     if (step.kind == Step::Kind::Fused) {
@@ -169,6 +183,7 @@ TensorMap ExecutorImpl::run_pipeline(const std::vector<Tensor>& bound) {
     m_join[k + 1].record(streams[k]);
     m_join[k + 1].wait(origin);
   }
+  m_forked.clear();
   m_run_done.record(origin);
   synchronize_stream(origin);  // host outputs: the data must be there when run() returns
   ++m_stats.n_runs;

@@ -1,11 +1,31 @@
 // The executor's state, shared by executor.cpp (compile, run, CUDA graphs), pipeline.cpp (chunked host
 // pipeline) and profile.cpp (timings, trace).
+//
+// Thread safety (the contract graph.h states for users):
+// - Executor: run() may be called from several threads at once; the runs of one executor are serialised by a
+//   mutex (the second waits until the first has queued its work, not until the work is done). A run on
+//   another current stream than the last one first waits (on the device) for the last run, so runs never
+//   overlap on the arena. The outputs are the executor's own buffers, overwritten by the next run, whichever
+//   thread makes it: to keep a run's outputs while other threads run, clone them under your own lock, or give
+//   each thread its own executor. The readers (stats, plan_stats, summary, warnings, value, last_profile,
+//   profile_table, write_trace) must not overlap a run on another thread; moving or destroying an executor
+//   must not overlap any other call on it.
+// - Graph: building (adding nodes, output, named) is not thread-safe: one thread at a time per graph. A graph
+//   nobody modifies may be compiled, dumped, checked or run_cpu'd from several threads at once.
+// - Eager ops: callable from several threads at once. Each thread queues work on its own current stream
+//   (current_stream(device): default_stream(device), shared by all threads, unless a StreamGuard says
+//   otherwise); across streams the caller orders work with events. A Tensor may be read by several threads;
+//   writing its memory (copy_, an out= argument, fill) while another thread reads or writes it is a race.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "minitensor/graph/detail/codegen.h"
@@ -27,6 +47,42 @@ class CudaGraphExec {
   cudaGraphExec_t exec = nullptr;
 };
 
+// Runs `f` when the scope is left by an exception, never otherwise; `f` must not throw.
+template <class F>
+class OnUnwind {
+ public:
+  explicit OnUnwind(F f) : m_f(std::move(f)) {}
+  ~OnUnwind() {
+    if (std::uncaught_exceptions() > m_n) m_f();
+  }
+  OnUnwind(const OnUnwind&) = delete;
+  OnUnwind& operator=(const OnUnwind&) = delete;
+
+ private:
+  F m_f;
+  int m_n = std::uncaught_exceptions();
+};
+
+// Test-only fault injection (tests/graph/test_executor_faults.cpp): every executor's runs fail at one point,
+// as a launch error or an out-of-memory there would, until the hook is cleared. Process-wide; never set
+// outside tests.
+struct ExecutorFaultHook {
+  enum class Kind : std::uint8_t { LaunchError, OutOfMemory };
+  // Throw just before this point of a run, -1: off. The GPU path counts program steps (after the side
+  // streams are forked, also while capturing a CUDA graph; a replay runs no step); the host pipeline counts
+  // chunks; the CPU executor counts the nodes it computes, in id order.
+  int step = -1;
+  Kind kind = Kind::LaunchError;
+};
+void set_executor_fault_hook(const ExecutorFaultHook& hook);
+inline void clear_executor_fault_hook() {
+  set_executor_fault_hook(ExecutorFaultHook{});
+}
+// The step the hook fails at (-1: none): one relaxed load when no hook is set.
+int executor_fault_step();
+// Throws the hook's error for `step` of `where` (a CudaError or an OutOfMemoryError).
+[[noreturn]] void throw_executor_fault(const char* where, int step, int device);
+
 struct TraceEvent {
   std::string name, cat;
   std::string track;  // "stream 0", "copy", ...
@@ -38,13 +94,21 @@ class ExecutorImpl {
   ExecutorImpl(const GraphData& graph, const ExecOptions& options);
   ~ExecutorImpl();
 
-  TensorMap run(const TensorMap& inputs);
+  TensorMap run(const TensorMap& inputs);  // serialised by m_run_mutex
+  TensorMap run_device(const TensorMap& inputs);
   TensorMap run_cpu_path(const TensorMap& inputs);
   TensorMap run_pipeline(const std::vector<Tensor>& bound);
   bool pipeline_eligible() const { return m_pipeline_ok; }
 
   void launch_all(cudaStream_t origin, bool timed);
-  void count_edges(cudaGraph_t g);  // into m_stats after a capture
+  // Brings every stream this run forked (m_forked) back into `origin` and marks the run's end there, so the
+  // next run and the destructor see the half-done work of a run that failed. Never throws.
+  void join_forked(cudaStream_t origin) noexcept;
+  // Marks the memory shared across streams (arena, outputs, staging, device leaves) as used on `stream` (the
+  // allocator's record_stream), once per stream: so it is never reused before that stream's work is done.
+  void note_stream(cudaStream_t stream);
+  void note_buffer(const std::shared_ptr<Storage>& storage);  // a new shared buffer: every stream seen so far
+  void count_edges(cudaGraph_t g);                            // into m_stats after a capture
   void launch_step(int i, cudaStream_t stream);
   Tensor node_tensor(int id) const;
   std::string summary() const;
@@ -102,10 +166,16 @@ class ExecutorImpl {
   };
   std::vector<PipeEvent> m_pipe_events;
 
-  ExecStats m_stats;
+  ExecStats m_stats;  // written by runs only, under m_run_mutex
   PlanStats m_plan_stats;
   std::vector<std::string> m_warnings;
   cudaStream_t m_last_origin = nullptr;
+
+  // Fault safety and threads
+  std::mutex m_run_mutex;                    // one run at a time (see the thread-safety contract above)
+  std::vector<cudaStream_t> m_forked;        // this run's streams other than the origin, not yet joined
+  std::vector<Event> m_unwind_join;          // per entry of m_forked: its join event after a failure
+  std::vector<cudaStream_t> m_used_streams;  // every stream a run used (note_stream)
 };
 
 }  // namespace mt::detail
