@@ -175,6 +175,27 @@ void CachingHostAllocator::record_stream(const Allocation& allocation, cudaStrea
   if (std::find(b->uses.begin(), b->uses.end(), stream) == b->uses.end()) b->uses.push_back(stream);
 }
 
+void CachingHostAllocator::stream_destroying(cudaStream_t stream) noexcept {
+  const auto names = [stream](const HostBlock* b) {
+    return std::find(b->uses.begin(), b->uses.end(), stream) != b->uses.end();
+  };
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (std::none_of(m_all.begin(), m_all.end(), names)) return;
+  }
+  // Outside the lock: the wait blocks. The stream's copies must be done before its blocks can be reused.
+  try {
+    MemoryBackend::EventHandle e = m_backend->record_event(stream);
+    m_backend->event_wait(e);
+    m_backend->release_event(e);
+  } catch (const std::exception& e) {
+    detail::log_error(std::string("pinned allocator: cannot wait for a stream being destroyed: ") + e.what());
+    return;  // its blocks keep naming it: a later release fails to record and never reuses them
+  }
+  std::lock_guard<std::mutex> lock(m_mutex);
+  for (HostBlock* b : m_all) std::erase(b->uses, stream);
+}
+
 MemoryStats CachingHostAllocator::stats() const {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_stats;

@@ -50,9 +50,16 @@ void on_stream_created(int device, cudaStream_t stream) {
     a->stream_created(stream);
 }
 void on_stream_destroying(int device, cudaStream_t stream) {
+  if (CachingHostAllocator* p = registry().pinned.load()) p->stream_destroying(stream);
   if (device < 0 || device >= kMaxDevices) return;
   if (CachingDeviceAllocator* a = registry().devices[static_cast<std::size_t>(device)].load())
     a->stream_destroying(stream);
+}
+
+// Once per process, by the first caching allocator made.
+void install_stream_hooks() {
+  static std::once_flag hooks;
+  std::call_once(hooks, [] { add_stream_hooks(&on_stream_created, &on_stream_destroying); });
 }
 
 }  // namespace
@@ -66,8 +73,7 @@ CachingDeviceAllocator& caching_cuda_allocator(int device) {
   if (CachingDeviceAllocator* a = slot.load(std::memory_order_acquire)) return *a;
   std::lock_guard<std::mutex> lock(r.mutex);
   if (CachingDeviceAllocator* a = slot.load(std::memory_order_acquire)) return *a;
-  static std::once_flag hooks;
-  std::call_once(hooks, [] { add_stream_hooks(&on_stream_created, &on_stream_destroying); });
+  install_stream_hooks();
   auto* a = new CachingDeviceAllocator(make_cuda_backend(device), caching_default());
   slot.store(a, std::memory_order_release);
   return *a;
@@ -79,6 +85,7 @@ CachingHostAllocator& caching_pinned_allocator() {
   check_device(Device::cuda(0));
   std::lock_guard<std::mutex> lock(r.mutex);
   if (CachingHostAllocator* a = r.pinned.load(std::memory_order_acquire)) return *a;
+  install_stream_hooks();
   auto* a = new CachingHostAllocator(make_pinned_backend(), caching_default());
   r.pinned.store(a, std::memory_order_release);
   return *a;

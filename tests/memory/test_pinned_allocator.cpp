@@ -43,6 +43,23 @@ TEST_F(PinnedFake, BinsAndImmediateReuse) {
   EXPECT_EQ(st.reserved_bytes.current, 4096 + 8192);
 }
 
+// A block whose copy ran on a stream that is then destroyed: the destruction waits for the copy, and the
+// release records no event on the dead stream (recording on a destroyed CUDA stream is undefined).
+TEST_F(PinnedFake, DestroyedStreamIsWaitedForAndNeverRecordedOn) {
+  fake->create_stream(s1);
+  Allocation a = alloc->allocate(MiB);
+  void* p = a.data();
+  alloc->record_stream(a, s1);
+  fake->submit(s1);
+  alloc->stream_destroying(s1);  // as an mt::Stream's destruction hook does
+  fake->destroy_stream(s1);
+  a.reset();
+  EXPECT_EQ(fake->n_events_on_destroyed_streams(), 0);
+  Allocation b = alloc->allocate(MiB);  // its copy was waited for: reused at once
+  EXPECT_EQ(b.data(), p);
+  EXPECT_EQ(fake->n_events_outstanding(), 0);
+}
+
 TEST_F(PinnedFake, ReuseWaitsForTheCopyEvent) {
   Allocation a = alloc->allocate(MiB);
   void* p = a.data();
