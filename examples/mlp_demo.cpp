@@ -38,9 +38,10 @@ constexpr std::int64_t kMaxBatch = std::int64_t(1) << 20;
 constexpr std::int64_t kMaxHidden = 16384;
 constexpr std::int64_t kMaxActivations = std::int64_t(1) << 28;
 
-constexpr const char* kUsage =
+constexpr const char* kSynopsis =
     "usage: mlp_demo [--batch N] [--hidden N] [--out-dir DIR] [--trace PATH] [--dot PATH] [--cpu]\n"
-    "       mlp_demo [batch] [hidden] [trace.json]\n"
+    "       mlp_demo [batch] [hidden] [trace.json]\n";
+constexpr const char* kOptions =
     "\n"
     "Builds y = softmax(relu(x W1 + b1) W2 + b2) as a graph and runs it on the GPU (or on the CPU when "
     "there\n"
@@ -254,11 +255,11 @@ int main(int argc, char** argv) {
   try {
     args = parse_args(argc, argv);
   } catch (const UsageError& e) {
-    std::cerr << "mlp_demo: " << e.what() << "\n\n" << kUsage;
+    std::cerr << "mlp_demo: " << e.what() << "\n" << kSynopsis << "(mlp_demo --help for the options)\n";
     return 2;
   }
   if (args.help) {
-    std::cout << kUsage;
+    std::cout << kSynopsis << kOptions;
     return 0;
   }
   const std::int64_t batch = args.batch, hidden = args.hidden;

@@ -4,7 +4,7 @@
 #
 #   mlp_demo_cli.sh MLP_DEMO help|bad_args|small_run WORK_DIR
 set -uo pipefail
-demo="$1" mode="$2" work="$3"
+demo="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")" mode="$2" work="$3"
 fail() { echo "FAIL: $*"; exit 1; }
 
 case "$mode" in
