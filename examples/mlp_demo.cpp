@@ -1,12 +1,30 @@
-// mlp_demo: build a 2-layer MLP with softmax as a graph, run it on the GPU (or the CPU), check it against the
-// Eigen reference node by node, time it in every executor mode, and write a Chrome trace (mt_trace.json).
+// mlp_demo: build a 2-layer MLP with softmax as a graph and run it. On a CUDA GPU: check it against the Eigen
+// reference node by node, time it in every executor mode, print the compiled plan (fusion, streams, memory
+// plan) and write a Chrome trace of a profiled run. Without one: run it on the CPU (Eigen reference ops) with
+// wall-clock timings and a Chrome trace of the eager ops. Either way the graph goes to a Graphviz file (and a
+// PNG where `dot` is installed).
 //
-//   mlp_demo [batch] [hidden] [trace.json]
+//   mlp_demo [--batch N] [--hidden N] [--out-dir DIR] [--trace PATH] [--dot PATH] [--cpu]
+//   mlp_demo [batch] [hidden] [trace.json]          (the positional form)
+//
+// Exit status: 0 ok, 1 runtime error, 2 usage error, 3 the check against the Eigen reference failed.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iostream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "minitensor/graph/graph.h"
 #include "minitensor/minitensor.h"
@@ -15,41 +33,250 @@ using namespace mt;
 
 namespace {
 
+// Bounds keep the two weights and the activations within a few GiB (hidden^2 and batch x hidden floats).
+constexpr std::int64_t kMaxBatch = std::int64_t(1) << 20;
+constexpr std::int64_t kMaxHidden = 16384;
+constexpr std::int64_t kMaxActivations = std::int64_t(1) << 28;
+
+constexpr const char* kSynopsis =
+    "usage: mlp_demo [--batch N] [--hidden N] [--out-dir DIR] [--trace PATH] [--dot PATH] [--cpu]\n"
+    "       mlp_demo [batch] [hidden] [trace.json]\n";
+constexpr const char* kOptions =
+    "\n"
+    "Builds y = softmax(relu(x W1 + b1) W2 + b2) as a graph and runs it on the GPU (or on the CPU when "
+    "there\n"
+    "is no CUDA device), with timings, the executor's plan, a Chrome trace and a Graphviz drawing.\n"
+    "\n"
+    "  --batch N      rows of x (default 256, at most 1048576)\n"
+    "  --hidden N     width of both layers (default 1024, at most 16384; batch x hidden at most 2^28)\n"
+    "  --out-dir DIR  where mt_trace.json and mt_graph.dot (and mt_graph.png) go (default: .)\n"
+    "  --trace PATH   the Chrome trace (default DIR/mt_trace.json; open in https://ui.perfetto.dev)\n"
+    "  --dot PATH     the graph in Graphviz DOT (default DIR/mt_graph.dot; a PNG beside it if `dot` exists)\n"
+    "  --cpu          run on the CPU even when a CUDA device is present\n"
+    "  -h, --help     this text\n"
+    "\n"
+    "Exit status: 0 ok, 1 runtime error, 2 usage error, 3 the check against the Eigen reference failed.\n";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Args {
+  std::int64_t batch = 256, hidden = 1024;
+  std::string out_dir = ".", trace, dot;
+  bool cpu = false, help = false;
+};
+
+std::int64_t parse_count(std::string_view what, std::string_view text, std::int64_t max) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec == std::errc::result_out_of_range)
+    throw UsageError(std::string(what) + " '" + std::string(text) + "' is too large (at most " +
+                     std::to_string(max) + ")");
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw UsageError(std::string(what) + " '" + std::string(text) + "' is not a whole number");
+  if (v <= 0) throw UsageError(std::string(what) + " must be at least 1, got " + std::string(text));
+  if (v > max)
+    throw UsageError(std::string(what) + " " + std::string(text) + " is too large (at most " +
+                     std::to_string(max) + ")");
+  return v;
+}
+
+// Named options (--name VALUE or --name=VALUE; the last one given wins) and up to three positionals.
+Args parse_args(int argc, char** argv) {
+  Args a;
+  int n_positional = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    const bool numeric =
+        arg.size() > 1 && arg[0] == '-' && (std::isdigit(static_cast<unsigned char>(arg[1])));
+    if (arg.starts_with("-") && !numeric) {
+      std::string_view name = arg, value;
+      bool has_value = false;
+      if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
+        name = arg.substr(0, eq);
+        value = arg.substr(eq + 1);
+        has_value = true;
+      }
+      auto take_value = [&]() -> std::string_view {
+        if (has_value) return value;
+        if (i + 1 >= argc) throw UsageError(std::string(name) + " needs a value");
+        return argv[++i];
+      };
+      if (name == "-h" || name == "--help") {
+        a.help = true;
+      } else if (name == "--cpu") {
+        a.cpu = true;
+      } else if (name == "--batch") {
+        a.batch = parse_count("--batch", take_value(), kMaxBatch);
+      } else if (name == "--hidden") {
+        a.hidden = parse_count("--hidden", take_value(), kMaxHidden);
+      } else if (name == "--out-dir" || name == "--trace" || name == "--dot") {
+        const std::string_view v = take_value();
+        if (v.empty()) throw UsageError(std::string(name) + " needs a non-empty value");
+        (name == "--out-dir" ? a.out_dir : name == "--trace" ? a.trace : a.dot) = std::string(v);
+      } else {
+        throw UsageError("unknown option '" + std::string(arg) + "'");
+      }
+      continue;
+    }
+    switch (n_positional++) {
+      case 0:
+        a.batch = parse_count("batch", arg, kMaxBatch);
+        break;
+      case 1:
+        a.hidden = parse_count("hidden", arg, kMaxHidden);
+        break;
+      case 2:
+        if (arg.empty()) throw UsageError("the trace path is empty");
+        a.trace = std::string(arg);
+        break;
+      default:
+        throw UsageError("unexpected argument '" + std::string(arg) + "'");
+    }
+  }
+  if (a.batch * a.hidden > kMaxActivations)
+    throw UsageError("batch x hidden = " + std::to_string(a.batch * a.hidden) + " is too large (at most " +
+                     std::to_string(kMaxActivations) + ")");
+  const std::filesystem::path dir = a.out_dir;
+  if (a.trace.empty()) a.trace = (dir / "mt_trace.json").string();
+  if (a.dot.empty()) a.dot = (dir / "mt_graph.dot").string();
+  return a;
+}
+
+// Why there is no CUDA device, in words. cuda_available() only says that there is none, and device_report()
+// gives cudaGetDeviceCount's error text, which reads "driver version is insufficient" when there is no driver
+// at all: the driver version (0 without a driver) tells the two apart.
+std::string no_gpu_reason() {
+  int count = 0, driver = 0, runtime = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  (void)cudaGetLastError();
+  (void)cudaDriverGetVersion(&driver);
+  (void)cudaRuntimeGetVersion(&runtime);
+  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); };
+  if (driver == 0) return "no NVIDIA driver found: running on the CPU";
+  if (status == cudaErrorInsufficientDriver)
+    return "the NVIDIA driver (CUDA " + version(driver) + ") is older than this build's CUDA runtime (" +
+           version(runtime) + "): running on the CPU (update the driver to use the GPU)";
+  if (status == cudaErrorNoDevice || (status == cudaSuccess && count == 0))
+    return "no CUDA device: the NVIDIA driver (CUDA " + version(driver) + ") sees no GPU: running on the CPU";
+  return std::string("no CUDA device (") + cudaGetErrorString(status) + "): running on the CPU";
+}
+
 Tensor uniform(const Shape& s, std::uint64_t seed, double lo, double hi) {
   std::vector<float> v = rand(s, seed).to_vector<float>();
   for (float& f : v) f = static_cast<float>(lo + (hi - lo) * f);
   return from_vector(v, s);
 }
 
+double now_us() {
+  using namespace std::chrono;
+  return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+// Best per-run microseconds over 5 batches of `reps` runs (warm-up first; synchronised on a GPU).
 template <class F>
 double us_per_run(F&& fn, Device d, int reps) {
   for (int i = 0; i < 3; ++i) fn();
   synchronize(d);
   double best = 1e300;
   for (int k = 0; k < 5; ++k) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_us();
     for (int i = 0; i < reps; ++i) fn();
     synchronize(d);
-    best = std::min(
-        best,
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps);
+    best = std::min(best, (now_us() - t0) / reps);
   }
   return best;
+}
+
+// One wall-clock event of the CPU trace.
+struct CpuEvent {
+  std::string name, track;
+  double start_us, duration_us;
+};
+
+// Chrome trace JSON (the format Executor::write_trace writes), for the CPU path's wall-clock events.
+void write_cpu_trace(const std::string& path, const std::vector<CpuEvent>& events) {
+  std::ofstream f(path);
+  if (!f) throw std::runtime_error("cannot open '" + path + "' for writing");
+  double t0 = events.empty() ? 0 : events.front().start_us;
+  for (const CpuEvent& e : events) t0 = std::min(t0, e.start_us);
+  std::vector<std::string> tracks;
+  for (const CpuEvent& e : events)
+    if (std::find(tracks.begin(), tracks.end(), e.track) == tracks.end()) tracks.push_back(e.track);
+  f << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"
+    << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"minitensor cpu (wall "
+       "clock)\"}}";
+  for (size_t t = 0; t < tracks.size(); ++t)
+    f << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << t << ",\"args\":{\"name\":\""
+      << tracks[t] << "\"}}";
+  for (const CpuEvent& e : events) {
+    const auto tid = std::find(tracks.begin(), tracks.end(), e.track) - tracks.begin();
+    char num[96];
+    std::snprintf(num, sizeof num, "\"ts\":%.3f,\"dur\":%.3f", e.start_us - t0, e.duration_us);
+    f << ",\n{\"name\":\"" << e.name << "\",\"cat\":\"cpu\",\"ph\":\"X\",\"pid\":0,\"tid\":" << tid << ","
+      << num << "}";
+  }
+  f << "\n]}\n";
+}
+
+// The graph as DOT, and as PNG where Graphviz is installed.
+void write_graph(const Graph& g, const std::string& dot_path) {
+  {
+    std::ofstream f(dot_path);
+    if (!f) throw std::runtime_error("cannot open '" + dot_path + "' for writing");
+    f << g.to_dot();
+  }
+  std::cout << "graph written to " << dot_path;
+  const std::string png = std::filesystem::path(dot_path).replace_extension(".png").string();
+  auto quoted = [](const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  if (std::system("command -v dot >/dev/null 2>&1") == 0 &&
+      std::system(("dot -Tpng " + quoted(dot_path) + " -o " + quoted(png)).c_str()) == 0)
+    std::cout << " and " << png << "\n";
+  else
+    std::cout << " (install Graphviz for a PNG: dot -Tpng " << dot_path << " -o " << png << ")\n";
+}
+
+double row0_sum(const Tensor& y, std::int64_t hidden) {
+  const std::vector<float> v = y.cpu().to_vector<float>();
+  double s = 0;
+  for (std::int64_t j = 0; j < hidden; ++j) s += v[static_cast<size_t>(j)];
+  return s;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::int64_t batch = argc > 1 ? std::atoll(argv[1]) : 256;
-  const std::int64_t hidden = argc > 2 ? std::atoll(argv[2]) : 1024;
-  const std::string trace_path = argc > 3 ? argv[3] : "mt_trace.json";
+  Args args;
   try {
-    std::cout << "== devices\n" << device_report() << "\n";
-    const bool gpu = cuda_available();
+    args = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "mlp_demo: " << e.what() << "\n" << kSynopsis << "(mlp_demo --help for the options)\n";
+    return 2;
+  }
+  if (args.help) {
+    std::cout << kSynopsis << kOptions;
+    return 0;
+  }
+  const std::int64_t batch = args.batch, hidden = args.hidden;
+  try {
+    for (const std::string& p : {args.trace, args.dot}) {
+      const std::filesystem::path parent = std::filesystem::path(p).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent);
+    }
+    const bool gpu = !args.cpu && cuda_available();
     const Device device = gpu ? Device::cuda(0) : Device::cpu();
-    if (!gpu)
-      std::cout << "NOTICE: no CUDA device found: running the graph on the CPU (Eigen reference ops). "
-                   "No fusion, CUDA graphs, GPU timings or trace.\n\n";
+    std::cout << "== devices\n";
+    if (gpu)
+      std::cout << device_report() << "\n";
+    else
+      std::cout << (args.cpu ? std::string("--cpu: running on the CPU") : no_gpu_reason())
+                << " (Eigen reference ops; no fusion, CUDA graphs or memory plan: those are the GPU "
+                   "executor's)\n\n";
 
     // y = softmax(relu(x W1 + b1) W2 + b2), the softmax spelled out so the compiler has a pattern to find.
     const double s = 1.0 / std::sqrt(static_cast<double>(hidden));
@@ -66,26 +293,64 @@ int main(int argc, char** argv) {
     auto e = g.exp(logits - g.max(logits, -1, true)).named("e");
     g.output("y", (e / g.sum(e, -1, true)).named("probs"));
     std::cout << "== graph (" << batch << " x " << hidden << ")\n" << g.dump() << "\n";
+    write_graph(g, args.dot);
 
     const Tensor x_host = uniform({batch, hidden}, 1, -1, 1);
     ExecOptions base;
     base.device = device;
 
     if (!gpu) {
+      std::cout
+          << "\n== plan\nthe CPU path evaluates the graph's nodes one by one, in order, through the Eigen "
+             "reference ops; a GPU run prints the compiled plan here (fused steps, streams, memory "
+             "arena)\n";
       Executor exec(g, base);
-      const auto t0 = std::chrono::steady_clock::now();
-      const TensorMap out = exec.run({{"x", x_host}});
-      const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      const std::vector<float> y = out.at("y").to_vector<float>();
-      double row0 = 0;
-      for (std::int64_t j = 0; j < hidden; ++j) row0 += y[static_cast<size_t>(j)];
-      std::cout << "CPU run: " << ms << " ms; softmax row 0 sums to " << row0 << "\n";
-      return 0;
+      const TensorMap in = {{"x", x_host}};
+      // Repetitions for about a second of work, from one timed run.
+      const double t_one = now_us();
+      const Tensor y = exec.run(in).at("y");
+      const int reps = std::clamp(static_cast<int>(2e5 / std::max(now_us() - t_one, 1.0)), 1, 100);
+
+      std::cout << "\n== timing (wall clock, us per run, CPU)\n";
+      std::printf("%-34s %12s\n", "mode", "us/run");
+      const double exec_us = us_per_run([&] { (void)exec.run(in); }, device, reps);
+      const double eager_us = us_per_run(
+          [&] { (void)softmax(matmul(relu(matmul(x_host, W1) + B1), W2) + B2, -1); }, device, reps);
+      std::printf("%-34s %12.1f\n", "executor (Eigen reference)", exec_us);
+      std::printf("%-34s %12.1f\n", "eager ops", eager_us);
+
+      // One traced run of each: the eager ops one by one, then the executor's run as a whole.
+      std::vector<CpuEvent> events;
+      auto timed = [&](const std::string& name, const std::string& track, const std::function<Tensor()>& f) {
+        const double t0 = now_us();
+        Tensor t = f();
+        events.push_back({name, track, t0, now_us() - t0});
+        return t;
+      };
+      const Tensor z1 = timed("matmul x W1", "eager ops", [&] { return matmul(x_host, W1); });
+      const Tensor a1 = timed("add b1", "eager ops", [&] { return z1 + B1; });
+      const Tensor r1 = timed("relu", "eager ops", [&] { return relu(a1); });
+      const Tensor z2 = timed("matmul h W2", "eager ops", [&] { return matmul(r1, W2); });
+      const Tensor a2 = timed("add b2", "eager ops", [&] { return z2 + B2; });
+      const Tensor y_eager = timed("softmax", "eager ops", [&] { return softmax(a2, -1); });
+      (void)timed("Executor::run (Eigen reference)", "executor", [&] { return exec.run(in).at("y"); });
+      write_cpu_trace(args.trace, events);
+
+      const double r0 = row0_sum(y, hidden);
+      const Tensor diff = abs(y - y_eager);
+      const double max_diff = mt::max(diff).cpu().to_vector<float>()[0];
+      std::cout << "\nsoftmax row 0 sums to " << r0 << "; executor vs eager ops: max abs difference "
+                << max_diff << "\n";
+      std::cout << "trace written to " << args.trace
+                << " (wall clock; open in https://ui.perfetto.dev or chrome://tracing)\n";
+      std::cout << "\nGPU numbers: run this demo on a machine with a CUDA GPU (it then times every executor "
+                   "mode and traces the kernels); `bash scripts/gpu_check.sh` there runs the tests and the "
+                   "full benchmarks.\n";
+      return std::fabs(r0 - 1.0) < 1e-3 && max_diff < 1e-5 ? 0 : 3;
     }
 
     Executor exec(g, base);
-    std::cout << "== compiled\n" << exec.summary() << "\n";
+    std::cout << "\n== compiled plan\n" << exec.summary() << "\n";
 
     std::cout << "== check against the Eigen reference (per node, then end to end)\n";
     const CheckReport report = check(g, {{"x", x_host}}, base);
@@ -112,9 +377,9 @@ int main(int argc, char** argv) {
     for (const Mode& m :
          {Mode{"executor, no fusion", unfused}, Mode{"executor, fused", fused},
           Mode{"executor, fused + CUDA graph", graphed}, Mode{"  ... with TF32x3 GEMMs", graphed_x3}}) {
-      Executor e(g, m.o);
-      const double us = us_per_run([&] { (void)e.run(in); }, device, reps);
-      std::printf("%-34s %10.1f %9d\n", m.name, us, e.n_launches());
+      Executor ex(g, m.o);
+      const double us = us_per_run([&] { (void)ex.run(in); }, device, reps);
+      std::printf("%-34s %10.1f %9d\n", m.name, us, ex.n_launches());
     }
 
     std::cout << "\n== profile (one run, per-step device time)\n";
@@ -124,11 +389,13 @@ int main(int argc, char** argv) {
     profiled.run({{"x", x_host}});  // a host input: the trace shows its copy
     profiled.run({{"x", x_host}});
     std::cout << profiled.profile_table();
-    profiled.write_trace(trace_path);
-    std::cout << "trace written to " << trace_path
+    profiled.write_trace(args.trace);
+    std::cout << "trace written to " << args.trace
               << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
-    return report.ok ? 0 : 2;
-  } catch (const Error& e) {
+    std::cout
+        << "full benchmarks: bash scripts/gpu_check.sh (then python3 scripts/plot_bench.py out/gpu_check)\n";
+    return report.ok ? 0 : 3;
+  } catch (const std::exception& e) {
     std::cerr << "mlp_demo: " << e.what() << "\n";
     return 1;
   }

@@ -2,12 +2,15 @@
 """PyTorch baseline for bench_graph: the MLP y = softmax(relu(x W1 + b1) W2 + b2), eager and as a CUDA graph,
 and the pinned host add c = a + b (2 x 100 M floats, back to the host).
 
-    python3 bench/graph/torch_mlp.py [--mt-json bench_graph.json] [--no-host]
+    python3 bench/graph/torch_mlp.py [--mt-json bench_graph.json] [--no-host] [--json torch_mlp.json]
 
 Prints per-run microseconds; with --mt-json (bench_graph's --benchmark_out) it also prints minitensor / PyTorch
-ratios. float32 throughout, TF32 off (PyTorch's default for matmul), same shapes and init ranges as bench_graph.
+ratios; with --json it writes its own numbers in Google Benchmark's JSON layout (rows torch/MLP/<batch>x<hidden>/
+eager and .../cuda_graph, torch/HostAdd/100M; real_time in microseconds), which scripts/plot_bench.py reads.
+float32 throughout, TF32 off (PyTorch's default for matmul), same shapes and init ranges as bench_graph.
 """
 import argparse
+import datetime
 import json
 import time
 
@@ -91,10 +94,29 @@ def mt_times(path):
     return out
 
 
+def write_json(path, rows, host_ms):
+    """Our numbers in Google Benchmark's JSON layout, so that the same readers take both."""
+    bench = []
+    for batch, hidden, eager, graphed in rows:
+        for mode, us in (("eager", eager), ("cuda_graph", graphed)):
+            bench.append({"name": f"torch/MLP/{batch}x{hidden}/{mode}", "run_type": "iteration",
+                          "real_time": us, "time_unit": "us"})
+    if host_ms is not None:
+        bench.append({"name": "torch/HostAdd/100M", "run_type": "iteration", "real_time": host_ms * 1000.0,
+                      "time_unit": "us"})
+    context = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "executable": "bench/graph/torch_mlp.py", "torch": torch.__version__,
+               "gpu": torch.cuda.get_device_name(), "tf32": False}
+    with open(path, "w") as f:
+        json.dump({"context": context, "benchmarks": bench}, f, indent=2)
+    print(f"wrote {path}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mt-json")
     ap.add_argument("--no-host", action="store_true")
+    ap.add_argument("--json", metavar="PATH", help="write the numbers as Google Benchmark-style JSON")
     args = ap.parse_args()
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
     rows = []
@@ -106,6 +128,8 @@ def main():
     if not args.no_host:
         host_ms = host_add()
         print(f"torch pinned host add 2 x 100M floats -> host: {host_ms:.2f} ms")
+    if args.json:
+        write_json(args.json, rows, host_ms)
     if args.mt_json:
         mt = mt_times(args.mt_json)
         print("\nminitensor vs PyTorch (per run, us; ratio = minitensor / best PyTorch; < 1 is faster)")
