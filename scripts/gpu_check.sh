@@ -77,7 +77,7 @@ if has bench; then
   done
   # PyTorch's MLP (eager and CUDA graph) beside ours, in the same run, where torch is installed.
   if [ -f "$out/bench_graph.json" ] && python3 -c "import torch" 2>/dev/null; then
-    timeout 300 python3 bench/graph/torch_mlp.py --mt-json "$out/bench_graph.json" > "$out/torch_mlp.log" 2>&1
+    timeout 300 python3 bench/graph/torch_mlp.py --mt-json "$out/bench_graph.json" --json "$out/torch_mlp.json" > "$out/torch_mlp.log" 2>&1
     echo "  torch_mlp.py: exit $?"
   fi
 fi
