@@ -27,7 +27,8 @@ void run_hooks(bool created, int device, cudaStream_t stream) noexcept {
   StreamHooks& h = stream_hooks();
   const int n = h.n.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
-    const StreamHook f = created ? h.hooks[static_cast<size_t>(i)].first : h.hooks[static_cast<size_t>(i)].second;
+    const StreamHook f =
+        created ? h.hooks[static_cast<size_t>(i)].first : h.hooks[static_cast<size_t>(i)].second;
     if (f) f(device, stream);
   }
 }

@@ -448,8 +448,9 @@ void BM_Pairs_SharedStream(benchmark::State& state) {
   caching_pairs(state, "shared", *alloc, mt::FakeBackend::fake_stream(1));
 }
 
-// Pairs on a stream while another pool holds `range(0)` releases still awaiting a busy stream (record_stream):
-// own-pool pairs on the pool that holds them (they poll its pending queue) and pairs on a third stream.
+// Pairs on a stream while another pool holds `range(0)` releases still awaiting a busy stream
+// (record_stream): own-pool pairs on the pool that holds them (they poll its pending queue) and pairs on a
+// third stream.
 void BM_Pairs_PendingCrossStream(benchmark::State& state) {
   const auto n_pending = static_cast<int>(state.range(0));
   auto backend = std::make_unique<mt::FakeBackend>(std::size_t(64) << 30);

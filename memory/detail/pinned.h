@@ -25,8 +25,8 @@ class CachingHostAllocator final : public CachingAllocatorBase {
 
   Allocation allocate(std::size_t bytes, cudaStream_t stream = nullptr) override;
   void record_stream(const Allocation& allocation, cudaStream_t stream) override;
-  // An mt::Stream is being destroyed (runtime/stream.h hooks): its copies are waited for and no block names it
-  // any more, so no release event is ever recorded on a dead stream.
+  // An mt::Stream is being destroyed (runtime/stream.h hooks): its copies are waited for and no block names
+  // it any more, so no release event is ever recorded on a dead stream.
   void stream_destroying(cudaStream_t stream) noexcept;
   Device device() const override { return Device::cpu(); }
   std::string name() const override { return "pinned-caching"; }

@@ -24,8 +24,8 @@ int probe_cluster_slots(int device, int size, int sms) {
   if (size <= 1) return sms;
   const DeviceProperties& props = device_properties(device);
   // Over half an SM's shared memory: one block per SM.
-  const std::size_t smem =
-      std::min<std::size_t>(props.smem_per_block_optin, static_cast<std::size_t>(props.smem_per_sm) / 2 + 4096);
+  const std::size_t smem = std::min<std::size_t>(props.smem_per_block_optin,
+                                                 static_cast<std::size_t>(props.smem_per_sm) / 2 + 4096);
   const void* probe = reinterpret_cast<const void*>(cluster_probe_kernel);
   try {
     use_max_dynamic_smem(probe);

@@ -1,6 +1,7 @@
 // SGEMM dispatch: can_implement, candidates and choose, pure functions of the problem, the math mode and a
 // DeviceModel (no CUDA runtime calls: tests/ops/gemm/test_dispatch.cpp runs them on the CPU). The rules come
-// from bench_gemm --sweep-all on H100/H200; the measurements behind each are in bench/gemm/DESIGN.md, section 3a.
+// from bench_gemm --sweep-all on H100/H200; the measurements behind each are in bench/gemm/DESIGN.md, section
+// 3a.
 #include <cuda_runtime_api.h>
 
 #include <cmath>

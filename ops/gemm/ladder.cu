@@ -2,11 +2,11 @@
 // the fused epilogue); dispatch never picks one, bench/gemm times them all as baselines.
 //
 // Napkin maths (one m x n x k problem): 2mnk FLOPs; at least 4(mk + kn + mn) bytes of DRAM traffic. At 4096^3
-// that is 137 GFLOP over 201 MB: 680 FLOP/byte, far above the H100/H200 balance point (datasheet peak ~67 TFLOPS FP32 FMA
-// vs 3.3-4.8 TB/s), so the big shapes are bound by FMA issue and shared-memory bandwidth, not DRAM. A block
-// tile BM x BN reads (BM + BN) * BK floats from shared memory per BM * BN * BK FMAs; a thread tile TM x TN
-// reads TM + TN registers' worth per TM * TN FMAs, which is why 8x8 (4 FMAs per loaded float) is the working
-// size.
+// that is 137 GFLOP over 201 MB: 680 FLOP/byte, far above the H100/H200 balance point (datasheet peak ~67
+// TFLOPS FP32 FMA vs 3.3-4.8 TB/s), so the big shapes are bound by FMA issue and shared-memory bandwidth, not
+// DRAM. A block tile BM x BN reads (BM + BN) * BK floats from shared memory per BM * BN * BK FMAs; a thread
+// tile TM x TN reads TM + TN registers' worth per TM * TN FMAs, which is why 8x8 (4 FMAs per loaded float) is
+// the working size.
 //
 //   gemm_naive       one thread per element of C, operands straight from global memory (L1/L2 do the caching)
 //   gemm_smem_tiled  32x32 tiles staged in shared memory, one thread per element: 32x fewer global loads

@@ -2,9 +2,9 @@
 // the row softmax, operand packing, then the kernel table's launcher.
 #include <algorithm>
 
+#include "minitensor/ops/detail/kernels.h"
 #include "minitensor/ops/gemm/detail/launch.h"
 #include "minitensor/ops/gemm/detail/launchers.h"
-#include "minitensor/ops/detail/kernels.h"
 #include "minitensor/runtime/error.h"
 
 namespace mt::detail::gemm {

@@ -4,9 +4,9 @@
 #include <climits>
 #include <cstdint>
 
+#include "minitensor/ops/detail/kernels.h"
 #include "minitensor/ops/gemm/detail/device.cuh"
 #include "minitensor/ops/gemm/detail/launch.h"
-#include "minitensor/ops/detail/kernels.h"
 #include "minitensor/runtime/error.h"
 #include "minitensor/runtime/launch.h"
 

@@ -66,8 +66,9 @@ __device__ __forceinline__ void cp_async_wait_all() {
 
 // ---------------------------------------------------------------- programmatic dependent launch (sm_90)
 
-// Lets the next kernel in the stream, if launched to overlap this one (LaunchConfig::overlap_previous_kernel),
-// start its blocks once every block of this grid has called this or exited.
+// Lets the next kernel in the stream, if launched to overlap this one
+// (LaunchConfig::overlap_previous_kernel), start its blocks once every block of this grid has called this or
+// exited.
 __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
@@ -88,8 +89,8 @@ __device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count
 __device__ __forceinline__ void fence_mbar_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
-// Shared memory last touched by ordinary loads or stores (ordered by a barrier) is next read or written by the
-// copy engine or the tensor cores: each such thread fences the proxies first.
+// Shared memory last touched by ordinary loads or stores (ordered by a barrier) is next read or written by
+// the copy engine or the tensor cores: each such thread fences the proxies first.
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -142,7 +143,8 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parit
 
 // ---------------------------------------------------------------- bulk copy engine (sm_90)
 
-// 1-D bulk copy global -> shared (16-byte aligned, bytes % 16 == 0), completing `bytes` transactions on `bar`.
+// 1-D bulk copy global -> shared (16-byte aligned, bytes % 16 == 0), completing `bytes` transactions on
+// `bar`.
 __device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, std::uint32_t bytes,
                                           std::uint32_t bar) {
   asm volatile(

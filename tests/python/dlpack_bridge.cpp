@@ -26,10 +26,10 @@ DLManagedTensor* mt_bridge_make_cuda(long long rows, long long cols, int transpo
   }
 }
 
-// Imports `managed` (taking it over), and writes its shape and the sum of its elements, read row-major, weighted
-// by their row-major index (sum of v[k] * (k + 1)), which tells a transposition from the original.
-int mt_bridge_consume(DLManagedTensor* managed, long long* shape, int max_rank, int* rank, double* weighted_sum,
-                      int* is_cuda) {
+// Imports `managed` (taking it over), and writes its shape and the sum of its elements, read row-major,
+// weighted by their row-major index (sum of v[k] * (k + 1)), which tells a transposition from the original.
+int mt_bridge_consume(DLManagedTensor* managed, long long* shape, int max_rank, int* rank,
+                      double* weighted_sum, int* is_cuda) {
   try {
     const mt::Tensor t = mt::from_dlpack(managed);
     *rank = t.dim();

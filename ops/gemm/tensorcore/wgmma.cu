@@ -31,10 +31,11 @@
 // accumulators alternate so that the tensor core never waits for those adds: tile t's wgmmas run while tile
 // t-1's sum is added. 3 x 64 accumulator registers per thread, which is why the 3xTF32 tile is 128 x 128.
 //
-// Napkin maths, 4096^3 3xTF32: 3 * 2 * 4096^3 = 412 GFLOP of TF32 tensor work (datasheet dense peak ~495 TFLOPS on
-// H100/H200 at boost clock: ~0.83 ms, so 3xTF32 is bounded near 165 effective TFLOPS). Packing reads 128 MB
-// and writes 256 MB (~0.1 ms at HBM speed). The main loop streams 64 KB per 128 x 128 x 32 stage (A and B,
-// big and small) from L2; the kernel is tensor-bound, not L2-bound (see bench/gemm/DESIGN.md (wgmma)).
+// Napkin maths, 4096^3 3xTF32: 3 * 2 * 4096^3 = 412 GFLOP of TF32 tensor work (datasheet dense peak ~495
+// TFLOPS on H100/H200 at boost clock: ~0.83 ms, so 3xTF32 is bounded near 165 effective TFLOPS). Packing
+// reads 128 MB and writes 256 MB (~0.1 ms at HBM speed). The main loop streams 64 KB per 128 x 128 x 32 stage
+// (A and B, big and small) from L2; the kernel is tensor-bound, not L2-bound (see bench/gemm/DESIGN.md
+// (wgmma)).
 //
 // Built for sm_90a only (CMakeLists.txt compiles this file with -gencode=arch=compute_90a,code=sm_90a): the
 // kernel bodies are empty in any other device pass, and the launcher runs only on compute capability 9.0.
