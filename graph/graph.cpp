@@ -154,9 +154,9 @@ GraphData* resolve(std::uint64_t graph_id, int node_id, const char* op) {
 
 int GraphData::own(const Node& n, const char* op) const {
   MT_CHECK(n.m_graph_id != 0, InvalidArgument, op, ": an operand is an empty Node (no graph)");
-  MT_CHECK(n.m_graph_id == generation, InvalidArgument, op, ": node #", n.m_id, " belongs to graph ",
-           n.m_graph_id, is_live(n.m_graph_id) ? "" : " (destroyed)", ", not to this graph (", generation,
-           ")");
+  MT_CHECK(n.m_graph_id == generation, InvalidArgument, op, ": node #", n.m_id,
+           " belongs to another graph: graph ", n.m_graph_id, is_live(n.m_graph_id) ? "" : " (destroyed)",
+           ", not this graph (", generation, ")");
   MT_CHECK(n.m_id >= 0 && n.m_id < static_cast<int>(nodes.size()), InvalidArgument, op, ": node id ", n.m_id,
            " is out of range");
   return n.m_id;
