@@ -28,7 +28,7 @@ std::string dot_escape(const std::string& s) {
 }  // namespace
 
 std::string Graph::dump() const {
-  const detail::GraphData& g = *m_data;
+  const detail::GraphData& g = data();
   std::ostringstream os;
   os << "graph: " << g.nodes.size() << " nodes, " << g.outputs.size() << " outputs\n";
   for (int id = 0; id < static_cast<int>(g.nodes.size()); ++id) {
@@ -42,7 +42,7 @@ std::string Graph::dump() const {
 }
 
 std::string Graph::to_dot() const {
-  const detail::GraphData& g = *m_data;
+  const detail::GraphData& g = data();
   std::ostringstream os;
   os << "digraph minitensor {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
   for (int id = 0; id < static_cast<int>(g.nodes.size()); ++id) {

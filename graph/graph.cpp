@@ -1,6 +1,11 @@
 // Graph building: every node is checked (shapes, dtypes, ownership) when it is added.
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <mutex>
 #include <numeric>
+#include <unordered_map>
 
 #include "minitensor/graph/detail/ir.h"
 
@@ -109,9 +114,49 @@ int GraphData::add(NodeData node) {
   return static_cast<int>(nodes.size()) - 1;
 }
 
+namespace {
+
+// The live graphs by id. Ids come from a counter and are never reused, so a node of a destroyed graph finds
+// nothing rather than a newer graph. Leaked on purpose: graphs may be destroyed during static destruction.
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<std::uint64_t, GraphData*> live;
+};
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+std::atomic<std::uint64_t> g_next_generation{1};
+
+bool is_live(std::uint64_t id) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.live.count(id) != 0;
+}
+
+}  // namespace
+
+GraphData* resolve(std::uint64_t graph_id, int node_id, const char* op) {
+  MT_CHECK(graph_id != 0, InvalidArgument, op, ": empty node (no graph)");
+  Registry& r = registry();
+  GraphData* g = nullptr;
+  {
+    std::lock_guard lock(r.mutex);
+    const auto it = r.live.find(graph_id);
+    if (it != r.live.end()) g = it->second;
+  }
+  MT_CHECK(g != nullptr, InvalidArgument, op, ": node #", node_id, " belongs to graph ", graph_id,
+           ", which has been destroyed");
+  MT_CHECK(node_id >= 0 && node_id < static_cast<int>(g->nodes.size()), InvalidArgument, op, ": node id ",
+           node_id, " is out of range for graph ", graph_id, " (", g->nodes.size(), " nodes)");
+  return g;
+}
+
 int GraphData::own(const Node& n, const char* op) const {
-  MT_CHECK(n.m_graph != nullptr, InvalidArgument, op, ": an operand is an empty Node (no graph)");
-  MT_CHECK(n.m_graph == this, InvalidArgument, op, ": node #", n.m_id, " belongs to another graph");
+  MT_CHECK(n.m_graph_id != 0, InvalidArgument, op, ": an operand is an empty Node (no graph)");
+  MT_CHECK(n.m_graph_id == generation, InvalidArgument, op, ": node #", n.m_id,
+           " belongs to another graph: graph ", n.m_graph_id, is_live(n.m_graph_id) ? "" : " (destroyed)",
+           ", not this graph (", generation, ")");
   MT_CHECK(n.m_id >= 0 && n.m_id < static_cast<int>(nodes.size()), InvalidArgument, op, ": node id ", n.m_id,
            " is out of range");
   return n.m_id;
@@ -160,45 +205,69 @@ using detail::op_context;
 using detail::OpKind;
 
 // ---------------------------------------------------------------- Node
+detail::GraphData* Node::graph_data() const {
+  return detail::resolve(m_graph_id, m_id, "Node::graph_data");
+}
 Shape Node::shape() const {
-  MT_CHECK(m_graph, InvalidArgument, "Node::shape: empty node");
-  return m_graph->at(m_id).shape;
+  return detail::resolve(m_graph_id, m_id, "Node::shape")->at(m_id).shape;
 }
 DType Node::dtype() const {
-  MT_CHECK(m_graph, InvalidArgument, "Node::dtype: empty node");
-  return m_graph->at(m_id).dtype;
+  return detail::resolve(m_graph_id, m_id, "Node::dtype")->at(m_id).dtype;
 }
 std::string Node::name() const {
-  MT_CHECK(m_graph, InvalidArgument, "Node::name: empty node");
-  return m_graph->at(m_id).name;
+  return detail::resolve(m_graph_id, m_id, "Node::name")->at(m_id).name;
 }
 Node Node::named(const std::string& name) const {
-  MT_CHECK(m_graph, InvalidArgument, "Node::named: empty node");
-  m_graph->at(m_id).name = name;
+  detail::resolve(m_graph_id, m_id, "Node::named")->at(m_id).name = name;
   return *this;
 }
 
 // ---------------------------------------------------------------- Graph
 Graph::Graph() : m_data(std::make_unique<detail::GraphData>()) {
   m_data->owner = this;
+  m_data->generation = detail::g_next_generation.fetch_add(1);
+  detail::Registry& r = detail::registry();
+  std::lock_guard lock(r.mutex);
+  r.live.emplace(m_data->generation, m_data.get());
 }
-Graph::~Graph() = default;
+namespace {
+void unregister(const std::unique_ptr<detail::GraphData>& data) noexcept {
+  if (!data) return;
+  detail::Registry& r = detail::registry();
+  std::lock_guard lock(r.mutex);
+  r.live.erase(data->generation);
+}
+}  // namespace
+Graph::~Graph() {
+  unregister(m_data);
+}
 Graph::Graph(Graph&& other) noexcept : m_data(std::move(other.m_data)) {
   if (m_data) m_data->owner = this;
 }
 Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this == &other) return *this;
+  unregister(m_data);
   m_data = std::move(other.m_data);
   if (m_data) m_data->owner = this;
   return *this;
 }
 
+detail::GraphData& Graph::live() const {
+  MT_CHECK(m_data != nullptr, InvalidArgument,
+           "Graph: used after being moved from (a moved-from Graph holds no nodes)");
+  return *m_data;
+}
+std::uint64_t Graph::id() const {
+  return live().generation;
+}
+
 int Graph::size() const {
-  return static_cast<int>(m_data->nodes.size());
+  return static_cast<int>(live().nodes.size());
 }
 
 Node Graph::input(const std::string& name, const Shape& shape, DType dtype) {
   MT_CHECK(!name.empty(), InvalidArgument, "input: a graph input needs a name");
-  for (const NodeData& n : m_data->nodes)
+  for (const NodeData& n : live().nodes)
     MT_CHECK(!(n.kind == OpKind::Input && n.name == name), InvalidArgument,
              "input: there is already an input named '", name, "'");
   validate_shape(shape, dtype_size(dtype), op_context("input", name).c_str());
@@ -207,7 +276,7 @@ Node Graph::input(const std::string& name, const Shape& shape, DType dtype) {
   n.shape = shape;
   n.dtype = dtype;
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::parameter(const std::string& name, const Tensor& value) {
@@ -218,7 +287,7 @@ Node Graph::parameter(const std::string& name, const Tensor& value) {
   n.dtype = value.dtype();
   n.name = name;
   n.value = value;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::constant(const Tensor& value, const std::string& name) {
@@ -229,12 +298,12 @@ Node Graph::constant(const Tensor& value, const std::string& name) {
   n.dtype = value.dtype();
   n.name = name;
   n.value = value;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::unary(UnaryOp op, Node x, const std::string& name) {
   const std::string ctx = op_context(op_name(op), name);
-  const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
+  const NodeData& in = live().at(live().own(x, ctx.c_str()));
   MT_CHECK(!detail::float_only(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
            in.dtype, " ", in.shape);
   NodeData n;
@@ -244,13 +313,13 @@ Node Graph::unary(UnaryOp op, Node x, const std::string& name) {
   n.shape = in.shape;
   n.dtype = in.dtype;
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::binary(BinaryOp op, Node a, Node b, const std::string& name) {
   const std::string ctx = op_context(op_name(op), name);
-  const NodeData& na = m_data->at(m_data->own(a, ctx.c_str()));
-  const NodeData& nb = m_data->at(m_data->own(b, ctx.c_str()));
+  const NodeData& na = live().at(live().own(a, ctx.c_str()));
+  const NodeData& nb = live().at(live().own(b, ctx.c_str()));
   MT_CHECK(na.dtype == nb.dtype, DTypeError, ctx, ": dtypes differ: ", na.dtype, " ", na.shape, " and ",
            nb.dtype, " ", nb.shape);
   MT_CHECK(!detail::float_only(op) || na.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
@@ -262,35 +331,56 @@ Node Graph::binary(BinaryOp op, Node a, Node b, const std::string& name) {
   n.shape = broadcast_shapes(na.shape, nb.shape, ctx);
   n.dtype = na.dtype;
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
+namespace {
+
+// The eager ops' checks on a scalar operand, at build time: a node that could never run is refused here.
+void check_scalar(double s, DType dtype, const std::string& ctx) {
+  if (dtype == DType::F32) return;
+  const double lo = dtype == DType::U8 ? 0.0 : static_cast<double>(std::numeric_limits<std::int32_t>::min());
+  const double hi =
+      dtype == DType::U8 ? 255.0 : static_cast<double>(std::numeric_limits<std::int32_t>::max());
+  MT_CHECK(std::isfinite(s) && s == std::trunc(s) && s >= lo && s <= hi, InvalidArgument, ctx, ": scalar ", s,
+           " is not representable in ", dtype);
+}
+
+}  // namespace
+
 Node Graph::binary_scalar(BinaryOp op, Node x, double s, const std::string& name) {
+  return scalar_node(op, x, s, false, name);
+}
+
+Node Graph::scalar_binary(BinaryOp op, double s, Node x, const std::string& name) {
+  return scalar_node(op, x, s, true, name);
+}
+
+Node Graph::scalar_node(BinaryOp op, Node x, double s, bool scalar_first, const std::string& name) {
   const std::string ctx = op_context(op_name(op), name);
-  const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
+  const NodeData& in = live().at(live().own(x, ctx.c_str()));
   MT_CHECK(!detail::float_only(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
            in.dtype);
+  check_scalar(s, in.dtype, ctx);
+  MT_CHECK(!(in.dtype != DType::F32 && op == BinaryOp::Div && !scalar_first && s == 0), InvalidArgument, ctx,
+           ": integer division by zero");
   NodeData n;
-  n.kind = OpKind::BinaryScalar;
+  n.kind = scalar_first ? OpKind::ScalarBinary : OpKind::BinaryScalar;
   n.binary = op;
   n.scalar = s;
   n.inputs = {x.id()};
   n.shape = in.shape;
   n.dtype = in.dtype;
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
-}
-
-Node Graph::scalar_binary(BinaryOp op, double s, Node x, const std::string& name) {
-  Node r = binary_scalar(op, x, s, name);
-  m_data->at(r.id()).kind = OpKind::ScalarBinary;
-  return r;
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::clamp(Node x, double lo, double hi, const std::string& name) {
   const std::string ctx = op_context("clamp", name);
-  const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
+  const NodeData& in = live().at(live().own(x, ctx.c_str()));
   MT_CHECK(lo <= hi, InvalidArgument, ctx, ": lo = ", lo, " > hi = ", hi);
+  check_scalar(lo, in.dtype, ctx);
+  check_scalar(hi, in.dtype, ctx);
   NodeData n;
   n.kind = OpKind::Clamp;
   n.scalar = lo;
@@ -299,13 +389,13 @@ Node Graph::clamp(Node x, double lo, double hi, const std::string& name) {
   n.shape = in.shape;
   n.dtype = in.dtype;
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::reduce(ReduceOp op, Node x, std::vector<std::int64_t> axes, bool keepdim,
                    const std::string& name) {
   const std::string ctx = op_context(op_name(op), name);
-  const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
+  const NodeData& in = live().at(live().own(x, ctx.c_str()));
   MT_CHECK(in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", in.dtype, " ", in.shape);
   const int rank = in.shape.rank();
   std::vector<std::int64_t> wrapped;
@@ -345,12 +435,12 @@ Node Graph::reduce(ReduceOp op, Node x, std::vector<std::int64_t> axes, bool kee
   n.shape = out;
   n.dtype = arg ? DType::I32 : DType::F32;
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::softmax(Node x, std::int64_t axis, const std::string& name) {
   const std::string ctx = op_context("softmax", name);
-  const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
+  const NodeData& in = live().at(live().own(x, ctx.c_str()));
   MT_CHECK(in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", in.dtype, " ", in.shape);
   MT_CHECK(in.shape.rank() >= 1, ShapeError, ctx, ": needs rank >= 1, got ", in.shape);
   NodeData n;
@@ -360,18 +450,18 @@ Node Graph::softmax(Node x, std::int64_t axis, const std::string& name) {
   n.shape = in.shape;
   n.dtype = DType::F32;
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::log_softmax(Node x, std::int64_t axis, const std::string& name) {
   Node r = softmax(x, axis, name);
-  m_data->at(r.id()).kind = OpKind::LogSoftmax;
+  live().at(r.id()).kind = OpKind::LogSoftmax;
   return r;
 }
 
 Node Graph::transpose(Node x, std::int64_t d0, std::int64_t d1, const std::string& name) {
   const std::string ctx = op_context("transpose", name);
-  const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
+  const NodeData& in = live().at(live().own(x, ctx.c_str()));
   const int rank = in.shape.rank();
   const int a = wrap_dim(d0, rank, ctx.c_str()), b = wrap_dim(d1, rank, ctx.c_str());
   std::vector<std::int64_t> dims(static_cast<size_t>(rank));
@@ -382,7 +472,7 @@ Node Graph::transpose(Node x, std::int64_t d0, std::int64_t d1, const std::strin
 
 Node Graph::permute(Node x, std::vector<std::int64_t> dims, const std::string& name) {
   const std::string ctx = op_context("permute", name);
-  const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
+  const NodeData& in = live().at(live().own(x, ctx.c_str()));
   const int rank = in.shape.rank();
   MT_CHECK(static_cast<int>(dims.size()) == rank, ShapeError, ctx, ": ", dims.size(), " dims for shape ",
            in.shape);
@@ -401,31 +491,31 @@ Node Graph::permute(Node x, std::vector<std::int64_t> dims, const std::string& n
   n.shape = out;
   n.dtype = in.dtype;
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::reshape(Node x, const Shape& shape, const std::string& name) {
   Node r = view(x, shape, name);
-  m_data->at(r.id()).is_reshape = true;
+  live().at(r.id()).is_reshape = true;
   return r;
 }
 
 Node Graph::view(Node x, const Shape& shape, const std::string& name) {
   const std::string ctx = op_context("view", name);
-  const NodeData& in = m_data->at(m_data->own(x, ctx.c_str()));
+  const NodeData& in = live().at(live().own(x, ctx.c_str()));
   NodeData n;
   n.kind = OpKind::View;
   n.inputs = {x.id()};
   n.shape = infer_shape(shape, in.shape.numel(), in.shape, ctx);
   n.dtype = in.dtype;
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::matmul(Node a, Node b, const std::string& name) {
   const std::string ctx = op_context("matmul", name);
-  const NodeData& na = m_data->at(m_data->own(a, ctx.c_str()));
-  const NodeData& nb = m_data->at(m_data->own(b, ctx.c_str()));
+  const NodeData& na = live().at(live().own(a, ctx.c_str()));
+  const NodeData& nb = live().at(live().own(b, ctx.c_str()));
   MT_CHECK(na.dtype == DType::F32 && nb.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
            na.dtype, " and ", nb.dtype);
   NodeData n;
@@ -433,13 +523,13 @@ Node Graph::matmul(Node a, Node b, const std::string& name) {
   n.inputs = {a.id(), b.id()};
   n.shape = detail::matmul_shape(na.shape, nb.shape, ctx);
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::linear(Node x, Node w, Node bias, Activation activation, const std::string& name) {
   const std::string ctx = op_context("linear", name);
-  const NodeData& nx = m_data->at(m_data->own(x, ctx.c_str()));
-  const NodeData& nw = m_data->at(m_data->own(w, ctx.c_str()));
+  const NodeData& nx = live().at(live().own(x, ctx.c_str()));
+  const NodeData& nw = live().at(live().own(w, ctx.c_str()));
   MT_CHECK(nx.dtype == DType::F32 && nw.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
            nx.dtype, " and ", nw.dtype);
   MT_CHECK(nx.shape.rank() >= 1 && nw.shape.rank() == 2 && nx.shape.back() == nw.shape[0], ShapeError, ctx,
@@ -451,7 +541,7 @@ Node Graph::linear(Node x, Node w, Node bias, Activation activation, const std::
   n.shape[n.shape.rank() - 1] = nw.shape[1];
   n.gemm.activation = activation;
   if (bias.valid()) {
-    const NodeData& nbias = m_data->at(m_data->own(bias, ctx.c_str()));
+    const NodeData& nbias = live().at(live().own(bias, ctx.c_str()));
     MT_CHECK(nbias.dtype == DType::F32, DTypeError, ctx, ": bias needs float32, got ", nbias.dtype);
     MT_CHECK(
         nbias.shape.numel() == nw.shape[1] && nbias.shape.rank() >= 1 && nbias.shape.back() == nw.shape[1],
@@ -460,13 +550,13 @@ Node Graph::linear(Node x, Node w, Node bias, Activation activation, const std::
     n.has_bias = true;
   }
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 Node Graph::gemm(Node a, Node b, const GemmNodeOptions& options, Node c, Node bias, const std::string& name) {
   const std::string ctx = op_context("gemm", name);
-  const NodeData& na = m_data->at(m_data->own(a, ctx.c_str()));
-  const NodeData& nb = m_data->at(m_data->own(b, ctx.c_str()));
+  const NodeData& na = live().at(live().own(a, ctx.c_str()));
+  const NodeData& nb = live().at(live().own(b, ctx.c_str()));
   MT_CHECK(na.dtype == DType::F32 && nb.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
            na.dtype, " and ", nb.dtype);
   MT_CHECK(na.shape.rank() >= 2 && nb.shape.rank() >= 2, ShapeError, ctx,
@@ -480,7 +570,7 @@ Node Graph::gemm(Node a, Node b, const GemmNodeOptions& options, Node c, Node bi
   n.inputs = {a.id(), b.id()};
   n.shape = detail::matmul_shape(sa, sb, ctx);
   if (c.valid()) {
-    const NodeData& nc = m_data->at(m_data->own(c, ctx.c_str()));
+    const NodeData& nc = live().at(live().own(c, ctx.c_str()));
     MT_CHECK(nc.dtype == DType::F32, DTypeError, ctx, ": c needs float32, got ", nc.dtype);
     const Shape bs = broadcast_shapes(nc.shape, n.shape, ctx + " (c)");
     MT_CHECK(bs == n.shape, ShapeError, ctx, ": c ", nc.shape, " does not broadcast to the result ", n.shape);
@@ -488,7 +578,7 @@ Node Graph::gemm(Node a, Node b, const GemmNodeOptions& options, Node c, Node bi
     n.has_c = true;
   }
   if (bias.valid()) {
-    const NodeData& nbias = m_data->at(m_data->own(bias, ctx.c_str()));
+    const NodeData& nbias = live().at(live().own(bias, ctx.c_str()));
     MT_CHECK(nbias.dtype == DType::F32, DTypeError, ctx, ": bias needs float32, got ", nbias.dtype);
     MT_CHECK(nbias.shape.rank() == 1 && nbias.shape[0] == n.shape.back(), ShapeError, ctx,
              ": bias must have shape (", n.shape.back(), "), got ", nbias.shape);
@@ -496,22 +586,22 @@ Node Graph::gemm(Node a, Node b, const GemmNodeOptions& options, Node c, Node bi
     n.has_bias = true;
   }
   n.name = name;
-  return m_data->handle(m_data->add(std::move(n)));
+  return live().handle(live().add(std::move(n)));
 }
 
 void Graph::output(const std::string& name, Node node) {
   const std::string ctx = op_context("output", name);
   MT_CHECK(!name.empty(), InvalidArgument, "output: an output needs a name");
-  m_data->own(node, ctx.c_str());
-  for (const auto& o : m_data->outputs)
+  live().own(node, ctx.c_str());
+  for (const auto& o : live().outputs)
     MT_CHECK(o.first != name, InvalidArgument, "output: there is already an output named '", name, "'");
-  m_data->outputs.emplace_back(name, node.id());
+  live().outputs.emplace_back(name, node.id());
 }
 
 // ---------------------------------------------------------------- operators
 Graph& Graph::of(const Node& node) {
   MT_CHECK(node.valid(), InvalidArgument, "Graph::of: empty Node");
-  return *node.graph_data()->owner;
+  return *detail::resolve(node.graph_id(), node.id(), "Graph::of")->owner;
 }
 
 #define MT_NODE_BINOP(sym, op)                   \

@@ -36,26 +36,31 @@ class Graph;
 class Executor;
 struct ExecOptions;
 
-// A handle to a node of one graph: a graph pointer and an index. Cheap to copy; valid while its graph lives.
+// A handle to a node of one graph: the graph's id and the node's index. Cheap to copy (two integers). The id
+// is a process-unique generation number, never reused, that every live graph registers (a registry under a
+// mutex): a node of a destroyed graph, or used with another graph, is an InvalidArgument naming both graphs'
+// ids, never a dangling pointer. (Destroying a graph while another thread uses its nodes is still a race.)
 class Node {
  public:
   Node() = default;  // "no node" (e.g. an absent bias)
-  bool valid() const noexcept { return m_graph != nullptr; }
+  bool valid() const noexcept { return m_graph_id != 0; }
   explicit operator bool() const noexcept { return valid(); }
   int id() const noexcept { return m_id; }
+  std::uint64_t graph_id() const noexcept { return m_graph_id; }  // 0 for "no node"
   // By value: adding nodes to the graph may move the node table, so a reference would dangle.
   Shape shape() const;
   DType dtype() const;
   std::string name() const;
   Node named(
       const std::string& name) const;  // sets the node's name (for errors, dumps, traces); returns *this
-  detail::GraphData* graph_data() const noexcept { return m_graph; }
+  // The node's graph's data; InvalidArgument for an empty node or one whose graph was destroyed.
+  detail::GraphData* graph_data() const;
 
  private:
   friend class Graph;
   friend struct detail::GraphData;
-  Node(detail::GraphData* graph, int id) : m_graph(graph), m_id(id) {}
-  detail::GraphData* m_graph = nullptr;
+  Node(std::uint64_t graph_id, int id) : m_graph_id(graph_id), m_id(id) {}
+  std::uint64_t m_graph_id = 0;
   int m_id = -1;
 };
 
@@ -66,6 +71,7 @@ struct GemmNodeOptions {
   bool softmax = false;  // then softmax over the last axis (GemmOptions::softmax)
 };
 
+// A moved-from Graph holds nothing: any use of it is an InvalidArgument.
 class Graph {
  public:
   Graph();
@@ -148,9 +154,12 @@ class Graph {
   int size() const;            // number of nodes
   std::string dump() const;    // one line per node: id, name, op, inputs, shape, dtype
   std::string to_dot() const;  // Graphviz DOT
-  const detail::GraphData& data() const { return *m_data; }
+  const detail::GraphData& data() const { return live(); }
+  std::uint64_t id() const;  // the process-unique id its nodes carry (Node::graph_id)
 
  private:
+  detail::GraphData& live() const;  // *m_data; InvalidArgument when moved from
+  Node scalar_node(BinaryOp op, Node x, double s, bool scalar_first, const std::string& name);
   std::unique_ptr<detail::GraphData> m_data;
 };
 

@@ -9,6 +9,7 @@
 #include "minitensor/ops/detail/kernels.h"
 #include "minitensor/runtime/device.h"
 #include "minitensor/runtime/stream.h"
+#include "minitensor/tensor/overlap.h"
 
 namespace mt {
 
@@ -117,6 +118,7 @@ Tensor prepare_out(const std::optional<Tensor>& out, const Shape& shape, DType d
            device);
   MT_CHECK(out->dtype() == dtype, DTypeError, op, ": out has dtype ", out->dtype(), ", the result ", dtype);
   MT_CHECK(out->shape() == shape, ShapeError, op, ": out has shape ", out->shape(), ", the result ", shape);
+  check_no_self_overlap(*out, op);
   return *out;
 }
 
@@ -149,6 +151,21 @@ Tensor dispatch(Tensor result, std::initializer_list<const Tensor*> inputs, Cuda
   return result;
 }
 
+// Runs launch(flag) for an op on `stream`. Integer division by a tensor (`int_div`) gets a zeroed device int
+// that its kernel sets on a zero divisor; the op then waits for the stream and throws InvalidArgument if it
+// was set. While the stream is being captured into a CUDA graph it cannot wait: launch(nullptr), quotient 0.
+template <class Launch>
+void with_div_flag(bool int_div, Device device, cudaStream_t stream, const char* op, Launch&& launch) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (int_div) MT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (!int_div || capture != cudaStreamCaptureStatusNone) return launch(nullptr);
+  Tensor flag = zeros({1}, DType::I32, device);
+  launch(flag.data<std::int32_t>());
+  detail::record_stream(flag, stream);
+  MT_CHECK(flag.item<std::int32_t>() == 0, InvalidArgument, op,
+           ": integer division by zero (the divisor holds a 0)");
+}
+
 }  // namespace
 
 Tensor unary(UnaryOp op, const Tensor& x, std::optional<Tensor> out) {
@@ -171,13 +188,16 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, std::optional<Tenso
   check_dtype_supported(a.dtype() == DType::F32 || op != BinaryOp::Pow, name, a.dtype());
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor result = prepare_out(out, shape, a.dtype(), a.device(), name);
+  const bool int_div = op == BinaryOp::Div && a.dtype() != DType::F32;
   return dispatch(
       result, {&a, &b},
       [&](cudaStream_t stream) {
         const Tensor ae = a.expand(shape), be = b.expand(shape);
-        detail::launch_binary(op, a.dtype(), result.data_ptr(), detail::raw_layout(result), ae.data_ptr(),
-                              detail::raw_layout(ae), be.data_ptr(), detail::raw_layout(be), result.numel(),
-                              stream);
+        with_div_flag(int_div, result.device(), stream, name, [&](int* flag) {
+          detail::launch_binary(op, a.dtype(), result.data_ptr(), detail::raw_layout(result), ae.data_ptr(),
+                                detail::raw_layout(ae), be.data_ptr(), detail::raw_layout(be), result.numel(),
+                                stream, flag);
+        });
       },
       [&] { return detail::cpu_binary(op, a, b, shape); });
 }
@@ -192,12 +212,16 @@ Tensor scalar_op(BinaryOp op, const Tensor& x, double s, bool scalar_first, std:
   MT_CHECK(!(x.dtype() != DType::F32 && op == BinaryOp::Div && !scalar_first && s == 0), InvalidArgument,
            name, ": integer division by zero");
   Tensor result = prepare_out(out, x.shape(), x.dtype(), x.device(), name);
+  // s / x: the divisor is the tensor.
+  const bool int_div = op == BinaryOp::Div && x.dtype() != DType::F32 && scalar_first;
   return dispatch(
       result, {&x},
       [&](cudaStream_t stream) {
-        detail::launch_binary_scalar(op, x.dtype(), result.data_ptr(), detail::raw_layout(result),
-                                     x.data_ptr(), detail::raw_layout(x), s, scalar_first, result.numel(),
-                                     stream);
+        with_div_flag(int_div, result.device(), stream, name, [&](int* flag) {
+          detail::launch_binary_scalar(op, x.dtype(), result.data_ptr(), detail::raw_layout(result),
+                                       x.data_ptr(), detail::raw_layout(x), s, scalar_first, result.numel(),
+                                       stream, flag);
+        });
       },
       [&] { return detail::cpu_binary_scalar(op, x, s, scalar_first); });
 }

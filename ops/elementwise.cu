@@ -103,6 +103,28 @@ struct ScalarF {
   }
 };
 
+// Integer division by a tensor: a zero divisor raises *flag (read by the op after the kernel; any thread may
+// store the same 1, so no atomic is needed) and gives 0 (fn::div).
+template <class T>
+struct IntDivF {
+  int* flag;
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    if (b == T(0)) *flag = 1;
+    return fn::div(a, b);
+  }
+};
+
+// s / x for integers: x is the divisor.
+template <class T>
+struct IntScalarDivF {
+  T s;
+  int* flag;
+  __device__ __forceinline__ T operator()(T x) const {
+    if (x == T(0)) *flag = 1;
+    return fn::div(s, x);
+  }
+};
+
 template <class T>
 struct ClampF {
   T lo, hi;
@@ -395,24 +417,35 @@ void launch_unary(UnaryOp op, DType dtype, void* out, const StridedLayout& ol, c
 
 void launch_binary(BinaryOp op, DType dtype, void* out, const StridedLayout& ol, const void* a,
                    const StridedLayout& al, const void* b, const StridedLayout& bl, std::int64_t n,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, int* div_by_zero) {
   MT_DISPATCH_DTYPE(dtype, op_name(op), T, [&] {
     with_binary<T>(op, [&](auto op_c) {
-      using F = BinaryF<T, decltype(op_c)::value>;
+      constexpr BinaryOp OP = decltype(op_c)::value;
+      using F = BinaryF<T, OP>;
       const StridedLayout il[2] = {al, bl};
-      map_launch<F, T, 2>(F{}, static_cast<T*>(out), ol,
-                          Inputs<T, 2>{{static_cast<const T*>(a), static_cast<const T*>(b)}}, il, n, stream);
+      const Inputs<T, 2> in{{static_cast<const T*>(a), static_cast<const T*>(b)}};
+      if constexpr (OP == BinaryOp::Div && !std::is_same_v<T, float>) {
+        if (div_by_zero)
+          return map_launch<IntDivF<T>, T, 2>({div_by_zero}, static_cast<T*>(out), ol, in, il, n, stream);
+      }
+      map_launch<F, T, 2>(F{}, static_cast<T*>(out), ol, in, il, n, stream);
     });
   });
 }
 
 void launch_binary_scalar(BinaryOp op, DType dtype, void* out, const StridedLayout& ol, const void* x,
                           const StridedLayout& xl, double s, bool scalar_first, std::int64_t n,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, int* div_by_zero) {
   MT_DISPATCH_DTYPE(dtype, op_name(op), T, [&] {
     with_binary<T>(op, [&](auto op_c) {
       constexpr BinaryOp OP = decltype(op_c)::value;
       const Inputs<T, 1> in{{static_cast<const T*>(x)}};
+      if constexpr (OP == BinaryOp::Div && !std::is_same_v<T, float>) {
+        if (scalar_first && div_by_zero) {
+          return map_launch<IntScalarDivF<T>, T, 1>({static_cast<T>(s), div_by_zero}, static_cast<T*>(out),
+                                                    ol, in, &xl, n, stream);
+        }
+      }
       if (scalar_first) {
         map_launch<ScalarF<T, OP, true>, T, 1>({static_cast<T>(s)}, static_cast<T*>(out), ol, in, &xl, n,
                                                stream);

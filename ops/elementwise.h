@@ -1,6 +1,19 @@
 // Elementwise ops: unary, scalar and binary (NumPy broadcasting), on contiguous and strided inputs.
 // CUDA tensors run the kernels of ops/elementwise.cu; CPU tensors run the Eigen reference (ops/cpu/).
 // Inputs must share a device (DeviceError) and a dtype (DTypeError; no silent promotion).
+//
+// Integer semantics, the same on CPU and GPU, eager and in a graph (the math is ops/functors.h):
+//   - int32 add, sub, mul, neg, abs and square wrap around modulo 2^32 (two's complement; never UB), so
+//     INT_MAX + 1 = INT_MIN and abs(INT_MIN) = INT_MIN; uint8 wraps modulo 2^8.
+//   - div truncates toward zero; INT_MIN / -1 = INT_MIN (the wrapped quotient).
+//   - division by zero is an InvalidArgument: a zero scalar divisor is rejected before any work; a divisor
+//     tensor is scanned before computing on the CPU, and on the GPU the kernel raises a device flag that the
+//     op reads after the kernel (a sync of the stream, for integer division only; not while the stream is
+//     being captured into a CUDA graph, where the quotient is 0).
+//   - a scalar operand must be exactly representable in the tensor's dtype (int32 + 0.5 is an
+//     InvalidArgument), and float-only ops (pow, exp, ...) on integers are a DTypeError.
+// An `out` that overlaps itself (a broadcast view, or strides that make two indices share an element) is an
+// InvalidArgument (tensor/overlap.h).
 #pragma once
 
 #include <optional>

@@ -3,6 +3,11 @@
 // fused kernels include it verbatim), so it includes nothing under NVRTC and uses only builtin math.
 //
 // NaN conventions follow PyTorch: relu, maximum, minimum and clamp propagate NaN.
+//
+// Integer semantics (the rule is stated for users in ops/elementwise.h): int32 add, sub, mul, neg, abs and
+// square wrap around modulo 2^32 (computed in uint32 and converted back: no signed overflow, which is UB);
+// INT_MIN / -1 = INT_MIN; x / 0 = 0 here, for the callers detect a zero divisor and report it (before the
+// launch, or through a device flag) rather than trust a value. uint8 arithmetic wraps modulo 2^8.
 #pragma once
 
 #if !defined(__CUDACC_RTC__)
@@ -79,7 +84,33 @@ MT_FN T square(T x) {
   return static_cast<T>(x * x);
 }
 
-// ---- binary
+// ---- int32: two's-complement wrap-around, computed in uint32 (C++20 defines the conversion back as modular)
+MT_FN int wrap_i32(unsigned int u) {
+  return static_cast<int>(u);
+}
+MT_FN int neg(int x) {
+  return wrap_i32(0u - static_cast<unsigned int>(x));
+}
+MT_FN int abs(int x) {
+  return x < 0 ? neg(x) : x;  // abs(INT_MIN) = INT_MIN
+}
+MT_FN int square(int x) {
+  return wrap_i32(static_cast<unsigned int>(x) * static_cast<unsigned int>(x));
+}
+MT_FN int add(int a, int b) {
+  return wrap_i32(static_cast<unsigned int>(a) + static_cast<unsigned int>(b));
+}
+MT_FN int sub(int a, int b) {
+  return wrap_i32(static_cast<unsigned int>(a) - static_cast<unsigned int>(b));
+}
+MT_FN int mul(int a, int b) {
+  return wrap_i32(static_cast<unsigned int>(a) * static_cast<unsigned int>(b));
+}
+MT_FN int div(int a, int b) {
+  return b == 0 ? 0 : (b == -1 ? neg(a) : a / b);  // truncates toward zero; INT_MIN / -1 = INT_MIN
+}
+
+// ---- binary (float32, uint8)
 template <class T>
 MT_FN T add(T a, T b) {
   return static_cast<T>(a + b);
@@ -94,8 +125,11 @@ MT_FN T mul(T a, T b) {
 }
 template <class T>
 MT_FN T div(T a, T b) {
-  return static_cast<T>(a / b);
-}  // integers: the caller rejects b == 0 where it can
+  return b == T(0) ? T(0) : static_cast<T>(a / b);  // integers: the caller reports b == 0
+}
+MT_FN float div(float a, float b) {
+  return a / b;
+}
 template <class T>
 MT_FN T maximum(T a, T b) {
   return a > b ? a : b;

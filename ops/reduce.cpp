@@ -34,7 +34,8 @@ const char* op_name(ReduceOp op) {
 
 namespace {
 
-// mask[d]: dim d is reduced. Empty axes = all.
+// mask[d]: dim d is reduced. Empty axes = all. A rank-0 tensor takes axis 0 or -1 and is returned as it is
+// (PyTorch's rule; the graph builder and the CPU executor follow it too).
 std::array<bool, kMaxDims> reduced_mask(const Shape& shape, std::span<const std::int64_t> axes,
                                         const char* op) {
   std::array<bool, kMaxDims> mask{};
@@ -43,7 +44,7 @@ std::array<bool, kMaxDims> reduced_mask(const Shape& shape, std::span<const std:
     return mask;
   }
   for (std::int64_t a : axes) {
-    const int d = wrap_dim(a, shape.rank(), op);
+    const int d = wrap_dim(a, std::max(shape.rank(), 1), op);
     MT_CHECK(!mask[d], ShapeError, op, ": axis ", a, " is repeated in ", Shape(axes), " (shape ", shape, ")");
     mask[d] = true;
   }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "minitensor/runtime/error.h"
+#include "minitensor/tensor/detail/checked.h"
 
 namespace mt {
 
@@ -36,9 +37,9 @@ void Shape::erase(int pos) {
   m_dims[static_cast<size_t>(--m_rank)] = 0;
 }
 
-std::int64_t Shape::numel() const noexcept {
+std::int64_t Shape::numel() const {
   std::int64_t n = 1;
-  for (std::int64_t d : *this) n *= d;
+  for (std::int64_t d : *this) n = detail::checked_mul(n, d, "numel");
   return n;
 }
 
@@ -59,7 +60,7 @@ Shape contiguous_strides(const Shape& shape) {
   std::int64_t s = 1;
   for (int i = shape.rank() - 1; i >= 0; --i) {
     strides[i] = s;
-    s *= std::max<std::int64_t>(shape[i], 1);
+    s = detail::checked_mul(s, std::max<std::int64_t>(shape[i], 1), "contiguous_strides");
   }
   return strides;
 }
@@ -112,7 +113,8 @@ Shape infer_shape(const Shape& requested, std::int64_t numel, const Shape& from,
       infer = d;
     } else {
       MT_CHECK(shape[d] >= 0, ShapeError, op, ": negative extent ", shape[d], " in ", requested);
-      known *= shape[d];
+      MT_CHECK(!__builtin_mul_overflow(known, shape[d], &known), ShapeError, op, ": shape ", requested,
+               " has too many elements (the count overflows int64)");
     }
   }
   if (infer >= 0) {

@@ -38,8 +38,8 @@ class Shape {
   void erase(int pos);
   std::vector<std::int64_t> vec() const { return {begin(), end()}; }
 
-  // Product of the extents (1 for rank 0). Assumes validated extents.
-  std::int64_t numel() const noexcept;
+  // Product of the extents (1 for rank 0); ShapeError when it overflows int64.
+  std::int64_t numel() const;
 
   bool operator==(const Shape& other) const noexcept {
     return m_rank == other.m_rank && std::equal(begin(), end(), other.begin());

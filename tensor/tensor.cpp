@@ -7,18 +7,47 @@
 #include <optional>
 
 #include "minitensor/runtime/stream.h"
+#include "minitensor/tensor/detail/checked.h"
 #include "minitensor/tensor/detail/kernels.h"
+#include "minitensor/tensor/overlap.h"
 
 namespace mt {
 
 // ---------------------------------------------------------------- construction and queries
 
+namespace {
+
+// Throws (naming `op`) unless (shape, strides, offset) is a valid view of `storage` for `dtype`: extents >=
+// 0, the element and byte counts in int64, offset >= 0, and, when there is an element, every element it
+// addresses inside the storage. All sums and products are checked, so a huge stride or offset cannot wrap
+// around into range.
+void check_view(const Storage& storage, DType dtype, const Shape& shape, const Shape& strides,
+                std::int64_t offset, const char* op) {
+  MT_CHECK(shape.rank() == strides.rank(), ShapeError, op, ": shape ", shape, " and strides ", strides,
+           " differ in rank");
+  const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
+  validate_shape(shape, dtype_size(dtype), op);
+  MT_CHECK(offset >= 0, ShapeError, op, ": negative storage offset ", offset);
+  detail::checked_mul(offset, elem, op);  // data_ptr()'s byte offset
+  if (shape.numel() == 0) return;         // addresses nothing: strides and offset are never followed
+  std::int64_t lo = offset, hi = offset;
+  for (int d = 0; d < shape.rank(); ++d) {
+    const std::int64_t span = detail::checked_mul(shape[d] - 1, strides[d], op);
+    (span < 0 ? lo : hi) = detail::checked_add(span < 0 ? lo : hi, span, op);
+  }
+  const auto capacity = static_cast<std::int64_t>(storage.nbytes() / static_cast<std::size_t>(elem));
+  MT_CHECK(lo >= 0 && hi < capacity, ShapeError, op, ": view ", shape, " with strides ", strides,
+           " at offset ", offset, " reaches elements ", lo, " .. ", hi, ", outside the storage's ", capacity,
+           " elements");
+}
+
+}  // namespace
+
 Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, const Shape& strides,
                std::int64_t offset)
     : m_storage(std::move(storage)), m_dtype(dtype), m_shape(shape), m_strides(strides), m_offset(offset) {
   MT_CHECK(m_storage != nullptr, InvalidArgument, "Tensor: null storage");
-  MT_CHECK(shape.rank() == strides.rank(), ShapeError, "Tensor: shape ", shape, " and strides ", strides,
-           " differ in rank");
+  check_view(*m_storage, dtype, shape, strides, offset, "Tensor");
   m_device = m_storage->device();
 }
 
@@ -61,22 +90,10 @@ Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, std::int64_t
   check_defined("as_strided");
   MT_CHECK(shape.rank() == strides.rank(), ShapeError, "as_strided: shape ", shape, " and strides ", strides,
            " differ in rank");
-  validate_shape(shape, element_size(), "as_strided");
-  MT_CHECK(offset >= 0, ShapeError, "as_strided: negative storage offset ", offset);
-  const std::int64_t capacity = static_cast<std::int64_t>(m_storage->nbytes() / element_size());
-  std::int64_t last = offset;
-  for (int d = 0; d < shape.rank(); ++d) {
+  for (int d = 0; d < shape.rank(); ++d)
     MT_CHECK(strides[d] >= 0, ShapeError, "as_strided: negative stride ", strides[d], " in dim ", d,
              " is not supported");
-    if (shape[d] == 0) {
-      last = -1;
-      break;
-    }
-    last += (shape[d] - 1) * strides[d];
-  }
-  MT_CHECK(last < capacity || (last == -1) || (shape.numel() == 0), ShapeError, "as_strided: view ", shape,
-           " with strides ", strides, " at offset ", offset, " reaches element ", last,
-           ", beyond the storage's ", capacity, " elements");
+  check_view(*m_storage, m_dtype, shape, strides, offset, "as_strided");
   return Tensor(m_storage, m_dtype, shape, strides, offset);
 }
 
@@ -125,11 +142,14 @@ std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strid
   std::int64_t chunk_base_stride = ot.back();
   std::int64_t tensor_numel = 1, view_numel = 1;
   for (int d = os.rank() - 1; d >= 0; --d) {
-    tensor_numel *= os[d];
-    // A chunk ends where the next-outer dim is not laid out right after this one.
-    if (d == 0 || (os[d - 1] != 1 && ot[d - 1] != tensor_numel * chunk_base_stride)) {
+    tensor_numel *= os[d];  // at most numel(), which fits
+    // A chunk ends where the next-outer dim is not laid out right after this one (a product that overflows
+    // is no stride the next dim can have).
+    std::int64_t chunk_end = 0;
+    const bool chunk_overflows = __builtin_mul_overflow(tensor_numel, chunk_base_stride, &chunk_end);
+    if (d == 0 || (os[d - 1] != 1 && (chunk_overflows || ot[d - 1] != chunk_end))) {
       while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
-        new_strides[view_d] = view_numel * chunk_base_stride;
+        if (__builtin_mul_overflow(view_numel, chunk_base_stride, &new_strides[view_d])) return std::nullopt;
         view_numel *= new_shape[view_d];
         --view_d;
       }
@@ -173,9 +193,11 @@ Tensor Tensor::slice(std::int64_t dim_, std::int64_t start, std::int64_t end, st
   auto clamp = [n](std::int64_t i) { return std::clamp<std::int64_t>(i < 0 ? i + n : i, 0, n); };
   const std::int64_t s = clamp(start), e = std::max(clamp(end), clamp(start));
   Shape shape = m_shape, strides = m_strides;
-  shape[d] = (e - s + step - 1) / step;
-  strides[d] = m_strides[d] * step;
-  return Tensor(m_storage, m_dtype, shape, strides, m_offset + s * m_strides[d]);
+  shape[d] = e == s ? 0 : (e - s - 1) / step + 1;  // ceil((e - s) / step) without overflowing for a huge step
+  // The stride of a dim of extent <= 1 is never followed: keep it rather than overflow on a huge step.
+  strides[d] = shape[d] > 1 ? detail::checked_mul(m_strides[d], step, "slice") : m_strides[d];
+  return Tensor(m_storage, m_dtype, shape, strides,
+                detail::checked_add(m_offset, detail::checked_mul(s, m_strides[d], "slice"), "slice"));
 }
 
 Tensor Tensor::narrow(std::int64_t dim_, std::int64_t start, std::int64_t length) const {
@@ -187,7 +209,8 @@ Tensor Tensor::narrow(std::int64_t dim_, std::int64_t start, std::int64_t length
            m_shape, ")");
   Shape shape = m_shape;
   shape[d] = length;
-  return Tensor(m_storage, m_dtype, shape, m_strides, m_offset + start * m_strides[d]);
+  return Tensor(m_storage, m_dtype, shape, m_strides,
+                detail::checked_add(m_offset, detail::checked_mul(start, m_strides[d], "narrow"), "narrow"));
 }
 
 Tensor Tensor::select(std::int64_t dim_, std::int64_t index) const {
@@ -200,7 +223,8 @@ Tensor Tensor::select(std::int64_t dim_, std::int64_t index) const {
   Shape shape = m_shape, strides = m_strides;
   shape.erase(d);
   strides.erase(d);
-  return Tensor(m_storage, m_dtype, shape, strides, m_offset + i * m_strides[d]);
+  return Tensor(m_storage, m_dtype, shape, strides,
+                detail::checked_add(m_offset, detail::checked_mul(i, m_strides[d], "select"), "select"));
 }
 
 Tensor Tensor::squeeze() const {
@@ -228,7 +252,7 @@ Tensor Tensor::unsqueeze(std::int64_t dim_) const {
   check_defined("unsqueeze");
   const int d = wrap_dim(dim_, dim() + 1, "unsqueeze");
   Shape shape = m_shape, strides = m_strides;
-  const std::int64_t stride = d < dim() ? m_shape[d] * m_strides[d] : 1;
+  const std::int64_t stride = d < dim() ? detail::checked_mul(m_shape[d], m_strides[d], "unsqueeze") : 1;
   shape.insert(d, 1);
   strides.insert(d, stride);
   return Tensor(m_storage, m_dtype, shape, strides, m_offset);
@@ -313,6 +337,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
   src_in.check_defined("copy_");
   MT_CHECK(src_in.dtype() == m_dtype, DTypeError, "copy_: source dtype ", src_in.dtype(),
            " differs from destination dtype ", m_dtype, " (no implicit conversion)");
+  check_no_self_overlap(*this, "copy_", "the destination");
   const Tensor src = src_in.shape() == m_shape ? src_in : src_in.expand(m_shape);
   if (numel() == 0) return *this;
 
@@ -387,6 +412,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
 
 Tensor& Tensor::fill_(double value) {
   check_defined("fill_");
+  check_no_self_overlap(*this, "fill_", "the target");
   if (m_dtype != DType::F32) {
     const double lo =
         m_dtype == DType::U8 ? 0.0 : static_cast<double>(std::numeric_limits<std::int32_t>::min());

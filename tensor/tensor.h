@@ -39,6 +39,10 @@ class Storage {
 class Tensor {
  public:
   Tensor() = default;  // an undefined tensor: defined() is false and any access throws InvalidArgument
+  // A view of `storage`, validated: ShapeError unless the ranks match, every extent is >= 0, the element and
+  // byte counts fit in int64, offset >= 0 and (when it has elements) every element it addresses lies inside
+  // the storage, all computed with overflow-checked arithmetic (tensor/detail/checked.h). So numel() and
+  // nbytes() of any tensor fit in int64, and every view method below yields a valid view or throws.
   Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, const Shape& strides,
          std::int64_t offset);
 

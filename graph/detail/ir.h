@@ -59,18 +59,23 @@ struct NodeData {
 };
 
 struct GraphData {
-  Graph* owner = nullptr;  // kept up to date when the Graph moves
+  Graph* owner = nullptr;        // kept up to date when the Graph moves
+  std::uint64_t generation = 0;  // the graph's process-unique id, carried by its nodes
   std::vector<NodeData> nodes;
   std::vector<std::pair<std::string, int>> outputs;  // in declaration order
 
   const NodeData& at(int id) const { return nodes[static_cast<std::size_t>(id)]; }
   NodeData& at(int id) { return nodes[static_cast<std::size_t>(id)]; }
-  Node handle(int id) { return Node(this, id); }
+  Node handle(int id) const { return Node(generation, id); }
   int add(NodeData node);
   // The node's id after checking it belongs to this graph (InvalidArgument naming `op` otherwise).
   int own(const Node& n, const char* op) const;
   std::string label(int id) const;  // "#3 'h1'" or "#3"
 };
+
+// The live graph that graph_id names, with node_id in range; InvalidArgument naming `op` and the ids when the
+// node is empty, its graph destroyed, or the id out of range.
+GraphData* resolve(std::uint64_t graph_id, int node_id, const char* op);
 
 // "op (node 'name')" for error messages.
 std::string op_context(const char* op, const std::string& name);

@@ -106,7 +106,7 @@ T apply_binary(BinaryOp op, T a, T b) {
       return fn::mul(a, b);
     case BinaryOp::Div:
       if constexpr (!std::is_same_v<T, float>) {
-        MT_CHECK(b != 0, InvalidArgument, "div: integer division by zero");
+        MT_CHECK(b != 0, InvalidArgument, "div: integer division by zero (the divisor holds a 0)");
       }
       return fn::div(a, b);
     case BinaryOp::Maximum:
@@ -164,6 +164,11 @@ Tensor cpu_binary(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const Sha
   Tensor y = empty(shape, a.dtype(), Device::cpu());
   MT_DISPATCH_DTYPE(a.dtype(), op_name(op), T, [&] {
     const CMap<T> av = cmap<T>(a), bv = cmap<T>(b);
+    if constexpr (!std::is_same_v<T, float>) {  // before computing: no partial result, the same error as the
+                                                // GPU's
+      MT_CHECK(op != BinaryOp::Div || !(bv == T(0)).any(), InvalidArgument, op_name(op),
+               ": integer division by zero (the divisor holds a 0)");
+    }
     if constexpr (std::is_same_v<T, float>) {
       if (op != BinaryOp::Maximum && op != BinaryOp::Minimum) return binary_f32(op, av, bv, mmap<float>(y));
     }
@@ -178,6 +183,10 @@ Tensor cpu_binary_scalar(BinaryOp op, const Tensor& x_in, double s, bool scalar_
   MT_DISPATCH_DTYPE(x.dtype(), op_name(op), T, [&] {
     const CMap<T> xv = cmap<T>(x);
     const T sv = static_cast<T>(s);
+    if constexpr (!std::is_same_v<T, float>) {  // s / x: the divisor is the tensor
+      MT_CHECK(op != BinaryOp::Div || !scalar_first || !(xv == T(0)).any(), InvalidArgument, op_name(op),
+               ": integer division by zero (the divisor holds a 0)");
+    }
     if constexpr (std::is_same_v<T, float>) {
       if (op != BinaryOp::Maximum && op != BinaryOp::Minimum) {
         const Arr<float> sa = Arr<float>::Constant(x.numel(), sv);

@@ -20,16 +20,18 @@ StridedLayout raw_layout(const Tensor& t);
 
 // ---------------------------------------------------------------- elementwise (ops/elementwise.cu)
 // All layouts have the output's shape (inputs broadcast with stride 0), uncoalesced; n = numel of the output.
+// div_by_zero: for integer Div with a tensor divisor, a device int the kernel sets to 1 on a zero divisor
+// (nullptr: not reported; the quotient is 0 either way, ops/functors.h).
 // Contiguous operands take the 16-byte vector path; anything else takes the N-d strided path.
 void launch_unary(UnaryOp op, DType dtype, void* out, const StridedLayout& ol, const void* x,
                   const StridedLayout& xl, std::int64_t n, cudaStream_t stream);
 void launch_binary(BinaryOp op, DType dtype, void* out, const StridedLayout& ol, const void* a,
                    const StridedLayout& al, const void* b, const StridedLayout& bl, std::int64_t n,
-                   cudaStream_t stream);
+                   cudaStream_t stream, int* div_by_zero = nullptr);
 // out = x op s (scalar_first: s op x); s already checked to fit dtype.
 void launch_binary_scalar(BinaryOp op, DType dtype, void* out, const StridedLayout& ol, const void* x,
                           const StridedLayout& xl, double s, bool scalar_first, std::int64_t n,
-                          cudaStream_t stream);
+                          cudaStream_t stream, int* div_by_zero = nullptr);
 void launch_clamp(DType dtype, void* out, const StridedLayout& ol, const void* x, const StridedLayout& xl,
                   double lo, double hi, std::int64_t n, cudaStream_t stream);
 // Contiguous pixels, 4-byte aligned: n_pixels RGBA words.

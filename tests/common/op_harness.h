@@ -68,7 +68,8 @@ struct OpCase {
 std::vector<Tensor> make_inputs(const OpCase& c, Device device);
 Tensor make_input(const InputSpec& spec, std::uint64_t seed, Device device);
 
-// Runs CPU and CUDA and compares. Without a GPU, only the CPU path runs (checks that it does not throw).
+// Runs CPU and CUDA and compares. Without a GPU, only the CPU path runs (it must not throw, and its out= form
+// must match it and keep its guard bands), then the case reports GTEST_SKIP "no CUDA device: <reason>".
 void run_case(const OpCase& c);
 
 // A tensor view in the middle of a buffer whose guard bands hold a sentinel pattern.

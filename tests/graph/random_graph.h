@@ -2,11 +2,17 @@
 // reductions, softmax (as one op and as its max/sub/exp/sum/div pattern), transposes and small GEMMs.
 #pragma once
 
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "minitensor/graph/detail/ir.h"
 #include "minitensor/graph/graph.h"
+#include "minitensor/ops/elementwise.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/reduce.h"
+#include "minitensor/ops/softmax.h"
 
 namespace mt::test {
 
@@ -14,6 +20,10 @@ struct RandomGraph {
   Graph graph;
   TensorMap inputs;  // CPU tensors
   std::string description;
+  // The outputs as the eager CPU ops compute them, op by op as the graph is built (each case below computes
+  // its value next to its nodes): an evaluation that shares nothing with the graph's executors, to compare
+  // run_cpu against.
+  TensorMap expected;
 };
 
 inline RandomGraph make_random_graph(std::uint64_t seed) {
@@ -26,6 +36,13 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
   Shape base;
   for (int d = 0; d < rank; ++d) base.push_back(dims_pool[1 + pick(7)]);
   std::vector<Node> pool;
+  std::map<int, Tensor> val;  // node id -> its eager value (the pool's nodes)
+  // A node's eager value: the pool's from `val`, a leaf's from the tensor it was built with.
+  auto VI = [&](int id) -> Tensor {
+    const auto it = val.find(id);
+    return it != val.end() ? it->second : g.data().at(id).value;
+  };
+  auto V = [&](const Node& n) { return VI(n.id()); };
   std::uint64_t tseed = seed * 7919 + 1;
   auto random_tensor = [&](const Shape& s) {  // U[-2, 2), made on the host (no ops needed to build a graph)
     std::vector<float> v = rand(s, tseed++).to_vector<float>();
@@ -45,6 +62,7 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
     const std::string name = detail::str("x", i);
     pool.push_back(g.input(name, s));
     rg.inputs[name] = random_tensor(s);
+    val[pool.back().id()] = rg.inputs[name];
   }
   auto partner = [&](const Node& a) -> Node {  // an existing node broadcast-compatible with a, or a new leaf
     std::vector<Node> ok;
@@ -69,11 +87,18 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
     if (a.dtype() != DType::F32) continue;
     const Shape& s = a.shape();
     Node r;
+    Tensor e;  // r's eager value
+    const Tensor x = V(a);
+    // What the graph call recorded (its operands' order, axes, flags), read back so that the seeded draws
+    // stay in the order of the calls above; the eager value is computed from the operands' eager values.
+    auto nd = [&](const Node& n) -> const detail::NodeData& { return g.data().at(n.id()); };
+    auto arg = [&](const Node& n, int k) { return VI(nd(n).inputs[static_cast<size_t>(k)]); };
     switch (pick(14)) {
       case 0: {
         const UnaryOp ops[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Relu,  UnaryOp::Sigmoid,
                                UnaryOp::Tanh, UnaryOp::Gelu, UnaryOp::Square};
         r = g.unary(ops[pick(7)], a);
+        e = mt::unary(nd(r).unary, x);
         break;
       }
       case 1:
@@ -82,54 +107,72 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
                                 BinaryOp::Minimum};
         const Node b = partner(a);
         r = pick(2) ? g.binary(ops[pick(5)], a, b) : g.binary(ops[pick(5)], b, a);
+        e = mt::binary(nd(r).binary, arg(r, 0), arg(r, 1));
         break;
       }
       case 3:
         r = pick(2) ? a * 0.5 + 0.25 : 1.5 - a;
+        e = nd(r).kind == detail::OpKind::ScalarBinary ? 1.5 - x : x * 0.5 + 0.25;
         break;
       case 4:
         r = g.exp(g.tanh(a));
+        e = mt::exp(mt::tanh(x));
         break;
       case 5:
         r = g.clamp(a, -1.0, 1.5);
+        e = mt::clamp(x, -1.0, 1.5);
         break;
       case 6: {
         const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min};
         if (s.rank() == 0) continue;
         r = g.reduce(ops[pick(4)], a, {static_cast<std::int64_t>(pick(s.rank()))}, pick(2) == 0);
+        e = mt::reduce(nd(r).reduce, x, nd(r).axes, nd(r).keepdim);
         break;
       }
       case 7:
         if (s.rank() == 0) continue;
         r = pick(2) ? g.softmax(a, pick(s.rank())) : g.log_softmax(a, -1);
+        e = nd(r).kind == detail::OpKind::Softmax ? mt::softmax(x, nd(r).axes[0]) : mt::log_softmax(x, -1);
         break;
       case 8: {  // the softmax pattern, spelled out
         if (s.rank() == 0) continue;
         const std::int64_t ax = pick(s.rank());
-        const Node e = g.exp(a - g.max(a, ax, true));
-        r = e / g.sum(e, ax, true);
+        const Node en = g.exp(a - g.max(a, ax, true));
+        r = en / g.sum(en, ax, true);
+        const Tensor ex = mt::exp(x - mt::max(x, ax, true));
+        e = ex / mt::sum(ex, ax, true);
         break;
       }
       case 9:
         if (s.rank() < 2) continue;
         r = g.transpose(a, 0, s.rank() - 1);
+        e = x.transpose(0, s.rank() - 1);
         break;
       case 10:
         r = pick(2) ? g.reshape(a, {-1}) : g.view(a, {s.numel()});
         if (pick(2) && s.rank() >= 2) r = g.reshape(r, s);  // and back
+        e = x.reshape(r.shape());
         break;
       case 11: {  // a small GEMM, sometimes with bias and activation (epilogue fusion candidates)
         if (s.rank() != 2) continue;
         const std::int64_t n = dims_pool[1 + pick(7)];
         const Node w = g.parameter(detail::str("w", pool.size()), random_tensor({s[1], n}));
         r = g.matmul(a, w);
-        if (pick(2)) r = r + g.parameter(detail::str("b", pool.size()), random_tensor({n}));
-        if (pick(2)) r = g.relu(r);
+        e = mt::matmul(x, V(w));
+        if (pick(2)) {
+          r = r + g.parameter(detail::str("b", pool.size()), random_tensor({n}));
+          e = e + arg(r, 1);
+        }
+        if (pick(2)) {
+          r = g.relu(r);
+          e = mt::relu(e);
+        }
         break;
       }
       case 12: {  // a shared subexpression: the same op twice (CSE merges them) feeding one node (a diamond)
         const Node u = g.sigmoid(a), v = g.sigmoid(a);
         r = u * v + a;
+        e = mt::sigmoid(x) * mt::sigmoid(x) + x;
         break;
       }
       default: {  // linear with bias on the flattened rows
@@ -138,13 +181,22 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
         r = g.linear(a, g.parameter(detail::str("lw", pool.size()), random_tensor({s.back(), n})),
                      g.parameter(detail::str("lb", pool.size()), random_tensor({n})),
                      pick(2) ? Activation::Relu : Activation::None);
+        e = mt::matmul(x, arg(r, 1)) + arg(r, 2);
+        if (nd(r).gemm.activation == Activation::Relu) e = mt::relu(e);
         break;
       }
     }
-    if (r.valid()) pool.push_back(r);
+    if (r.valid()) {
+      pool.push_back(r);
+      val[r.id()] = e;
+    }
   }
   g.output("y", pool.back());
-  if (pool.size() > 3 && pick(2)) g.output("z", pool[pool.size() / 2]);
+  rg.expected["y"] = V(pool.back());
+  if (pool.size() > 3 && pick(2)) {
+    g.output("z", pool[pool.size() / 2]);
+    rg.expected["z"] = V(pool[pool.size() / 2]);
+  }
   rg.description = g.dump();
   return rg;
 }

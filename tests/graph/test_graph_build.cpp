@@ -8,6 +8,7 @@
 #include "minitensor/graph/detail/program.h"
 #include "minitensor/graph/graph.h"
 #include "random_graph.h"
+#include "tests/common/op_harness.h"
 
 namespace mt {
 namespace {
@@ -482,6 +483,144 @@ TEST(GraphPipeline, PiecesCoverTheRangeAndRampAtTheEnds) {
   // Small problems are not cut below 64 Ki elements: one piece.
   EXPECT_EQ(detail::pipeline_pieces(100 * K, 4 * M).size(), 1u);
   EXPECT_TRUE(detail::pipeline_pieces(0, 4 * M).empty());
+}
+
+// ---------------------------------------------------------------- lifetimes, nodes that can never run
+template <class F>
+std::string invalid_what(F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected InvalidArgument";
+  return {};
+}
+
+TEST(GraphHostile, NodeOfADestroyedGraph) {
+  Node dangling;
+  std::uint64_t dead_id = 0;
+  {
+    Graph g;
+    dangling = g.relu(g.input("x", {2}));
+    dead_id = g.id();
+  }
+  const std::string what = invalid_what([&] { dangling.named("n"); });
+  EXPECT_NE(what.find(std::to_string(dead_id)), std::string::npos) << what;
+  EXPECT_NE(what.find("destroyed"), std::string::npos) << what;
+  EXPECT_THROW(dangling.shape(), InvalidArgument);
+  EXPECT_THROW(dangling.dtype(), InvalidArgument);
+  EXPECT_THROW(dangling.name(), InvalidArgument);
+  EXPECT_THROW(dangling + dangling, InvalidArgument);
+  EXPECT_THROW(dangling * 2.0, InvalidArgument);
+  EXPECT_THROW(-dangling, InvalidArgument);
+  EXPECT_THROW(Graph::of(dangling), InvalidArgument);
+  Graph other;
+  const Node y = other.input("y", {2});
+  const std::string w2 = invalid_what([&] { other.add(y, dangling); });
+  EXPECT_NE(w2.find(std::to_string(dead_id)), std::string::npos) << w2;
+  EXPECT_NE(w2.find(std::to_string(other.id())), std::string::npos) << w2;
+  EXPECT_THROW(other.output("o", dangling), InvalidArgument);
+}
+
+TEST(GraphHostile, NodeOfAnotherGraph) {
+  Graph g1, g2;
+  const Node a = g1.input("a", {3});
+  const Node b = g2.input("b", {3});
+  EXPECT_NE(g1.id(), g2.id());
+  const std::string what = invalid_what([&] { g2.add(b, a); });
+  EXPECT_NE(what.find(std::to_string(g1.id())), std::string::npos) << what;
+  EXPECT_NE(what.find(std::to_string(g2.id())), std::string::npos) << what;
+  EXPECT_THROW(a + b, InvalidArgument);  // operators: the left operand's graph
+  EXPECT_THROW(g2.relu(a), InvalidArgument);
+  EXPECT_THROW(g2.matmul(b, a), InvalidArgument);
+  EXPECT_NO_THROW(a + a);
+}
+
+TEST(GraphHostile, MovedFromGraph) {
+  Graph g;
+  const Node x = g.input("x", {2});
+  Graph moved = std::move(g);
+  EXPECT_EQ(Graph::of(x).size(), 1);  // nodes follow their data
+  EXPECT_NO_THROW(moved.relu(x));
+  const std::string what = invalid_what([&] { g.input("y", {2}); });  // NOLINT(bugprone-use-after-move)
+  EXPECT_NE(what.find("moved from"), std::string::npos) << what;
+  EXPECT_THROW(g.size(), InvalidArgument);          // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW(g.dump(), InvalidArgument);          // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW(g.relu(x), InvalidArgument);         // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW(g.output("o", x), InvalidArgument);  // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW(run_cpu(g, {}), InvalidArgument);    // NOLINT(bugprone-use-after-move)
+  Graph assigned;
+  const Node old = assigned.input("z", {1});
+  assigned = std::move(moved);
+  EXPECT_THROW(old.shape(), InvalidArgument);  // the graph it replaced is gone
+  EXPECT_EQ(Graph::of(x).size(), 2);
+}
+
+TEST(GraphHostile, NodesThatCanNeverRunAreRejectedAtBuild) {
+  Graph g;
+  const Node i = g.input("i", {4}, DType::I32);
+  const Node u = g.input("u", {4}, DType::U8);
+  EXPECT_THROW(i + 0.5, InvalidArgument);
+  EXPECT_THROW(g.binary_scalar(BinaryOp::Mul, u, 256), InvalidArgument);
+  EXPECT_THROW(g.binary_scalar(BinaryOp::Sub, u, -1), InvalidArgument);
+  EXPECT_THROW(i / 0.0, InvalidArgument);
+  EXPECT_THROW(g.binary_scalar(BinaryOp::Add, i, std::nan("")), InvalidArgument);
+  EXPECT_THROW(g.clamp(i, 0.5, 2), InvalidArgument);
+  EXPECT_THROW(g.exp(i), DTypeError);
+  EXPECT_THROW(g.binary(BinaryOp::Pow, i, i), DTypeError);
+  EXPECT_THROW(g.sum(i, 0), DTypeError);
+  EXPECT_THROW(g.softmax(u), DTypeError);
+  EXPECT_THROW(g.matmul(i, i), DTypeError);
+  EXPECT_NO_THROW(0.0 / i);  // 0 / x: the divisor is the tensor (checked at run)
+  EXPECT_NO_THROW(i + 3.0);
+  EXPECT_NO_THROW(g.clamp(u, 0, 255));
+  const int before = g.size();
+  EXPECT_THROW(i * 1e10, InvalidArgument);
+  EXPECT_EQ(g.size(), before);  // a refused node is not added
+}
+
+TEST(GraphHostile, Rank0ReduceMatchesEager) {
+  Graph g;
+  const Node x = g.input("x", {});
+  g.output("s", g.sum(x, 0));
+  g.output("m", g.max(x, -1, true));
+  const Tensor xv = full({}, 1.5);
+  const TensorMap out = run_cpu(g, {{"x", xv}});
+  EXPECT_EQ(out.at("s").shape(), Shape{});
+  EXPECT_EQ(out.at("s").item<float>(), sum(xv, 0).item<float>());
+  EXPECT_EQ(out.at("m").shape(), max(xv, -1, true).shape());
+  EXPECT_THROW(g.sum(x, 1), ShapeError);
+}
+
+TEST(GraphHostile, IntegerGraphMatchesEagerAndDivByZeroThrows) {
+  Graph g;
+  const Node a = g.input("a", {3}, DType::I32);
+  const Node b = g.input("b", {3}, DType::I32);
+  g.output("q", a / b);
+  g.output("w", a * 2.0 + 1.0);
+  const Tensor av = from_vector<std::int32_t>({std::numeric_limits<std::int32_t>::min(), 7, -7});
+  const Tensor bv = from_vector<std::int32_t>({-1, 2, 2});
+  const TensorMap out = run_cpu(g, {{"a", av}, {"b", bv}});
+  EXPECT_EQ(out.at("q").to_vector<std::int32_t>(), div(av, bv).to_vector<std::int32_t>());
+  EXPECT_EQ(out.at("w").to_vector<std::int32_t>(), (av * 2.0 + 1.0).to_vector<std::int32_t>());
+  EXPECT_THROW(run_cpu(g, {{"a", av}, {"b", from_vector<std::int32_t>({1, 0, 1})}}), InvalidArgument);
+}
+
+// The random graphs on the CPU executor against the eager ops, op by op (random_graph.h builds both).
+TEST(GraphHostile, RandomGraphsMatchEagerEvaluation) {
+  for (std::uint64_t seed = 0; seed < 100; ++seed) {
+    test::RandomGraph rg = test::make_random_graph(seed);
+    const TensorMap got = run_cpu(rg.graph, rg.inputs);
+    ASSERT_EQ(got.size(), rg.expected.size()) << "seed " << seed;
+    for (const auto& [name, ref] : rg.expected) {
+      const Tensor& t = got.at(name);
+      ASSERT_EQ(t.shape(), ref.shape()) << "seed " << seed << " output " << name << "\n" << rg.description;
+      const test::Comparison c = test::compare(t, ref, test::Tolerance::close(1e-5, 1e-4));
+      EXPECT_TRUE(c.ok) << "seed " << seed << " output " << name << ": " << c.summary() << "\n"
+                        << rg.description;
+    }
+  }
 }
 
 }  // namespace

@@ -387,5 +387,117 @@ TEST(Elementwise, Cuda_Huge_2Pow31Plus5_Elements) {
   }
 }
 
+// ---------------------------------------------------------------- integer semantics, overlapping outputs
+constexpr std::int32_t kIntMin = std::numeric_limits<std::int32_t>::min();
+constexpr std::int32_t kIntMax = std::numeric_limits<std::int32_t>::max();
+
+// The documented int32 rules (ops/elementwise.h) on `device`.
+void check_int_semantics(Device device) {
+  const Tensor a = from_vector<std::int32_t>({kIntMax, kIntMin, kIntMin, 7, -7, 46341}, device);
+  const Tensor b = from_vector<std::int32_t>({1, -1, 1, -2, 2, 46341}, device);
+  using V = std::vector<std::int32_t>;
+  EXPECT_EQ(add(a, b).to_vector<std::int32_t>(), (V{kIntMin, kIntMax, kIntMin + 1, 5, -5, 92682}));
+  EXPECT_EQ(sub(a, b).to_vector<std::int32_t>(), (V{kIntMax - 1, kIntMin + 1, kIntMax, 9, -9, 0}));
+  EXPECT_EQ(mul(a, b).to_vector<std::int32_t>(), (V{kIntMax, kIntMin, kIntMin, -14, -14, -2147479015}));
+  EXPECT_EQ(div(a, b).to_vector<std::int32_t>(), (V{kIntMax, kIntMin, kIntMin, -3, -3, 1}));
+  EXPECT_EQ(neg(a).to_vector<std::int32_t>(), (V{-kIntMax, kIntMin, kIntMin, -7, 7, -46341}));
+  EXPECT_EQ(abs(a).to_vector<std::int32_t>(), (V{kIntMax, kIntMin, kIntMin, 7, 7, 46341}));
+  EXPECT_EQ(square(a).to_vector<std::int32_t>(), (V{1, 0, 0, 49, 49, -2147479015}));
+  EXPECT_EQ(binary_scalar(BinaryOp::Div, a, -1).to_vector<std::int32_t>(),
+            (V{-kIntMax, kIntMin, kIntMin, -7, 7, -46341}));
+  EXPECT_EQ((a + 1.0).to_vector<std::int32_t>()[0], kIntMin);
+  const Tensor u = from_vector<std::uint8_t>({250, 3}, device);
+  EXPECT_EQ((u + 10.0).to_vector<std::uint8_t>(), (std::vector<std::uint8_t>{4, 13}));
+}
+
+// Every integer division by zero, on `device`: a typed error, the same on both devices.
+void check_int_div_by_zero(Device device) {
+  const Tensor a = from_vector<std::int32_t>({1, 2, 3, 4}, device);
+  const Tensor z = from_vector<std::int32_t>({1, 1, 0, 1}, device);
+  auto expect_div_error = [](auto&& f) {
+    try {
+      f();
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("division by zero"), std::string::npos) << e.what();
+    }
+  };
+  expect_div_error([&] { div(a, z); });
+  expect_div_error([&] { div(a, z.slice(0, 2, 3)); });  // broadcast divisor
+  expect_div_error([&] { a / 0.0; });
+  expect_div_error([&] { 5.0 / z; });
+  expect_div_error([&] {
+    div(from_vector<std::uint8_t>({4, 5}, device), from_vector<std::uint8_t>({0}, device));
+  });
+  expect_div_error([&] { scalar_binary(BinaryOp::Div, 1.0, from_vector<std::uint8_t>({2, 0}, device)); });
+  EXPECT_NO_THROW(0.0 / a);
+  EXPECT_EQ(div(a, a).to_vector<std::int32_t>(), (std::vector<std::int32_t>(4, 1)));  // still usable
+}
+
+TEST(ElementwiseHostile, IntegerSemanticsCpu) {
+  check_int_semantics(Device::cpu());
+}
+TEST(ElementwiseHostile, IntegerSemanticsCuda) {
+  MT_REQUIRE_GPU();
+  check_int_semantics(Device::cuda(0));
+}
+TEST(ElementwiseHostile, IntegerDivisionByZeroCpu) {
+  check_int_div_by_zero(Device::cpu());
+  // Scanned before computing: `out` keeps what it held.
+  Tensor out = full({4}, 9, DType::I32);
+  EXPECT_THROW(binary(BinaryOp::Div, from_vector<std::int32_t>({1, 2, 3, 4}),
+                      from_vector<std::int32_t>({1, 0, 1, 1}), out),
+               InvalidArgument);
+  EXPECT_EQ(out.to_vector<std::int32_t>(), (std::vector<std::int32_t>(4, 9)));
+}
+TEST(ElementwiseHostile, IntegerDivisionByZeroCuda) {
+  MT_REQUIRE_GPU();
+  check_int_div_by_zero(Device::cuda(0));
+  // Strided and contiguous kernels both raise the flag.
+  const Tensor a = full({64, 64}, 3, DType::I32, Device::cuda(0));
+  Tensor z = full({64, 64}, 1, DType::I32, Device::cuda(0));
+  z.select(0, 63).select(0, 5).fill_(0);
+  EXPECT_THROW(div(a, z), InvalidArgument);
+  EXPECT_THROW(div(a, z.t()), InvalidArgument);
+}
+
+TEST(ElementwiseHostile, FunctorsAreTheRule) {
+  EXPECT_EQ(fn::add(kIntMax, 1), kIntMin);
+  EXPECT_EQ(fn::sub(kIntMin, 1), kIntMax);
+  EXPECT_EQ(fn::mul(kIntMin, -1), kIntMin);
+  EXPECT_EQ(fn::neg(kIntMin), kIntMin);
+  EXPECT_EQ(fn::div(kIntMin, -1), kIntMin);
+  EXPECT_EQ(fn::div(7, 0), 0);
+  EXPECT_EQ(fn::div(std::uint8_t(7), std::uint8_t(0)), 0);
+  EXPECT_EQ(fn::div(-7, 2), -3);
+  EXPECT_TRUE(std::isinf(fn::div(1.f, 0.f)));
+}
+
+TEST(ElementwiseHostile, OverlappingOutIsRejected) {
+  const Tensor x = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor row = zeros({1, 3});
+  Tensor bcast = row.expand({2, 3});
+  try {
+    unary(UnaryOp::Neg, x, bcast);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("neg"), std::string::npos) << what;
+    EXPECT_NE(what.find("overlaps itself"), std::string::npos) << what;
+  }
+  EXPECT_THROW(binary(BinaryOp::Add, x, x, bcast), InvalidArgument);
+  EXPECT_THROW(binary_scalar(BinaryOp::Mul, x, 2.0, bcast), InvalidArgument);
+  EXPECT_THROW(scalar_binary(BinaryOp::Sub, 2.0, x, bcast), InvalidArgument);
+  EXPECT_THROW(clamp(x, 0, 1, bcast), InvalidArgument);
+  Tensor windows = zeros({8}).as_strided({2, 3}, {2, 1}, 0);
+  EXPECT_THROW(unary(UnaryOp::Relu, x, windows), InvalidArgument);
+  const Tensor px = zeros({2, 4}, DType::U8);
+  EXPECT_THROW(invert_rgba(px, zeros({1, 4}, DType::U8).expand({2, 4})), InvalidArgument);
+  EXPECT_EQ(row.to_vector<float>(), std::vector<float>(3, 0.f));
+  Tensor ok = zeros({3, 2}).t();  // a transposed out does not overlap
+  EXPECT_NO_THROW(unary(UnaryOp::Neg, x, ok));
+  EXPECT_EQ(ok.contiguous().to_vector<float>(), (std::vector<float>{-1, -2, -3, -4, -5, -6}));
+}
+
 }  // namespace
 }  // namespace mt

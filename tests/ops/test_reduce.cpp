@@ -168,5 +168,32 @@ TEST(Reduce, Cuda_Huge_2Pow31Plus5_Elements) {
   EXPECT_FLOAT_EQ(mean(x).item<float>(), static_cast<float>(5021.0 / static_cast<double>(n)));
 }
 
+// A rank-0 tensor reduced over axis 0 or -1 is returned as it is (PyTorch's rule), on every path.
+void check_rank0_axis(Device device) {
+  const Tensor x = full({}, 2.5, DType::F32, device);
+  for (std::int64_t axis : {0, -1}) {
+    for (bool keepdim : {false, true}) {
+      const Tensor s = sum(x, axis, keepdim);
+      EXPECT_EQ(s.shape(), Shape{});
+      EXPECT_EQ(s.item<float>(), 2.5f);
+      EXPECT_EQ(max(x, axis, keepdim).item<float>(), 2.5f);
+      EXPECT_EQ(mean(x, axis, keepdim).item<float>(), 2.5f);
+      EXPECT_EQ(argmax(x, axis).item<std::int32_t>(), 0);
+    }
+  }
+  EXPECT_THROW(sum(x, 1), ShapeError);
+  EXPECT_THROW(sum(x, -2), ShapeError);
+  const std::int64_t both[] = {0, -1};
+  EXPECT_THROW(sum(x, both), ShapeError);  // the same axis twice
+}
+
+TEST(ReduceHostile, Rank0AxisCpu) {
+  check_rank0_axis(Device::cpu());
+}
+TEST(ReduceHostile, Rank0AxisCuda) {
+  MT_REQUIRE_GPU();
+  check_rank0_axis(Device::cuda(0));
+}
+
 }  // namespace
 }  // namespace mt

@@ -7,6 +7,7 @@
 
 #include "minitensor/runtime/stream.h"
 #include "minitensor/tensor/eigen.h"
+#include "minitensor/tensor/overlap.h"
 #include "minitensor/tensor/tensor.h"
 #include "tests/common/gpu.h"
 
@@ -396,6 +397,118 @@ TEST(TensorGpu, DeviceErrorsWithoutCrash) {
     EXPECT_THROW(empty_pinned({3}), DeviceError);
   }
   EXPECT_EQ(zeros({2}).to_vector<float>(), std::vector<float>(2, 0.f));  // still usable
+}
+
+// ---------------------------------------------------------------- hostile arguments
+constexpr std::int64_t kMax64 = std::numeric_limits<std::int64_t>::max();
+
+template <class E, class F>
+std::string throws_what(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return {};
+}
+
+TEST(TensorHostile, AsStridedHugeStrideOrOffsetIsRejected) {
+  const Tensor t = zeros({16});
+  // The furthest element wraps around in unchecked math, and used to pass the bounds check.
+  const std::int64_t big = std::int64_t(1) << 62;
+  const std::string what = throws_what<ShapeError>([&] { t.as_strided({2, 2}, {big, big}, 0); });
+  EXPECT_NE(what.find("as_strided"), std::string::npos) << what;
+  EXPECT_NE(what.find(std::to_string(big)), std::string::npos) << what;
+  EXPECT_THROW(t.as_strided({4}, {big}, 0), ShapeError);
+  EXPECT_THROW(t.as_strided({3}, {1}, kMax64 - 1), ShapeError);  // offset + 2 overflows
+  EXPECT_THROW(t.as_strided({2}, {1}, kMax64), ShapeError);
+  EXPECT_THROW(t.as_strided({1}, {1}, kMax64 / 2), ShapeError);  // offset * 4 bytes overflows
+  EXPECT_THROW(t.as_strided({1}, {1}, 16), ShapeError);          // one past the end
+  EXPECT_THROW(t.as_strided({-1}, {1}, 0), ShapeError);
+  EXPECT_THROW(t.as_strided({2}, {-1}, 1), ShapeError);
+  EXPECT_THROW(t.as_strided({2}, {1}, -1), ShapeError);
+  EXPECT_THROW(t.as_strided({2}, {1, 1}, 0), ShapeError);
+  EXPECT_NO_THROW(t.as_strided({0, 5}, {kMax64, 1}, 0));  // no elements: the strides are never followed
+  EXPECT_EQ(t.as_strided({4, 4}, {4, 1}, 0).numel(), 16);
+}
+
+TEST(TensorHostile, ExtentsWhoseProductOverflowsAreRejected) {
+  const Tensor one = zeros({1, 1});
+  const std::int64_t big = std::int64_t(1) << 32;
+  // Accepted before with numel() wrapped to 0 (so a sum gave 0).
+  EXPECT_THROW(one.expand({big, big}), ShapeError);
+  EXPECT_THROW(one.expand({kMax64, 2}), ShapeError);
+  EXPECT_THROW(zeros({0}).view({big, big, 0}).expand({big, big, big}), ShapeError);
+  EXPECT_THROW(one.view({big, big}), ShapeError);
+  EXPECT_THROW(one.reshape({big, big, -1}), ShapeError);
+  EXPECT_THROW(zeros({0}).reshape({big, big, -1}), ShapeError);  // known extents overflow before -1
+  EXPECT_THROW(empty({big, big}), ShapeError);
+  EXPECT_THROW((void)Shape({big, big}).numel(), ShapeError);
+  EXPECT_THROW(contiguous_strides(Shape{big, big, 2}), ShapeError);
+  EXPECT_EQ(Shape({big, 0, big}).numel(), 0);
+}
+
+TEST(TensorHostile, SliceWithHugeStepIsAValidView) {
+  const Tensor t = from_vector(iota(10), {10});
+  const Tensor s = t.slice(0, 3, 10, kMax64);
+  EXPECT_EQ(s.shape(), Shape{1});
+  EXPECT_EQ(s.item<float>(), 3.f);
+  EXPECT_EQ(t.slice(0, 0, 10, kMax64 / 2).numel(), 1);
+  EXPECT_EQ(t.slice(0, 0, 10, 3).to_vector<float>(), (std::vector<float>{0, 3, 6, 9}));
+  EXPECT_EQ(t.slice(0, kMax64, kMax64).numel(), 0);
+  EXPECT_EQ(t.slice(0, -kMax64, kMax64).numel(), 10);
+  // Two dims: a big step over a big stride must not wrap into range.
+  const Tensor m = zeros({4, 4}).as_strided({2, 2}, {8, 1}, 0);
+  EXPECT_THROW(m.slice(0, 0, 2, kMax64 / 4).as_strided({2}, {kMax64 / 2}, 0), ShapeError);
+  EXPECT_THROW(m.unsqueeze(0).expand({kMax64, 2, 2}), ShapeError);
+}
+
+TEST(TensorHostile, RawConstructorValidates) {
+  const Tensor base = zeros({8});
+  const auto& st = base.storage();
+  EXPECT_NO_THROW(Tensor(st, DType::F32, {2, 4}, {4, 1}, 0));
+  EXPECT_NO_THROW(Tensor(st, DType::F32, {4}, {-1}, 3));  // negative strides stay inside
+  EXPECT_THROW(Tensor(st, DType::F32, {4}, {-1}, 2), ShapeError);
+  EXPECT_THROW(Tensor(st, DType::F32, {-2, 4}, {4, 1}, 0), ShapeError);
+  EXPECT_THROW(Tensor(st, DType::F32, {2, 4}, {4, 1}, -1), ShapeError);
+  EXPECT_THROW(Tensor(st, DType::F32, {2, 4}, {4, 1}, 1), ShapeError);  // one past the end
+  EXPECT_THROW(Tensor(st, DType::F32, {3}, {kMax64 / 2 + 1}, 0), ShapeError);
+  EXPECT_THROW(Tensor(st, DType::F32, {2}, {1}, kMax64), ShapeError);
+  EXPECT_THROW(Tensor(st, DType::I32, {2, 4}, {4}, 0), ShapeError);
+  EXPECT_THROW(Tensor(nullptr, DType::F32, {1}, {1}, 0), InvalidArgument);
+  // The storage's capacity is counted in elements of the view's dtype: 32 bytes = 32 uint8.
+  EXPECT_NO_THROW(Tensor(st, DType::U8, {32}, {1}, 0));
+  EXPECT_THROW(Tensor(st, DType::U8, {33}, {1}, 0), ShapeError);
+}
+
+TEST(TensorHostile, SelfOverlap) {
+  EXPECT_FALSE(may_self_overlap({2, 3}, {3, 1}));
+  EXPECT_FALSE(may_self_overlap({2, 3}, {1, 2}));
+  EXPECT_FALSE(may_self_overlap({3, 1}, {1, 0}));  // extent 1: any stride
+  EXPECT_FALSE(may_self_overlap({0, 5}, {0, 0}));  // no elements
+  EXPECT_TRUE(may_self_overlap({2, 3}, {0, 1}));
+  EXPECT_TRUE(may_self_overlap({2, 3}, {2, 1}));  // (0, 2) and (1, 0) share an element
+  EXPECT_TRUE(may_self_overlap({4}, {-0}));
+  EXPECT_FALSE(may_self_overlap({3}, {-1}));
+  EXPECT_FALSE(may_self_overlap({2, 2}, {kMax64 / 2, 1}));
+}
+
+TEST(TensorHostile, WritingAnOverlappingViewIsRejected) {
+  Tensor row = zeros({1, 3});
+  Tensor bcast = row.expand({4, 3});
+  const std::string what = throws_what<InvalidArgument>([&] { bcast.copy_(ones({4, 3})); });
+  EXPECT_NE(what.find("copy_"), std::string::npos) << what;
+  EXPECT_NE(what.find("overlaps itself"), std::string::npos) << what;
+  EXPECT_NE(what.find("(4, 3)"), std::string::npos) << what;
+  EXPECT_THROW(bcast.fill_(1.0), InvalidArgument);
+  Tensor base = zeros({8});
+  Tensor windows = base.as_strided({3, 4}, {2, 1}, 0);  // overlapping windows
+  EXPECT_THROW(windows.copy_(ones({3, 4})), InvalidArgument);
+  EXPECT_THROW(windows.zero_(), InvalidArgument);
+  EXPECT_EQ(row.to_vector<float>(), std::vector<float>(3, 0.f));  // nothing written
+  EXPECT_NO_THROW(row.copy_(ones({1, 3})));
+  EXPECT_NO_THROW(ones({4, 3}).copy_(bcast));  // reading a broadcast view is fine
 }
 
 }  // namespace
