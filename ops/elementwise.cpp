@@ -63,19 +63,6 @@ const char* op_name(BinaryOp op) {
   return "?";
 }
 
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
-  const int rank = std::max(a.rank(), b.rank());
-  Shape out;
-  for (int d = 0; d < rank; ++d) {
-    const int da = d - (rank - a.rank()), db = d - (rank - b.rank());
-    const std::int64_t ea = da >= 0 ? a[da] : 1, eb = db >= 0 ? b[db] : 1;
-    MT_CHECK(ea == eb || ea == 1 || eb == 1, ShapeError, op, ": cannot broadcast ", a, " with ", b, " (dim ",
-             d, ": ", ea, " vs ", eb, ")");
-    out.push_back(ea == 1 ? eb : ea);
-  }
-  return out;
-}
-
 namespace detail {
 
 StridedLayout raw_layout(const Tensor& t) {

@@ -43,9 +43,6 @@ enum class BinaryOp { Add, Sub, Mul, Div, Maximum, Minimum, Pow };
 const char* op_name(UnaryOp op);
 const char* op_name(BinaryOp op);
 
-// Result shape of broadcasting a with b (NumPy rules); ShapeError naming both shapes and `op` otherwise.
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
-
 // `out`, when given, must have the result's shape, dtype and device (it may be a strided view); it is
 // returned.
 Tensor unary(UnaryOp op, const Tensor& x, std::optional<Tensor> out = std::nullopt);

@@ -3,6 +3,7 @@
 // Import wraps the producer's memory in an Allocation of a DlpackAllocator: it allocates nothing, and giving
 // the Allocation back calls the producer's deleter. So a foreign buffer is an ordinary Storage to the rest of
 // the library, and its lifetime is the Storage's.
+#include "minitensor/tensor/detail/checked.h"
 #include "minitensor/tensor/dlpack.h"
 
 #include <array>
@@ -151,15 +152,20 @@ Tensor from_dlpack(DLManagedTensor* managed) {
       if (shape[d] <= 1) strides[d] = std::max<std::int64_t>(strides[d], 0);  // any stride is valid there
   }
   // The storage spans element 0 to the last element the strides reach.
+  // Checked: huge extents or strides are a ShapeError here, before the Storage adopts `managed`.
   std::int64_t n_elements = shape.numel() > 0 ? 1 : 0;
   if (n_elements)
-    for (int d = 0; d < dl.ndim; ++d) n_elements += (shape[d] - 1) * strides[d];
-  const std::size_t bytes = static_cast<std::size_t>(n_elements) * dtype_size(dtype);
+    for (int d = 0; d < dl.ndim; ++d)
+      n_elements = detail::checked_add(n_elements, detail::checked_mul(shape[d] - 1, strides[d], "from_dlpack"),
+                                       "from_dlpack");
+  const std::size_t bytes = static_cast<std::size_t>(
+      detail::checked_mul(n_elements, static_cast<std::int64_t>(dtype_size(dtype)), "from_dlpack"));
   void* data = static_cast<char*>(dl.data) + dl.byte_offset;
   DlpackAllocator& allocator = dlpack_allocator(device);
   auto storage = std::make_shared<Storage>(Allocation(), dl.device.device_type == kDLCUDAHost);
 
-  // From here nothing throws: the Storage owns `managed`.
+  // From here nothing throws: the Storage owns `managed`. (The Tensor constructor's checks hold by
+  // construction: extents were validated and the storage spans exactly the elements the strides reach.)
   *storage = Storage(allocator.adopt(managed, data, bytes), dl.device.device_type == kDLCUDAHost);
   return Tensor(std::move(storage), dtype, shape, strides, 0);
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "minitensor/ops/gemm.h"
@@ -11,6 +12,7 @@
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "minitensor/runtime/device.h"
 #include "minitensor/runtime/error.h"
+#include "minitensor/tensor/overlap.h"
 
 namespace mt {
 
@@ -87,9 +89,7 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
   const int rc = c.dim();
   const std::int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1);
   std::vector<std::int64_t> bshape(c.shape().begin(), c.shape().end() - 2);
-  for (int d = 0; d < rc; ++d)
-    MT_CHECK(c.stride(d) != 0 || c.size(d) <= 1, InvalidArgument, op, ": the output ", c.shape(),
-             " with strides ", c.strides(), " overlaps itself (a broadcast view cannot be written)");
+  check_no_self_overlap(c, op);
   const std::vector<std::int64_t> sa = batch_strides(a, bshape, op, "a", c.shape());
   const std::vector<std::int64_t> sb = batch_strides(b, bshape, op, "b", c.shape());
   std::vector<std::int64_t> sc(bshape.size());
@@ -167,18 +167,12 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
   }
 }
 
-// NumPy broadcast of two batch shapes.
+// NumPy broadcast of two batch shapes (tensor/shape.h's one rule).
 std::vector<std::int64_t> broadcast_batch(const Tensor& a, const Tensor& b, const char* op) {
-  const int ra = a.dim() - 2, rb = b.dim() - 2, r = std::max(ra, rb);
-  std::vector<std::int64_t> out(static_cast<size_t>(r), 1);
-  for (int d = 0; d < r; ++d) {
-    const std::int64_t ea = d - (r - ra) >= 0 ? a.size(d - (r - ra)) : 1;
-    const std::int64_t eb = d - (r - rb) >= 0 ? b.size(d - (r - rb)) : 1;
-    MT_CHECK(ea == eb || ea == 1 || eb == 1, ShapeError, op, ": batch dimensions of a ", a.shape(), " and b ",
-             b.shape(), " do not broadcast");
-    out[static_cast<size_t>(d)] = ea == 1 ? eb : ea;
-  }
-  return out;
+  const Shape sa(std::vector<std::int64_t>(a.shape().begin(), a.shape().end() - 2));
+  const Shape sb(std::vector<std::int64_t>(b.shape().begin(), b.shape().end() - 2));
+  const Shape out = broadcast_shapes(sa, sb, std::string(op) + " (batch dimensions)");
+  return std::vector<std::int64_t>(out.begin(), out.end());
 }
 
 }  // namespace

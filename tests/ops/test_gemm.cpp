@@ -202,9 +202,12 @@ void expect_entries_match(const Tensor& c, const Tensor& a, const Tensor& b, con
   }
 }
 
+// The CPU half, then the GPU half; without a GPU the case reports SKIPPED (GTEST_SKIP in a helper marks the
+// test skipped), never PASSED on the CPU half alone.
 void run_both(const GemmCase& c) {
   run_gemm_case(c, Device::cpu());
-  if (cuda_available()) run_gemm_case(c, Device::cuda(0));
+  MT_REQUIRE_GPU();
+  run_gemm_case(c, Device::cuda(0));
 }
 
 // ---------------------------------------------------------------- shapes and layouts through the dispatcher
@@ -1026,7 +1029,7 @@ TEST(Gemm, F32_Batched_Matmul_Broadcast) {
       {{3, 2, 5, 7}, {7, 9}},
   };
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
-    if (dev.is_cuda() && !cuda_available()) continue;
+    if (dev.is_cuda()) MT_REQUIRE_GPU();  // the CPU half ran: the case reports SKIPPED without a GPU
     for (const auto& cs : cases) {
       SCOPED_TRACE(detail::str(cs.a, " @ ", cs.b, " on ", dev));
       const Tensor a = test::make_input(InputSpec{cs.a}, 11, dev);
@@ -1052,7 +1055,7 @@ TEST(Gemm, F32_Batched_Matmul_Broadcast) {
 
 TEST(Gemm, F32_Batched_Gemm_TransposedViews) {
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
-    if (dev.is_cuda() && !cuda_available()) continue;
+    if (dev.is_cuda()) MT_REQUIRE_GPU();  // the CPU half ran: the case reports SKIPPED without a GPU
     // a: (5, 40, 31) viewed transposed; c a strided view into a larger buffer.
     const Tensor a = test::make_input(InputSpec{Shape{5, 31, 40}, Layout::Contiguous}, 21, dev);
     const Tensor b = test::make_input(InputSpec{Shape{5, 31, 50}, Layout::Contiguous}, 22, dev);
@@ -1236,7 +1239,7 @@ TEST(Gemm, Softmax_Epilogue_MatchesReference) {
   const std::int64_t shapes[][3] = {{3, 1, 5},     {5, 7, 33},    {17, 1024, 64},
                                     {4, 4100, 20}, {2, 16390, 9}, {300, 260, 2048}};
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
-    if (dev.is_cuda() && !cuda_available()) continue;
+    if (dev.is_cuda()) MT_REQUIRE_GPU();  // the CPU half ran: the case reports SKIPPED without a GPU
     for (const auto& mnk : shapes)
       for (float beta : {0.f, 1.f}) {
         const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
@@ -1326,7 +1329,7 @@ TEST(Gemm, Softmax_EveryKernel) {
 // beta * C + bias. CPU and GPU.
 TEST(Gemm, Softmax_NonFiniteRowsAndEmptyK) {
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
-    if (dev.is_cuda() && !cuda_available()) continue;
+    if (dev.is_cuda()) MT_REQUIRE_GPU();  // the CPU half ran: the case reports SKIPPED without a GPU
     SCOPED_TRACE(detail::str(dev));
     const std::int64_t m = 6, n = 9, k = 40;
     const Tensor a = test::make_input(InputSpec{Shape{m, k}}, 81, dev);
@@ -1410,7 +1413,7 @@ TEST(Gemm, Softmax_NonFiniteRowsAndEmptyK) {
 
 TEST(Gemm, Linear_FusedEpilogueEqualsEagerOps) {
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
-    if (dev.is_cuda() && !cuda_available()) continue;
+    if (dev.is_cuda()) MT_REQUIRE_GPU();  // the CPU half ran: the case reports SKIPPED without a GPU
     for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
       SCOPED_TRACE(detail::str(dev, " act ", static_cast<int>(act)));
       const Tensor x = test::make_input(InputSpec{Shape{3, 43, 96}}, 41, dev);
@@ -1439,7 +1442,7 @@ TEST(Gemm, Linear_FusedEpilogueEqualsEagerOps) {
 
 TEST(Gemm, Linear_Shapes) {
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
-    if (dev.is_cuda() && !cuda_available()) continue;
+    if (dev.is_cuda()) MT_REQUIRE_GPU();  // the CPU half ran: the case reports SKIPPED without a GPU
     const Tensor w = test::make_input(InputSpec{Shape{8, 5}}, 51, dev);
     EXPECT_EQ(linear(test::make_input(InputSpec{Shape{8}}, 52, dev), w).shape(), (Shape{5}));
     // Non-collapsible leading dims (a transposed batch view) still work.
@@ -1453,7 +1456,7 @@ TEST(Gemm, Linear_Shapes) {
 
 TEST(Gemm, Matmul_OneDimensionalOperands) {
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
-    if (dev.is_cuda() && !cuda_available()) continue;
+    if (dev.is_cuda()) MT_REQUIRE_GPU();  // the CPU half ran: the case reports SKIPPED without a GPU
     const Tensor v = test::make_input(InputSpec{Shape{6}}, 61, dev);
     const Tensor m = test::make_input(InputSpec{Shape{6, 4}}, 62, dev);
     const Tensor mt = test::make_input(InputSpec{Shape{4, 6}}, 63, dev);
@@ -1507,6 +1510,7 @@ TEST(Gemm, DefaultMathMode_IsFP32AndSettable) {
   }
   set_default_math_mode(MathMode::FP32);
   EXPECT_STREQ(math_mode_name(MathMode::TF32x3), "tf32x3");
+  MT_REQUIRE_GPU();  // the GPU half did not run
 }
 
 // ---------------------------------------------------------------- errors
