@@ -36,7 +36,7 @@ __device__ __forceinline__ void raster(int bid, int tiles_m, int tiles_n, int& t
   constexpr int kGroup = 8;
   const int width = kGroup * tiles_n;
   const int first_m = (bid / width) * kGroup;
-  const int rows = min(tiles_m - first_m, kGroup);
+  const int rows = ::min(tiles_m - first_m, kGroup);
   tm = first_m + (bid % width) % rows;
   tn = (bid % width) / rows;
 }
@@ -56,7 +56,7 @@ __device__ __forceinline__ BlockTile block_tile(const Problem& p, int k_per_spli
   raster(blockIdx.x, (p.m + BM - 1) / BM, (p.n + BN - 1) / BN, tile_m, tile_n);
   t.m0 = tile_m * BM, t.n0 = tile_n * BN;
   t.b = blockIdx.y, t.split = blockIdx.z;
-  t.k_begin = t.split * k_per_split, t.k_end = min(p.k, t.k_begin + k_per_split);
+  t.k_begin = t.split * k_per_split, t.k_end = ::min(p.k, t.k_begin + k_per_split);
   t.n_tiles = t.k_end > t.k_begin ? (t.k_end - t.k_begin + BK - 1) / BK : 0;
   return t;
 }
