@@ -167,12 +167,15 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
   }
 }
 
-// NumPy broadcast of two batch shapes (tensor/shape.h's one rule).
+// NumPy broadcast of two batch shapes: tensor/shape.h's rule, with an error that names both operands.
 std::vector<std::int64_t> broadcast_batch(const Tensor& a, const Tensor& b, const char* op) {
   const Shape sa(std::vector<std::int64_t>(a.shape().begin(), a.shape().end() - 2));
   const Shape sb(std::vector<std::int64_t>(b.shape().begin(), b.shape().end() - 2));
-  const Shape out = broadcast_shapes(sa, sb, std::string(op) + " (batch dimensions)");
-  return std::vector<std::int64_t>(out.begin(), out.end());
+  try {
+    return broadcast_shapes(sa, sb, op).vec();
+  } catch (const ShapeError&) {
+    MT_THROW(ShapeError, op, ": batch dimensions of a ", a.shape(), " and b ", b.shape(), " do not broadcast");
+  }
 }
 
 }  // namespace
