@@ -1269,7 +1269,9 @@ bool CachingDeviceAllocator::release_locked(Pool& pool, cudaStream_t pool_stream
 
 bool CachingDeviceAllocator::stream_retired(cudaStream_t stream) const {
   const Pool* p = find_pool(stream);
-  return p && p->retired.load(std::memory_order_acquire);
+  if (p) return p->retired.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lock(m_pools_mutex);
+  return std::find(m_dead_streams.begin(), m_dead_streams.end(), stream) != m_dead_streams.end();
 }
 
 void CachingDeviceAllocator::record_stream(const Allocation& allocation, cudaStream_t stream) {
@@ -1284,7 +1286,24 @@ void CachingDeviceAllocator::record_stream(const Allocation& allocation, cudaStr
 
 void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
   Pool* pool = find_pool(stream);
-  if (!pool) return;
+  // A stream that never allocated has no pool, but blocks of other pools may still name it (record_stream):
+  // they must stop naming it all the same.
+  const auto named = [&] {
+    for (Pool* p : all_pools()) {
+      std::lock_guard<std::mutex> lock(p->mutex);
+      for (Segment* seg : p->segments)
+        for (Block* b = seg->head; b; b = b->next)
+          if (b->state == BlockState::Allocated &&
+              std::find(b->uses.begin(), b->uses.end(), stream) != b->uses.end())
+            return true;
+      for (const Unfenced& u : p->unfenced)
+        if (u.stream == stream) return true;
+      for (const PendingQueue& q : p->pending)
+        if (q.stream == stream) return true;
+    }
+    return false;
+  };
+  if (!pool && !named()) return;
   // Wait for the stream's work, so its blocks are free for every stream from now on.
   bool drained = false;
   try {
@@ -1332,6 +1351,13 @@ void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
       }
     }
   }
+  if (!pool) {
+    if (drained) {
+      std::lock_guard<std::mutex> lock(m_pools_mutex);
+      m_dead_streams.push_back(stream);
+    }
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(pool->mutex);
     for (auto& f : pool->fences) m_backend->release_event(f.event);  // passed (or never to be polled)
@@ -1344,6 +1370,10 @@ void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
 }
 
 void CachingDeviceAllocator::stream_created(cudaStream_t stream) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(m_pools_mutex);
+    std::erase(m_dead_streams, stream);
+  }
   Pool* pool = find_pool(stream);
   if (!pool) return;  // a fresh pool when it first allocates
   std::lock_guard<std::mutex> lock(pool->mutex);

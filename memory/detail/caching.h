@@ -178,6 +178,9 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   static constexpr std::size_t kMaxPools = 1024;
   static constexpr std::size_t kTableSize = 4 * kMaxPools;
   mutable std::mutex m_pools_mutex;
+  // Destroyed streams that never allocated (no pool) but were named by record_stream: no event is recorded on
+  // them (stream_retired). Under m_pools_mutex; a handle leaves when a new stream takes it.
+  std::vector<cudaStream_t> m_dead_streams;
   std::unique_ptr<std::atomic<Pool*>[]> m_table;
   std::vector<std::unique_ptr<Pool>> m_pools;        // in use (the orphan pool too)
   std::vector<std::unique_ptr<Pool>> m_spare_pools;  // recycled, empty: never freed while others may hold one

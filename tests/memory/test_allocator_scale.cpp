@@ -448,3 +448,55 @@ TEST_F(AllocatorScale, OutOfMemoryUnderEightThreadsKeepsTheStreamRule) {
 
 }  // namespace
 }  // namespace mt
+
+namespace mt {
+namespace {
+
+// Random stream lifetimes (handles reused), blocks allocated on them, recorded on others, kept past their
+// stream's destruction and released in random order: no event is ever recorded on a destroyed stream (on a
+// GPU that is undefined), including streams that never allocated but were named by record_stream.
+TEST(AllocatorStreamLife, RandomLifetimesNeverRecordOnADestroyedStream) {
+  for (int seed = 0; seed < 100; ++seed) {
+    auto owned = std::make_unique<FakeBackend>(std::size_t(1) << 32);
+    FakeBackend* fake = owned.get();
+    auto alloc = std::make_unique<CachingDeviceAllocator>(std::move(owned));
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    std::vector<Allocation> live;
+    bool alive[4] = {true, false, false, false};
+    const cudaStream_t st[4] = {FakeBackend::fake_stream(1), FakeBackend::fake_stream(2),
+                                FakeBackend::fake_stream(3), FakeBackend::fake_stream(4)};
+    for (int it = 0; it < 400; ++it) {
+      const int s = static_cast<int>(rng() % 4), op = static_cast<int>(rng() % 7);
+      if (op == 0 && s > 0) {
+        if (alive[s]) {
+          alloc->stream_destroying(st[s]);
+          fake->destroy_stream(st[s]);
+        } else {
+          fake->create_stream(st[s]);
+          alloc->stream_created(st[s]);
+        }
+        alive[s] = !alive[s];
+      } else if (op <= 2 && alive[s]) {
+        const std::size_t bytes = rng() % 3 == 0 ? MiB * (1 + rng() % 4) : 512 * (1 + rng() % 64);
+        live.push_back(alloc->allocate(bytes, st[s]));
+      } else if (op == 3 && !live.empty() && alive[s]) {
+        alloc->record_stream(live[rng() % live.size()], st[s]);
+      } else if (op == 4 && !live.empty()) {
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(rng() % live.size()));
+      } else if (op == 5) {
+        fake->complete_all();
+      } else if (op == 6 && rng() % 8 == 0) {
+        alloc->empty_cache();
+      }
+      if (alive[s] && rng() % 3 == 0) fake->submit(st[s]);
+    }
+    live.clear();
+    fake->complete_all();
+    alloc->empty_cache();
+    ASSERT_EQ(fake->n_events_on_destroyed_streams(), 0) << "seed " << seed;
+    EXPECT_EQ(fake->n_live_allocations(), 0) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace mt
