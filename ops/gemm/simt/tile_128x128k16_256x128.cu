@@ -6,26 +6,18 @@
 
 namespace mt::detail::gemm {
 
+// One named configuration per line (simt/kernel.cuh documents the fields).
+// clang-format off
 struct Shape128x128k16 {
-  static constexpr SimtShape value{
-      .BM = 128, .BN = 128, .BK = 16, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 3};
+  static constexpr SimtShape value{.BM = 128, .BN = 128, .BK = 16, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 3};
 };
 struct Shape256x128 {
-  static constexpr SimtShape value{.BM = 256,
-                                   .BN = 128,
-                                   .BK = 8,
-                                   .WM = 64,
-                                   .WN = 64,
-                                   .TM = 16,
-                                   .TN = 8,
-                                   .stages = 3,
-                                   .rows_c = true,
-                                   .lanes = true};
+  static constexpr SimtShape value{.BM = 256, .BN = 128, .BK = 8, .WM = 64, .WN = 64, .TM = 16, .TN = 8, .stages = 3, .rows_c = true, .lanes = true};
 };
 struct Shape256x128k16 {
-  static constexpr SimtShape value{
-      .BM = 256, .BN = 128, .BK = 16, .WM = 64, .WN = 64, .TM = 16, .TN = 8, .stages = 3, .ring = false};
+  static constexpr SimtShape value{.BM = 256, .BN = 128, .BK = 16, .WM = 64, .WN = 64, .TM = 16, .TN = 8, .stages = 3, .ring = false};
 };
+// clang-format on
 
 void launch_simt_128x128k16(const Problem& p, const Config& c, cudaStream_t stream) {
   launch_simt<Shape128x128k16>(p, c.split_k, c.reduce, c.staging, stream);

@@ -11,35 +11,18 @@
 
 namespace mt::detail::gemm {
 
+// One named configuration per line (simt/kernel.cuh documents the fields).
+// clang-format off
 struct Shape64x128 {
-  static constexpr SimtShape value{
-      .BM = 64, .BN = 128, .BK = 8, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 4, .min_blocks = 3};
+  static constexpr SimtShape value{.BM = 64, .BN = 128, .BK = 8, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 4, .min_blocks = 3};
 };
 struct Shape64x256 {
-  static constexpr SimtShape value{.BM = 64,
-                                   .BN = 256,
-                                   .BK = 8,
-                                   .WM = 64,
-                                   .WN = 64,
-                                   .TM = 16,
-                                   .TN = 8,
-                                   .stages = 3,
-                                   .min_blocks = 2,
-                                   .ring = false,
-                                   .scalar_runs = false};
+  static constexpr SimtShape value{.BM = 64, .BN = 256, .BK = 8, .WM = 64, .WN = 64, .TM = 16, .TN = 8, .stages = 3, .min_blocks = 2, .ring = false, .scalar_runs = false};
 };
 struct Shape128x64k16 {
-  static constexpr SimtShape value{.BM = 128,
-                                   .BN = 64,
-                                   .BK = 16,
-                                   .WM = 64,
-                                   .WN = 32,
-                                   .TM = 8,
-                                   .TN = 8,
-                                   .stages = 2,
-                                   .min_blocks = 2,
-                                   .ring = false};
+  static constexpr SimtShape value{.BM = 128, .BN = 64, .BK = 16, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 2, .min_blocks = 2, .ring = false};
 };
+// clang-format on
 
 void launch_simt_64x128(const Problem& p, const Config& c, cudaStream_t stream) {
   launch_simt<Shape64x128>(p, c.split_k, c.reduce, c.staging, stream);
