@@ -131,7 +131,8 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     report.ok = report.ok && row.pass;
     report.rows.push_back(std::move(row));
   };
-  if (options.device.is_cpu()) {  // nothing to compare against: report the reference's outputs
+  if (options.device.is_cpu()) {  // nothing to compare against: report the reference's outputs, and say so
+    report.compared = false;
     for (const auto& [name, id] : graph.data().outputs) {
       CheckRow row;
       row.node = id;
@@ -231,11 +232,18 @@ std::string CheckReport::table() const {
   for (const CheckRow& r : rows) {
     std::snprintf(line, sizeof line, "%-26.26s %-30.30s %-14.14s %11.3e %11.3e %11.3e %9.1e %s%s%s\n",
                   r.label.c_str(), r.op.c_str(), r.shape.c_str(), r.max_abs, r.max_rel, r.nmse, r.tolerance,
-                  r.pass ? "pass" : "FAIL", r.note.empty() ? "" : "  ", r.note.c_str());
+                  !compared ? "-"
+                  : r.pass  ? "pass"
+                            : "FAIL",
+                  r.note.empty() ? "" : "  ", r.note.c_str());
     os << line;
   }
-  os << (ok ? "all rows pass" : "SOME ROWS FAIL") << " (" << rows.size()
-     << " rows; tol is relative to each row's scale)\n";
+  if (!compared)
+    os << "nothing compared: the graph ran on the CPU reference only (run check() with a CUDA device to "
+          "compare)\n";
+  else
+    os << (ok ? "all rows pass" : "SOME ROWS FAIL") << " (" << rows.size()
+       << " rows; tol is relative to each row's scale)\n";
   return os.str();
 }
 

@@ -304,8 +304,9 @@ struct CheckRow {
 };
 struct CheckReport {
   std::vector<CheckRow> rows;
-  bool ok = true;
-  std::string table() const;
+  bool ok = true;             // no row failed
+  bool compared = true;       // false: there was no device run to compare with (options.device is the CPU)
+  std::string table() const;  // ends with "all rows pass", "SOME ROWS FAIL" or "nothing compared: ..."
 };
 std::ostream& operator<<(std::ostream& os, const CheckReport& report);
 

@@ -625,3 +625,24 @@ TEST(GraphHostile, RandomGraphsMatchEagerEvaluation) {
 
 }  // namespace
 }  // namespace mt
+
+namespace mt {
+namespace {
+
+// check() on the CPU has no device run to compare with: it says so rather than "pass".
+TEST(GraphCheck, CpuCheckSaysNothingWasCompared) {
+  Graph g;
+  Node x = g.input("x", {3, 4});
+  g.output("y", g.relu(x));
+  ExecOptions options;
+  options.device = Device::cpu();
+  const CheckReport report = check(g, {{"x", randn({3, 4}, 7)}}, options);
+  EXPECT_FALSE(report.compared);
+  ASSERT_EQ(report.rows.size(), 1u);
+  const std::string table = report.table();
+  EXPECT_NE(table.find("nothing compared"), std::string::npos) << table;
+  EXPECT_EQ(table.find("all rows pass"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace mt
