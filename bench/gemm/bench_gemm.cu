@@ -11,6 +11,8 @@
 //                                                row is printed as it is timed, then all of them ranked
 //   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch
 //   table)
+//   bench_gemm --space[=N] [--seed=S] [--math=…] [--json=PATH]
+//                                                N random shapes users bring (space.cu), each against cuBLAS
 //
 // Method: inputs N(0,1); every kernel's result is validated against cuBLAS before it is timed; 2 warm-up
 // runs; each iteration is timed with CUDA events on its own stream; the counters report the median; operands
@@ -31,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "harness.h"
 #include "minitensor/ops/gemm.h"
 #include "minitensor/ops/gemm/detail/launch.h"
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
@@ -43,12 +46,7 @@ namespace {
 
 using namespace mt;
 using namespace mt::detail::gemm;
-
-#define CUBLAS_CHECK(expr)                                                                  \
-  do {                                                                                      \
-    const cublasStatus_t s_ = (expr);                                                       \
-    if (s_ != CUBLAS_STATUS_SUCCESS) MT_THROW(Error, #expr, " failed: cublas status ", s_); \
-  } while (0)
+using gemm_bench::handles;
 
 struct GemmShape {
   int m, n, k, batch;
@@ -104,24 +102,6 @@ const char* impl_name(Impl i) {
       return "wgmma_tf32x3";
   }
   return "?";
-}
-
-struct Handles {
-  cublasHandle_t pedantic = nullptr, tf32 = nullptr;
-  cudaStream_t stream = nullptr;
-  Handles() {
-    stream = default_stream(0);
-    CUBLAS_CHECK(cublasCreate(&pedantic));
-    CUBLAS_CHECK(cublasSetMathMode(pedantic, CUBLAS_PEDANTIC_MATH));
-    CUBLAS_CHECK(cublasSetStream(pedantic, stream));
-    CUBLAS_CHECK(cublasCreate(&tf32));
-    CUBLAS_CHECK(cublasSetMathMode(tf32, CUBLAS_TF32_TENSOR_OP_MATH));
-    CUBLAS_CHECK(cublasSetStream(tf32, stream));
-  }
-};
-Handles& handles() {
-  static Handles h;
-  return h;
 }
 
 // Operands for one shape, `copies` of each so that the working set exceeds L2.
@@ -223,48 +203,12 @@ double validate(Operands& o, const Problem& p, const std::function<void(const Pr
   return max_ref > 0 ? max_err / max_ref : max_err;
 }
 
-// Median milliseconds of `iters` timed runs, rotating over the copies.
-// Median ms per launch of each of `fns`, their samples interleaved (sample i of every fn, then sample i + 1),
-// so that drifts of the card's state over the run (its clocks under the power limit) fall on all of them
-// alike.
+// Median ms per launch of each of `fns`, samples interleaved (harness.h), over the shape's operand copies.
 std::vector<double> time_interleaved(Operands& o, int iters,
                                      const std::vector<std::function<void(const Problem&)>>& fns,
                                      std::vector<double>* all = nullptr) {
-  cudaStream_t st = handles().stream;
-  for (const auto& fn : fns)
-    for (int w = 0; w < 2; ++w) fn(problem_for(o, w % o.copies, nullptr));
-  cudaEvent_t e0, e1;
-  MT_CUDA_CHECK(cudaEventCreate(&e0));
-  MT_CUDA_CHECK(cudaEventCreate(&e1));
-  // Short kernels are timed as bursts of back-to-back launches (operands still rotating), so host launch
-  // cost and idle gaps between synchronised single launches do not count: a GEMM inside a graph or a layer
-  // stack runs back to back too.
-  auto sample = [&](const std::function<void(const Problem&)>& fn, int i, int reps) {
-    MT_CUDA_CHECK(cudaEventRecord(e0, st));
-    for (int r = 0; r < reps; ++r) fn(problem_for(o, (i * reps + r) % o.copies, nullptr));
-    MT_CUDA_CHECK(cudaEventRecord(e1, st));
-    MT_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    MT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    return static_cast<double>(t) / reps;
-  };
-  // One burst length for all of them (bursts while any single launch takes under 0.2 ms), so that they are
-  // timed alike.
-  double first = 1e30;
-  for (const auto& fn : fns) first = std::min(first, sample(fn, 0, 1));
-  const int reps = first < 0.2 ? 20 : 1;
-  std::vector<std::vector<double>> ms(fns.size());
-  for (int i = 0; i < iters; ++i)
-    for (std::size_t f = 0; f < fns.size(); ++f) ms[f].push_back(sample(fns[f], i, reps));
-  MT_CUDA_CHECK(cudaEventDestroy(e0));
-  MT_CUDA_CHECK(cudaEventDestroy(e1));
-  if (all) *all = ms[0];
-  std::vector<double> med;
-  for (auto& m : ms) {
-    std::sort(m.begin(), m.end());
-    med.push_back(m[m.size() / 2]);
-  }
-  return med;
+  return gemm_bench::time_interleaved(
+      iters, o.copies, [&](int copy) { return problem_for(o, copy, nullptr); }, fns, all);
 }
 
 double time_ms(Operands& o, int iters, const std::function<void(const Problem&)>& fn,
@@ -442,6 +386,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("device: %s\n", mt::device_properties(0).name.c_str());
+  for (int i = 1; i < argc; ++i)
+    if (!std::strncmp(argv[i], "--space", 7)) return gemm_bench::run_space(argc, argv);
   MathMode math = MathMode::FP32;
   std::regex only("");
   for (int i = 1; i < argc; ++i) {

@@ -1,0 +1,289 @@
+// bench_gemm --space: the dispatched SGEMM over a random sample of the shapes users bring, each validated and
+// then timed interleaved with cuBLAS, summarised as the distribution of the ratios (cuBLAS time over ours,
+// > 1: minitensor faster).
+//
+//   bench_gemm --space[=N] [--seed=S] [--math=fp32|tf32|tf32x3] [--json=PATH]
+//
+// The sample (N shapes, 300 by default; the seed is printed and reproduces the set):
+//   random       M, N, K log-uniform in [1, 16384] with M*N*K <= 2^37; two thirds rounded to multiples of 16,
+//                a third left odd; A and B each transposed with probability 1/4;
+//   transformer  x (tokens x d) times an nn.Linear weight (stored out x in, so B is transposed):
+//                d in {512, 768, 1024, 2048, 4096, 5120, 8192}, tokens in {1, 8, 64, 512, 2048, 8192}; QKV
+//                (N = 3d), the output projection (N = d), FFN up (N = 4d, K = d) and FFN down (N = d, K =
+//                4d);
+//   batched      2-256 products of 32-512 on a side (B transposed in half of them, as in q k^T).
+// fp32 is timed against cuBLAS in pedantic fp32, the TF32 modes against cuBLAS TF32. Every result is checked
+// against cuBLAS fp32 first (max |err| / max |ref| <= 1e-4, 1e-2 for TF32).
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/runtime/device.h"
+#include "minitensor/tensor/tensor.h"
+
+namespace gemm_bench {
+namespace {
+
+using namespace mt;
+using namespace mt::detail::gemm;
+
+struct SpaceShape {
+  int m, n, k, batch;
+  bool ta, tb;
+  std::string part;
+  double flops() const { return 2.0 * m * n * static_cast<double>(k) * batch; }
+  std::string name() const {
+    std::string s = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+    if (batch > 1) s = std::to_string(batch) + "x(" + s + ")";
+    if (ta || tb) s += std::string(" ") + (ta ? "T" : "N") + (tb ? "T" : "N");
+    return s;
+  }
+};
+
+std::vector<SpaceShape> draw(int count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  auto log_uniform = [&](double lo, double hi) {
+    return static_cast<int>(std::lround(std::exp(std::log(lo) + unit(rng) * (std::log(hi) - std::log(lo)))));
+  };
+  auto round16 = [](int v) { return v >= 16 ? (v + 8) / 16 * 16 : v; };
+  const int n_transformer = count * 35 / 100, n_batched = count * 15 / 100;
+  const int n_random = count - n_transformer - n_batched;
+  std::vector<SpaceShape> out;
+  while (static_cast<int>(out.size()) < n_random) {
+    SpaceShape s{log_uniform(1, 16384),
+                 log_uniform(1, 16384),
+                 log_uniform(1, 16384),
+                 1,
+                 unit(rng) < 0.25,
+                 unit(rng) < 0.25,
+                 "random"};
+    if (unit(rng) < 2.0 / 3.0) s.m = round16(s.m), s.n = round16(s.n), s.k = round16(s.k);
+    if (static_cast<double>(s.m) * s.n * s.k <= std::ldexp(1.0, 37)) out.push_back(s);
+  }
+  const int ds[] = {512, 768, 1024, 2048, 4096, 5120, 8192};
+  const int tokens[] = {1, 8, 64, 512, 2048, 8192};
+  for (int i = 0; i < n_transformer; ++i) {
+    const int d = ds[rng() % 7], t = tokens[rng() % 6];
+    switch (rng() % 4) {
+      case 0:
+        out.push_back({t, 3 * d, d, 1, false, true, "transformer"});  // QKV
+        break;
+      case 1:
+        out.push_back({t, d, d, 1, false, true, "transformer"});  // output projection
+        break;
+      case 2:
+        out.push_back({t, 4 * d, d, 1, false, true, "transformer"});  // FFN up
+        break;
+      default:
+        out.push_back({t, d, 4 * d, 1, false, true, "transformer"});  // FFN down
+    }
+  }
+  for (int i = 0; i < n_batched; ++i)
+    out.push_back({log_uniform(32, 512), log_uniform(32, 512), log_uniform(32, 512), log_uniform(2, 256),
+                   false, unit(rng) < 0.5, "batched"});
+  std::shuffle(out.begin(), out.end(), rng);
+  return out;
+}
+
+// Operand copies (enough to exceed L2; each copy 16-byte aligned, so every copy takes the same kernel).
+struct SpaceOperands {
+  SpaceShape s;
+  int copies = 1;
+  std::int64_t a_elems = 0, b_elems = 0, c_elems = 0;
+  Tensor a, b, c, ref;
+
+  explicit SpaceOperands(const SpaceShape& shape) : s(shape) {
+    auto padded = [](std::int64_t e) { return (e + 3) / 4 * 4; };
+    a_elems = padded(std::int64_t(s.m) * s.k * s.batch);
+    b_elems = padded(std::int64_t(s.k) * s.n * s.batch);
+    c_elems = padded(std::int64_t(s.m) * s.n * s.batch);
+    const double bytes = 4.0 * static_cast<double>(a_elems + b_elems + c_elems);
+    copies = static_cast<int>(std::clamp(std::ceil(200e6 / bytes), 1.0, 16.0));
+    a = randn(Shape{copies, a_elems}, 11, Device::cuda(0));
+    b = randn(Shape{copies, b_elems}, 12, Device::cuda(0));
+    c = zeros(Shape{copies, c_elems}, DType::F32, Device::cuda(0));
+    ref = zeros(Shape{c_elems}, DType::F32, Device::cuda(0));
+  }
+
+  Problem at(int copy, float* c_out = nullptr) {
+    Problem p;
+    p.m = s.m, p.n = s.n, p.k = s.k, p.batch = s.batch;
+    p.a = a.data<float>() + copy * a_elems;
+    p.a_sm = s.ta ? 1 : s.k, p.a_sk = s.ta ? s.m : 1, p.a_sb = std::int64_t(s.m) * s.k;
+    p.b = b.data<float>() + copy * b_elems;
+    p.b_sk = s.tb ? 1 : s.n, p.b_sn = s.tb ? s.k : 1, p.b_sb = std::int64_t(s.k) * s.n;
+    p.c = c_out ? c_out : c.data<float>() + copy * c_elems;
+    p.c_sm = s.n, p.c_sn = 1, p.c_sb = std::int64_t(s.m) * s.n;
+    return p;
+  }
+};
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: a row-major operand read as column-major
+// is its transpose, so an untransposed operand goes as CUBLAS_OP_N and a transposed one as CUBLAS_OP_T.
+void cublas_gemm(cublasHandle_t h, const SpaceShape& s, const Problem& p) {
+  const float alpha = 1.f, beta = 0.f;
+  CUBLAS_CHECK(cublasSgemmStridedBatched(
+      h, s.tb ? CUBLAS_OP_T : CUBLAS_OP_N, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m, s.k, &alpha, p.b,
+      s.tb ? s.k : s.n, p.b_sb, p.a, s.ta ? s.m : s.k, p.a_sb, &beta, p.c, s.n, p.c_sb, s.batch));
+}
+
+struct Result {
+  SpaceShape s;
+  std::string config;
+  double cublas_ms = 0, mt_ms = 0, ratio = 0, err = 0;
+  bool valid = false;
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+void summarise(const char* label, const std::vector<Result>& rs) {
+  std::vector<double> r;
+  double log_sum = 0;
+  for (const Result& x : rs)
+    if (x.valid) r.push_back(x.ratio), log_sum += std::log(x.ratio);
+  if (r.empty()) return;
+  std::printf("%-12s %4zu shapes  geomean %.3f  p10 %.3f  median %.3f  worst %.3f  (under 0.9: %ld)\n", label,
+              r.size(), std::exp(log_sum / static_cast<double>(r.size())), percentile(r, 0.1),
+              percentile(r, 0.5), *std::min_element(r.begin(), r.end()),
+              static_cast<long>(std::count_if(r.begin(), r.end(), [](double x) { return x < 0.9; })));
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') o += '\\';
+    o += ch;
+  }
+  return o;
+}
+
+}  // namespace
+
+int run_space(int argc, char** argv) {
+  int count = 300;
+  std::uint64_t seed = std::random_device{}();
+  MathMode math = MathMode::FP32;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (!std::strncmp(a, "--space=", 8)) count = std::atoi(a + 8);
+    if (!std::strncmp(a, "--seed=", 7)) seed = std::strtoull(a + 7, nullptr, 10);
+    if (!std::strncmp(a, "--json=", 7)) json = a + 7;
+    if (!std::strncmp(a, "--math=", 7)) {
+      const std::string m = a + 7;
+      if (m != "fp32" && m != "tf32" && m != "tf32x3") {
+        std::fprintf(stderr, "bench_gemm: --math wants fp32, tf32 or tf32x3, got '%s'\n", m.c_str());
+        return 2;
+      }
+      math = m == "tf32" ? MathMode::TF32 : m == "tf32x3" ? MathMode::TF32x3 : MathMode::FP32;
+    }
+  }
+  if (count < 1) {
+    std::fprintf(stderr, "bench_gemm: --space wants a positive count of shapes\n");
+    return 2;
+  }
+  if (json.empty()) json = "gemm_space_" + std::to_string(seed) + "_" + math_mode_name(math) + ".json";
+  const double tol = math == MathMode::TF32 ? 1e-2 : 1e-4;
+  cublasHandle_t baseline = math == MathMode::FP32 ? handles().pedantic : handles().tf32;
+  std::printf("space: %d shapes, seed %llu, math %s, against cuBLAS %s (ratio = cuBLAS time / ours)\n", count,
+              static_cast<unsigned long long>(seed), math_mode_name(math),
+              math == MathMode::FP32 ? "fp32 (pedantic)" : "tf32");
+  std::fflush(stdout);
+
+  std::vector<Result> results;
+  const std::vector<SpaceShape> shapes = draw(count, seed);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const SpaceShape& s = shapes[i];
+    Result r{s};
+    SpaceOperands o(s);
+    const Problem p0 = o.at(0);
+    const Config cfg = choose(p0, math);
+    r.config = config_name(cfg);
+    auto ours = [&](const Problem& p) { launch(p, cfg, handles().stream); };
+    auto theirs = [&](const Problem& p) { cublas_gemm(baseline, s, p); };
+    // Validate: ours over a NaN-filled C, against cuBLAS pedantic fp32.
+    MT_CUDA_CHECK(cudaMemsetAsync(o.c.data<float>(), 0xFF, o.c_elems * 4, handles().stream));
+    ours(p0);
+    cublas_gemm(handles().pedantic, s, o.at(0, o.ref.data<float>()));
+    const std::vector<float> got = o.c.select(0, 0).to_vector<float>(), ref = o.ref.to_vector<float>();
+    const std::size_t used = static_cast<std::size_t>(std::int64_t(s.m) * s.n * s.batch);
+    double max_err = 0, max_ref = 0;
+    bool finite = true;
+    for (std::size_t e = 0; e < used; ++e) {
+      finite = finite && std::isfinite(got[e]);
+      max_err = std::max(max_err, double(std::fabs(got[e] - ref[e])));
+      max_ref = std::max(max_ref, double(std::fabs(ref[e])));
+    }
+    r.err = !finite ? INFINITY : max_ref > 0 ? max_err / max_ref : max_err;
+    r.valid = r.err <= tol;
+    if (r.valid) {
+      const double est_ms = s.flops() / 30e12 * 1e3;
+      const int iters = static_cast<int>(std::clamp(100.0 / std::max(est_ms, 1e-3), 5.0, 30.0));
+      const std::vector<double> ms =
+          time_interleaved(iters, o.copies, [&](int copy) { return o.at(copy); }, {theirs, ours});
+      r.cublas_ms = ms[0], r.mt_ms = ms[1], r.ratio = ms[0] / ms[1];
+    }
+    std::printf("  [%3zu/%zu] %-11s %-26s %9.4f ms  cuBLAS %9.4f ms  %6.3fx  %s%s\n", i + 1, shapes.size(),
+                s.part.c_str(), s.name().c_str(), r.mt_ms, r.cublas_ms, r.ratio, r.config.c_str(),
+                r.valid ? "" : ("  INVALID (err " + std::to_string(r.err) + ")").c_str());
+    std::fflush(stdout);
+    results.push_back(r);
+  }
+
+  std::printf("\nspace summary (seed %llu, %s, %s):\n", static_cast<unsigned long long>(seed),
+              math_mode_name(math), device_properties(0).name.c_str());
+  summarise("all", results);
+  for (const char* part : {"random", "transformer", "batched"}) {
+    std::vector<Result> sub;
+    for (const Result& r : results)
+      if (r.s.part == part) sub.push_back(r);
+    summarise(part, sub);
+  }
+  const long invalid =
+      std::count_if(results.begin(), results.end(), [](const Result& r) { return !r.valid; });
+  std::printf("invalid: %ld\n", invalid);
+  std::vector<Result> sorted;
+  for (const Result& r : results)
+    if (r.valid) sorted.push_back(r);
+  std::sort(sorted.begin(), sorted.end(), [](const Result& a, const Result& b) { return a.ratio < b.ratio; });
+  std::printf("10 worst:\n");
+  for (std::size_t i = 0; i < std::min<std::size_t>(10, sorted.size()); ++i)
+    std::printf("  %6.3fx  %-11s %-26s %9.4f ms (cuBLAS %9.4f)  %s\n", sorted[i].ratio,
+                sorted[i].s.part.c_str(), sorted[i].s.name().c_str(), sorted[i].mt_ms, sorted[i].cublas_ms,
+                sorted[i].config.c_str());
+
+  std::ofstream f(json);
+  f << "{\"seed\":" << seed << ",\"math\":\"" << math_mode_name(math) << "\",\"device\":\""
+    << json_escape(device_properties(0).name) << "\",\"shapes\":[";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    f << (i ? "," : "") << "{\"part\":\"" << r.s.part << "\",\"m\":" << r.s.m << ",\"n\":" << r.s.n
+      << ",\"k\":" << r.s.k << ",\"batch\":" << r.s.batch << ",\"trans_a\":" << (r.s.ta ? "true" : "false")
+      << ",\"trans_b\":" << (r.s.tb ? "true" : "false") << ",\"config\":\"" << json_escape(r.config)
+      << "\",\"valid\":" << (r.valid ? "true" : "false") << ",\"mt_ms\":" << r.mt_ms
+      << ",\"cublas_ms\":" << r.cublas_ms << ",\"ratio\":" << r.ratio << "}";
+  }
+  f << "]}\n";
+  std::printf("wrote %s\n", json.c_str());
+  return invalid ? 1 : 0;
+}
+
+}  // namespace gemm_bench
