@@ -76,6 +76,9 @@ bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model
     return can_implement(needs_pack(p) ? pack_shape(p) : p, plain, model);
   }
   if (cfg.split_k < 1 || cfg.split_k > 64) return false;
+  // The vector kernel: any layout and math mode (fp32 arithmetic), its own split of K (gemv.cu).
+  if (cfg.kernel == Kernel::Gemv)
+    return (p.m == 1 || p.n == 1) && cfg.split_k == 1 && cfg.staging == Staging::Registers;
   const KernelInfo& info = kernel_info(cfg.kernel);
   // mma.sync kernels add split K with the second kernel only, wgmma in a cluster only; clusters need sm_90.
   if (cfg.split_k > 1 && cfg.reduce == SplitReduce::Cluster &&
@@ -110,6 +113,7 @@ bool can_implement(const Problem& p, const Config& cfg) {
 
 std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceModel& model) {
   std::vector<Config> out;
+  if (can_implement(p, Config{Kernel::Gemv, 1, math}, model)) out.push_back(Config{Kernel::Gemv, 1, math});
   const std::vector<Kernel> kernels = math == MathMode::FP32 ? simt_kernels() : tensor_kernels();
   const int sms = model.sm_count;
   for (Kernel k : kernels) {
@@ -141,6 +145,9 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
 
 // Pick the tile by the shape class, then split K while there are too few blocks to fill the machine.
 Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
+  // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
+  // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
+  if (p.m == 1 || p.n == 1) return Config{Kernel::Gemv, 1, math};
   if (math == MathMode::FP32 && needs_pack(p)) {
     // Operands without whole 16-byte runs are copied once into aligned scratch where each copied element
     // feeds enough FMAs for the copy to pay (the kernel then takes 16-byte loads instead of 4 scalar ones):

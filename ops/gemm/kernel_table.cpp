@@ -55,13 +55,14 @@ constexpr KernelInfo kTable[] = {
     {Kernel::Tensor64x64, "mma_64x64x16_w32x32_s4", F::Tensor, {64, 64, 16}, false, false, false, false,
      launch_tensor},
     {Kernel::Wgmma, "wgmma", F::Tensor, {128, 128, 32}, false, false, false, false, launch_wgmma_kernel},
+    {Kernel::Gemv, "gemv", F::Vector, {1, 1, 4}, false, false, false, false, launch_gemv},
 };
 // clang-format on
 
 constexpr bool in_kernel_order() {
   for (std::size_t i = 0; i < std::size(kTable); ++i)
     if (static_cast<std::size_t>(kTable[i].kernel) != i) return false;
-  return static_cast<std::size_t>(Kernel::Wgmma) + 1 == std::size(kTable);
+  return static_cast<std::size_t>(Kernel::Gemv) + 1 == std::size(kTable);
 }
 static_assert(in_kernel_order(), "kTable must hold one row per Kernel, in Kernel order");
 

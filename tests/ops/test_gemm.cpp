@@ -265,6 +265,41 @@ TEST(Gemm, F32_4095x4097x1023) {
   run_gemm_case(GemmCase(4095, 4097, 1023), Device::cuda(0));
 }
 
+// Matrix-vector products (the vector kernel, Kernel::Gemv): the matrix along K (dot kernel) or along the
+// outputs (column kernel) by transposes, offset and strided views, K split over blocks (long K), alpha/beta
+// over a NaN-filled C, bias and activations, the TF32 modes (computed in fp32), batches and broadcasts.
+TEST(Gemm, F32_MatrixVector) {
+  const std::int64_t shapes[][3] = {{1, 1, 1},      {1, 1, 100003},  {1, 3072, 768}, {768, 1, 768},
+                                    {64, 1, 16384}, {1, 768, 16384}, {1, 37, 5},     {513, 1, 3}};
+  for (const auto& s : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) run_both(GemmCase(s[0], s[1], s[2], ta, tb));
+  for (Layout l : {Layout::Offset1, Layout::Strided}) {
+    run_both(GemmCase(1, 300, 1001, false, true, l, l));
+    run_both(GemmCase(300, 1, 1001, false, false, l, l));
+  }
+  for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu})
+    for (bool column : {false, true}) {
+      GemmCase c = column ? GemmCase(1, 257, 4100) : GemmCase(257, 1, 4100, true, false);
+      c.bias = true, c.act = act, c.alpha = -1.5f, c.beta = act == Activation::Gelu ? 0.5f : 0.f;
+      run_both(c);
+    }
+  for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) {
+    GemmCase c{1, 1000, 3000, false, true};
+    c.math = m;
+    run_both(c);
+  }
+  MT_REQUIRE_GPU();
+  const Device d = Device::cuda(0);
+  const Tensor a = randn({5, 300, 1000}, 7, d), x = randn({5, 1000, 1}, 8, d);
+  expect_batches_match(matmul(a, x), a, x, {0, 2, 4});
+  const Tensor r = randn({6, 1, 1000}, 9, d), w = randn({1000, 700}, 10, d);
+  const Tensor y = matmul(r, w);  // w broadcast over the batch
+  for (std::int64_t e : {0, 5})
+    expect_product(to_double(y.select(0, e)), to_double(r.select(0, e)), to_double(w),
+                   "entry " + std::to_string(e));
+}
+
 // Packed operands on the TMA kernel, K split 2 in a cluster, C in odd rows (the dispatcher's pick on 132
 // SMs).
 TEST(Gemm, F32_2047x2049x2047) {

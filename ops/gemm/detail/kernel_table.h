@@ -40,6 +40,7 @@ enum class Kernel {
   Tensor128x64,
   Tensor64x64,
   Wgmma,  // Hopper wgmma (sm_90a), TF32 modes: pack pass + warp-specialised kernel (tensorcore/wgmma.cu)
+  Gemv,   // matrix-vector (M == 1 or N == 1, any math mode, computed in fp32): one streaming pass (gemv.cu)
 };
 
 // How the partial sums of split K are added (deterministic either way: splits added in split order).
@@ -81,6 +82,7 @@ enum class KernelFamily {
   Rung,    // the teaching ladder: every problem, FP32, unsplit (ops/gemm/ladder.cu)
   Simt,    // production FP32 (ops/gemm/simt/)
   Tensor,  // tensor cores, TF32 modes (ops/gemm/tensorcore/)
+  Vector,  // memory-bound products with a vector operand, every math mode (ops/gemm/gemv.cu)
 };
 struct TileInfo {
   int bm, bn, bk;

@@ -30,6 +30,9 @@ void launch_tensor(const Problem& p, const Config& c, cudaStream_t stream);
 // wgmma (tensorcore/wgmma.cu): split K only as chosen here (cluster reduction).
 void launch_wgmma_kernel(const Problem& p, const Config& c, cudaStream_t stream);
 
+// Matrix-vector products (gemv.cu): K split over blocks as the launcher sees fit (Config::split_k is 1).
+void launch_gemv(const Problem& p, const Config& c, cudaStream_t stream);
+
 // Whether the binary carries kernels that DeviceModel::current() asks about.
 bool tma_kernels_usable();    // simt/tma.cu: built for sm_90+, and the TMA encoder reachable
 bool wgmma_kernels_usable();  // tensorcore/wgmma.cu: the sm_90a image loadable

@@ -5,6 +5,8 @@
 // 9.0 device the runtime describes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <array>
 #include <cstdint>
 #include <string>
@@ -368,10 +370,27 @@ TEST(GemmDispatch, Tma_StagingOnlyWithTheTmaKernels) {
   EXPECT_FALSE(tma_ready(p, DeviceModel::h100()));
 }
 
+// A vector operand (M == 1 or N == 1) takes the streaming vector kernel in every math mode, on every model;
+// it runs nothing else, and is among the candidates the sweep and tuner time.
+TEST(GemmDispatch, VectorOperandTakesTheVectorKernel) {
+  for (const DeviceModel& model : {DeviceModel::h100(), DeviceModel::h200(), DeviceModel::a100()})
+    for (MathMode math : {MathMode::FP32, MathMode::TF32, MathMode::TF32x3})
+      for (const Problem& p : {dense_rows(1, 3072, 768), dense_rows(768, 1, 768), dense_rows(1, 1, 100003)}) {
+        const Config c = choose(p, math, model);
+        EXPECT_EQ(c.kernel, Kernel::Gemv) << p.m << "x" << p.n << "x" << p.k << " " << math_mode_name(math);
+        EXPECT_TRUE(can_implement(p, c, model));
+        const std::vector<Config> all = candidates(p, math, model);
+        EXPECT_TRUE(
+            std::any_of(all.begin(), all.end(), [](const Config& x) { return x.kernel == Kernel::Gemv; }));
+      }
+  EXPECT_FALSE(can_implement(dense_rows(2, 3, 4), Config{Kernel::Gemv}, DeviceModel::h100()));
+  EXPECT_FALSE(can_implement(dense_rows(1, 3, 4), Config{Kernel::Gemv, 2}, DeviceModel::h100()));
+}
+
 // One row per kernel, in Kernel order; the ladder's rungs are never among the production lists.
 TEST(GemmKernelTable, OneRowPerKernel) {
   const auto table = kernel_table();
-  ASSERT_EQ(table.size(), static_cast<std::size_t>(Kernel::Wgmma) + 1);
+  ASSERT_EQ(table.size(), static_cast<std::size_t>(Kernel::Gemv) + 1);
   for (std::size_t i = 0; i < table.size(); ++i) {
     EXPECT_EQ(static_cast<std::size_t>(table[i].kernel), i);
     EXPECT_NE(table[i].launch, nullptr) << table[i].name;
@@ -381,6 +400,7 @@ TEST(GemmKernelTable, OneRowPerKernel) {
   EXPECT_EQ(simt_kernels().size(), 14u);
   EXPECT_EQ(tensor_kernels(), (std::vector<Kernel>{Kernel::Tensor128x128, Kernel::Tensor128x64,
                                                    Kernel::Tensor64x64, Kernel::Wgmma}));
+  EXPECT_EQ(kernel_info(Kernel::Gemv).family, KernelFamily::Vector);
   EXPECT_STREQ(kernel_name(Kernel::WarpTiled), "gemm_warp_tiled");
   EXPECT_STREQ(kernel_name(Kernel::Simt256x128), "simt_256x128x8_w64x64_t16x8_s3");
   // The rungs run every problem, unsplit, FP32 only; dispatch never picks one.
