@@ -3,6 +3,7 @@
 
 #include "minitensor/ops/elementwise.h"
 #include "minitensor/ops/gemm.h"
+#include "minitensor/ops/norm.h"
 #include "minitensor/ops/reduce.h"
 #include "minitensor/ops/softmax.h"
 #include "minitensor/ops/transpose.h"

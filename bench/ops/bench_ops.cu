@@ -20,6 +20,7 @@
 
 #include "minitensor/minitensor.h"
 #include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/detail/norm.h"
 #include "minitensor/runtime/stream.h"
 #include "minitensor/tensor/detail/kernels.h"
 
@@ -279,6 +280,30 @@ void BM_softmax(benchmark::State& state, bool log, detail::SoftmaxKernel which) 
       });
 }
 
+// ---- layer_norm / rms_norm over rows of d (transformer widths), the fused row kernel, weight and bias
+// present. Bytes: 8 per element (read x once, write y once).
+void BM_row_norm(benchmark::State& state, std::int64_t d, bool rms) {
+  Data& d_ = data();
+  const std::int64_t rows = kN / d;
+  const Tensor x = d_.x.narrow(0, 0, rows * d).view({rows, d}),
+               y = d_.out.narrow(0, 0, rows * d).view({rows, d});
+  const Tensor w = d_.y.narrow(0, 0, d), b = d_.y.narrow(0, d, d);
+  const detail::RowNorm kind = rms ? detail::RowNorm::Rms : detail::RowNorm::Layer;
+  run(
+      state, 8.0 * static_cast<double>(rows * d),
+      [&] {
+        detail::launch_row_norm(kind, x.data<float>(), w.data<float>(), rms ? nullptr : b.data<float>(),
+                                y.data<float>(), rows, d, 1e-5f, stream());
+      },
+      [&] {
+        const Tensor xs = x.narrow(0, 0, 4).cpu();
+        const Tensor ref = rms ? rms_norm(xs, w.cpu(), 1e-5) : layer_norm(xs, w.cpu(), b.cpu(), 1e-5);
+        std::string why;
+        close(host(y.narrow(0, 0, 4).flatten()), ref.flatten().to_vector<float>(), 1e-5, &why);
+        return why;
+      });
+}
+
 // ---- transposes of the 16384 x 16384 matrix. Bytes: 8 * n.
 void transpose_rung(benchmark::State& state, detail::TransposeKernel k) {
   Data& d = data();
@@ -360,6 +385,10 @@ BENCHMARK_CAPTURE(transpose_rung, smem_nopad, detail::TransposeKernel::SharedNoP
 BENCHMARK_CAPTURE(transpose_rung, smem_padded, detail::TransposeKernel::SharedPadded)->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, vec4_wide, detail::TransposeKernel::Vec4Wide)->Apply(timed);
 BENCHMARK_CAPTURE(transpose_rung, best, detail::TransposeKernel::Best)->Apply(timed);
+BENCHMARK_CAPTURE(BM_row_norm, layer_norm_768, 768, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_row_norm, layer_norm_1024, 1024, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_row_norm, layer_norm_4096, 4096, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_row_norm, rms_norm_4096, 4096, true)->Apply(timed);
 BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)->Apply(timed);
 BENCHMARK(BM_permute_021)->Apply(timed);

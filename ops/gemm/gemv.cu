@@ -17,6 +17,7 @@
 #include "minitensor/ops/gemm/detail/launch.h"
 #include "minitensor/ops/gemm/detail/launchers.h"
 #include "minitensor/ops/gemm/detail/scratch.h"
+#include "minitensor/runtime/detail/device_primitives.cuh"
 #include "minitensor/runtime/error.h"
 #include "minitensor/runtime/launch.h"
 
@@ -84,8 +85,7 @@ __global__ void __launch_bounds__(kThreads) gemv_dot(Problem p, Gemv g, float* w
     for (int t = q + lane; t < p1; t += G) a4[0] = fmaf(__ldcs(row + t), __ldg(v + t * g.s_v), a4[0]);
     acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  acc = warp_sum(acc);
   if constexpr (G > 32) {
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
     __syncthreads();

@@ -1,0 +1,142 @@
+// The fused row normalisation: each row read once into registers (VEC-wide loads, PER per thread, T threads
+// per row), its mean and variance (or mean square) reduced over the row's threads, then written scaled and
+// shifted. Memory bound: one read and one write of each element. The variance is taken of the centred row
+// held in registers (two passes over registers, not E[x^2] - E[x]^2, which cancels).
+#include <cstdint>
+
+#include "minitensor/ops/detail/norm.h"
+#include "minitensor/runtime/detail/device_primitives.cuh"
+#include "minitensor/runtime/error.h"
+
+namespace mt::detail {
+
+namespace {
+
+// Rows of up to T * PER * VEC elements. T is 32 (a warp per row, 256 / 32 rows per block) or a multiple of 32
+// up to 1024 (a block per row).
+template <int T, int PER, int VEC, RowNorm KIND>
+__global__ void __launch_bounds__(T < 256 ? 256 : T)
+    row_norm(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+             float* __restrict__ y, std::int64_t rows, int d, float eps) {
+  constexpr int kRowsPerBlock = T < 256 ? 256 / T : 1;
+  __shared__ float red[T >= 64 ? T / 32 : 1];
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / T;
+  const int lane = threadIdx.x % T;
+  const bool live = row < rows;
+  const float* xr = x + row * d;
+  float v[PER][VEC];
+  float sum = 0.f;
+#pragma unroll
+  for (int q = 0; q < PER; ++q) {
+    const int e = (q * T + lane) * VEC;
+    if (live && e < d) {
+      if constexpr (VEC == 4) {
+        const float4 t = __ldcs(reinterpret_cast<const float4*>(xr + e));
+        v[q][0] = t.x, v[q][1] = t.y, v[q][2] = t.z, v[q][3] = t.w;
+      } else {
+        v[q][0] = __ldcs(xr + e);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < VEC; ++c) v[q][c] = 0.f;
+    }
+#pragma unroll
+    for (int c = 0; c < VEC; ++c) sum += v[q][c];
+  }
+  // The sum over the row's T threads (all of them get it).
+  auto row_sum = [&](float s) {
+    s = warp_sum(s);
+    if constexpr (T >= 64) {
+      __syncthreads();  // red is reused by the second reduction
+      if (lane % 32 == 0) red[lane / 32] = s;
+      __syncthreads();
+      s = 0.f;
+#pragma unroll
+      for (int i = 0; i < T / 32; ++i) s += red[i];
+    }
+    return s;
+  };
+  const float inv_d = 1.f / static_cast<float>(d);
+  float mean = 0.f;
+  if constexpr (KIND == RowNorm::Layer) mean = row_sum(sum) * inv_d;
+  float sq = 0.f;
+#pragma unroll
+  for (int q = 0; q < PER; ++q) {
+    const int e = (q * T + lane) * VEC;
+#pragma unroll
+    for (int c = 0; c < VEC; ++c) {
+      const float t = e < d ? v[q][c] - mean : 0.f;
+      sq = fmaf(t, t, sq);
+    }
+  }
+  const float rstd = rsqrtf(row_sum(sq) * inv_d + eps);
+  if (!live) return;
+  float* yr = y + row * d;
+#pragma unroll
+  for (int q = 0; q < PER; ++q) {
+    const int e = (q * T + lane) * VEC;
+    if (e >= d) continue;
+    float o[VEC];
+#pragma unroll
+    for (int c = 0; c < VEC; ++c) {
+      o[c] = (v[q][c] - mean) * rstd;
+      if (w) o[c] *= __ldg(w + e + c);
+      if (KIND == RowNorm::Layer && b) o[c] += __ldg(b + e + c);
+    }
+    if constexpr (VEC == 4)
+      __stcs(reinterpret_cast<float4*>(yr + e), make_float4(o[0], o[1], o[2], o[3]));
+    else
+      __stcs(yr + e, o[0]);
+  }
+}
+
+template <int T, int PER, int VEC, RowNorm KIND>
+void run(const float* x, const float* w, const float* b, float* y, std::int64_t rows, int d, float eps,
+         cudaStream_t stream) {
+  constexpr int kThreads = T < 256 ? 256 : T, kRowsPerBlock = T < 256 ? 256 / T : 1;
+  const std::int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  row_norm<T, PER, VEC, KIND>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, w, b, y, rows, d, eps);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+// The smallest PER in {1, 2, 4, 8} that covers the row with T threads of VEC-wide loads.
+template <int T, int VEC, RowNorm KIND>
+bool run_per(const float* x, const float* w, const float* b, float* y, std::int64_t rows, int d, float eps,
+             cudaStream_t stream) {
+  const int per = (d + T * VEC - 1) / (T * VEC);
+  if (per <= 1) return run<T, 1, VEC, KIND>(x, w, b, y, rows, d, eps, stream), true;
+  if (per <= 2) return run<T, 2, VEC, KIND>(x, w, b, y, rows, d, eps, stream), true;
+  if (per <= 4) return run<T, 4, VEC, KIND>(x, w, b, y, rows, d, eps, stream), true;
+  if (per <= 8) return run<T, 8, VEC, KIND>(x, w, b, y, rows, d, eps, stream), true;
+  return false;
+}
+
+// A warp per row up to 8 loads per lane, then a block of 256, then of 1024; longer rows are not kept.
+template <int VEC, RowNorm KIND>
+bool dispatch(const float* x, const float* w, const float* b, float* y, std::int64_t rows, int d, float eps,
+              cudaStream_t stream) {
+  if (d <= 32 * 8 * VEC) return run_per<32, VEC, KIND>(x, w, b, y, rows, d, eps, stream);
+  if (d <= 256 * 8 * VEC) return run_per<256, VEC, KIND>(x, w, b, y, rows, d, eps, stream);
+  return run_per<1024, VEC, KIND>(x, w, b, y, rows, d, eps, stream);
+}
+
+bool aligned16(const void* p) {
+  return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
+
+}  // namespace
+
+bool launch_row_norm(RowNorm kind, const float* x, const float* weight, const float* bias, float* y,
+                     std::int64_t rows, std::int64_t d, float eps, cudaStream_t stream) {
+  if (d > 1024 * 8 * 4) return false;
+  const int di = static_cast<int>(d);
+  const bool vec4 = d % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(weight) && aligned16(bias);
+  if (kind == RowNorm::Layer)
+    return vec4 ? dispatch<4, RowNorm::Layer>(x, weight, bias, y, rows, di, eps, stream)
+                : dispatch<1, RowNorm::Layer>(x, weight, bias, y, rows, di, eps, stream);
+  return vec4 ? dispatch<4, RowNorm::Rms>(x, weight, nullptr, y, rows, di, eps, stream)
+              : dispatch<1, RowNorm::Rms>(x, weight, nullptr, y, rows, di, eps, stream);
+}
+
+}  // namespace mt::detail
