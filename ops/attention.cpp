@@ -1,0 +1,120 @@
+// mt::attention: validate, bring q, k, v (and the mask) to (b0, b1, t, d) views without copying where their
+// strides allow it, then the fused kernel, or matmul + softmax for head dims without one, or the Eigen
+// reference on the CPU.
+#include "minitensor/ops/attention.h"
+
+#include <cfloat>
+#include <cmath>
+
+#include "minitensor/ops/detail/attention.h"
+#include "minitensor/ops/elementwise.h"
+#include "minitensor/ops/gemm.h"
+#include "minitensor/ops/reduce.h"
+#include "minitensor/runtime/device.h"
+
+namespace mt {
+namespace {
+
+constexpr const char* kOp = "attention";
+
+// `t` as (b0, b1, t, d): rank 2 and 3 get leading 1s, rank > 4 folds its batch dims into one (a copy where
+// their strides do not fold).
+Tensor as_4d(const Tensor& t) {
+  if (t.dim() == 4) return t;
+  if (t.dim() == 3) return t.unsqueeze(0);
+  if (t.dim() == 2) return t.unsqueeze(0).unsqueeze(0);
+  return t.reshape({1, -1, t.size(-2), t.size(-1)});
+}
+
+detail::AttnOperand operand(const Tensor& t) {
+  return {t.data<float>(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// The attention composed from matmul and softmax (head dims without a fused kernel): the same semantics,
+// fully masked rows included.
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                double scale) {
+  Tensor s = matmul(q, k.transpose(-1, -2)) * scale;
+  if (mask.defined()) s = s + mask;
+  if (causal) {
+    const std::int64_t tq = q.size(-2), tk = k.size(-2);
+    std::vector<float> c(static_cast<size_t>(tq * tk), 0.f);
+    for (std::int64_t i = 0; i < tq; ++i)
+      for (std::int64_t j = i + 1; j < tk; ++j) c[static_cast<size_t>(i * tk + j)] = -INFINITY;
+    s = s + from_vector(c, Shape{tq, tk}, q.device());
+  }
+  // A row with no visible key has max -inf: shifted by -FLT_MAX instead, its exponentials are all 0, and
+  // the sum is kept off 0, so the row gives zeros.
+  const Tensor m = maximum(max(s, -1, true), full({}, -FLT_MAX, DType::F32, q.device()));
+  const Tensor e = exp(s - m);
+  const Tensor p = e / maximum(sum(e, -1, true), full({}, FLT_MIN, DType::F32, q.device()));
+  return matmul(p, v);
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  for (const Tensor* t : {&q, &k, &v}) {
+    t->check_defined(kOp);
+    MT_CHECK(t->dtype() == DType::F32, DTypeError, kOp, ": dtype ", t->dtype(),
+             " is not supported (float32 only)");
+    MT_CHECK(t->dim() >= 2, ShapeError, kOp, ": q, k and v need (..., T, D), got ", t->shape());
+    MT_CHECK(t->device() == q.device(), DeviceError, kOp, ": q is on ", q.device(), ", another operand on ",
+             t->device());
+  }
+  MT_CHECK(q.dim() == k.dim() && q.dim() == v.dim(), ShapeError, kOp, ": q ", q.shape(), ", k ", k.shape(),
+           " and v ", v.shape(), " differ in rank");
+  for (int d = 0; d + 2 < q.dim(); ++d)
+    MT_CHECK(q.size(d) == k.size(d) && q.size(d) == v.size(d), ShapeError, kOp, ": leading dims differ: q ",
+             q.shape(), ", k ", k.shape(), ", v ", v.shape());
+  MT_CHECK(q.size(-1) == k.size(-1), ShapeError, kOp, ": q ", q.shape(), " and k ", k.shape(),
+           " differ in head dim");
+  MT_CHECK(k.size(-2) == v.size(-2), ShapeError, kOp, ": k ", k.shape(), " and v ", v.shape(),
+           " differ in key count");
+  const std::int64_t tq = q.size(-2), tk = k.size(-2), d = q.size(-1), dv = v.size(-1);
+  const double scale = o.scale.value_or(d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
+  MT_CHECK(std::isfinite(scale), InvalidArgument, kOp, ": scale must be finite, got ", scale);
+  Shape out_shape = q.shape();
+  out_shape[out_shape.rank() - 1] = dv;
+  Shape score_shape = q.shape();
+  score_shape[score_shape.rank() - 1] = tk;
+  Tensor mask;
+  if (o.mask.defined()) {
+    MT_CHECK(o.mask.dtype() == DType::F32, DTypeError, kOp, ": mask has dtype ", o.mask.dtype(),
+             " (float32, additive)");
+    MT_CHECK(o.mask.device() == q.device(), DeviceError, kOp, ": mask is on ", o.mask.device(), ", q on ",
+             q.device());
+    MT_CHECK(o.mask.dim() <= score_shape.rank(), ShapeError, kOp, ": mask ", o.mask.shape(),
+             " does not broadcast to the scores ", score_shape);
+    mask = o.mask.expand(score_shape);  // ShapeError where it does not broadcast
+  }
+  if (q.numel() == 0 || v.numel() == 0 || tq == 0) return zeros(out_shape, DType::F32, q.device());
+  if (q.is_cpu()) return detail::cpu_attention(q, k, v, mask, o.causal, scale);
+  DeviceGuard guard(q.device());
+  if (d != dv || !(d == 32 || d == 64 || d == 128) || tk == 0)
+    return composed(q, k, v, mask, o.causal, scale).contiguous();
+  // The kernel reads rows contiguous along d.
+  auto rows = [](const Tensor& t) { return as_4d(t.stride(-1) == 1 ? t : t.contiguous()); };
+  const Tensor q4 = rows(q), k4 = rows(k), v4 = rows(v);
+  Tensor out = empty(out_shape, DType::F32, q.device());
+  detail::AttnProblem p;
+  p.b0 = static_cast<int>(q4.size(0)), p.b1 = static_cast<int>(q4.size(1));
+  p.tq = static_cast<int>(tq), p.tk = static_cast<int>(tk), p.d = static_cast<int>(d);
+  p.q = operand(q4), p.k = operand(k4), p.v = operand(v4);
+  Tensor m4;
+  if (mask.defined()) {
+    m4 = as_4d(mask);
+    p.mask = m4.data<float>(), p.m0 = m4.stride(0), p.m1 = m4.stride(1), p.mi = m4.stride(2),
+    p.mj = m4.stride(3);
+  }
+  p.out = out.data<float>();
+  p.scale = static_cast<float>(scale);
+  p.causal = o.causal;
+  cudaStream_t stream = detail::stream_for(q.device());
+  detail::launch_attention(p, stream);
+  for (const Tensor* t : {&q4, &k4, &v4, static_cast<const Tensor*>(&m4), static_cast<const Tensor*>(&out)})
+    if (t->defined()) detail::record_stream(*t, stream);
+  return out;
+}
+
+}  // namespace mt

@@ -1,0 +1,199 @@
+// Fused scaled dot-product attention, float32 on the CUDA cores, flash-attention style: a block takes 64
+// queries of one (batch, head), keeps them in shared memory, and streams K and V in tiles of 64 keys. For
+// each tile it forms the 64 x 64 scores (4 x 4 per thread), updates each row's running max and sum (the
+// online softmax: earlier partial outputs are rescaled by exp(m_old - m_new)), and adds P V into the output
+// held in registers. Nothing of size Tq x Tk reaches memory; each K and V tile is read once per query block.
+// Scores are kept in base 2 (scale * log2(e) folded in), so each exponential is one exp2.
+#include <cmath>
+#include <cstdint>
+
+#include "minitensor/ops/detail/attention.h"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
+
+namespace mt::detail {
+
+namespace {
+
+constexpr int kBM = 64, kBN = 64, kThreads = 256;
+
+template <int D>
+struct AttnSmem {
+  static constexpr int kLd = D + 4;  // rows 16-byte aligned, 4 banks apart: conflict-free float4 reads
+  static constexpr int kLdP = kBN + 4;
+  static constexpr std::size_t kBytes = sizeof(float) * (3 * kBM * kLd + kBM * kLdP);
+};
+
+// Rows [row0, row0 + 64) of one operand (t < t_len) into shared memory, zeros past the end.
+template <int D>
+__device__ __forceinline__ void load_tile(float* dst, const float* src, std::int64_t st, int row0,
+                                          int t_len) {
+  constexpr int kLd = AttnSmem<D>::kLd;
+  for (int e = threadIdx.x; e < kBM * D; e += kThreads) {
+    const int r = e / D, c = e % D;
+    dst[r * kLd + c] = row0 + r < t_len ? __ldg(src + (row0 + r) * st + c) : 0.f;
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void load_vec(const float* src, float* dst) {
+  if constexpr (N == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(src);
+    dst[0] = t.x, dst[1] = t.y, dst[2] = t.z, dst[3] = t.w;
+  } else {
+    const float2 t = *reinterpret_cast<const float2*>(src);
+    dst[0] = t.x, dst[1] = t.y;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) attention_fwd(AttnProblem p) {
+  constexpr int kLd = AttnSmem<D>::kLd, kLdP = AttnSmem<D>::kLdP;
+  constexpr int kDpt = D / 16;             // output columns per thread
+  constexpr int kVec = kDpt >= 4 ? 4 : 2;  // read from V as runs of kVec
+  // A thread's output column c: runs of kVec, the 16 threads of a row side by side in each 16 * kVec-wide
+  // band (conflict-free shared-memory reads of V).
+  auto out_col = [](int tx, int c) { return (c / kVec) * 16 * kVec + kVec * tx + c % kVec; };
+  extern __shared__ float4 smem4[];
+  float* Qs = reinterpret_cast<float*>(smem4);
+  float* Ks = Qs + kBM * kLd;
+  float* Vs = Ks + kBM * kLd;
+  float* Ps = Vs + kBM * kLd;
+
+  const int tiles_q = (p.tq + kBM - 1) / kBM;
+  const int bh = blockIdx.x / tiles_q, q0 = (blockIdx.x % tiles_q) * kBM;
+  const int b0 = bh / p.b1, b1 = bh % p.b1;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const float* qb = p.q.ptr + b0 * p.q.s0 + b1 * p.q.s1;
+  const float* kb = p.k.ptr + b0 * p.k.s0 + b1 * p.k.s1;
+  const float* vb = p.v.ptr + b0 * p.v.s0 + b1 * p.v.s1;
+  const float* mb = p.mask ? p.mask + b0 * p.m0 + b1 * p.m1 : nullptr;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float scale2 = p.scale * kLog2e;
+
+  load_tile<D>(Qs, qb, p.q.st, q0, p.tq);
+
+  float o[4][kDpt];
+  float m[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m[i] = -INFINITY, l[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kDpt; ++c) o[i][c] = 0.f;
+  }
+  // Causal: keys past the block's last query are never seen.
+  const int k_end = p.causal ? min(p.tk, q0 + kBM) : p.tk;
+  for (int k0 = 0; k0 < k_end; k0 += kBN) {
+    __syncthreads();  // the previous tile's K, V and P are consumed
+    load_tile<D>(Ks, kb, p.k.st, k0, p.tk);
+    load_tile<D>(Vs, vb, p.v.st, k0, p.tk);
+    __syncthreads();
+
+    // s[i][j]: query q0 + 4 ty + i, key k0 + tx + 16 j.
+    float s[4][4] = {};
+#pragma unroll 4
+    for (int d = 0; d < D; d += 4) {
+      float4 qv[4], kv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qv[i] = *reinterpret_cast<const float4*>(Qs + (4 * ty + i) * kLd + d);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) kv[j] = *reinterpret_cast<const float4*>(Ks + (tx + 16 * j) * kLd + d);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          s[i][j] = fmaf(qv[i].x, kv[j].x, s[i][j]);
+          s[i][j] = fmaf(qv[i].y, kv[j].y, s[i][j]);
+          s[i][j] = fmaf(qv[i].z, kv[j].z, s[i][j]);
+          s[i][j] = fmaf(qv[i].w, kv[j].w, s[i][j]);
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int qi = q0 + 4 * ty + i;
+      float row_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int kj = k0 + tx + 16 * j;
+        float t = s[i][j] * scale2;
+        if (mb && qi < p.tq && kj < p.tk) t = fmaf(__ldg(mb + qi * p.mi + kj * p.mj), kLog2e, t);
+        if (kj >= p.tk || (p.causal && kj > qi)) t = -INFINITY;
+        s[i][j] = t;
+        row_max = fmaxf(row_max, t);
+      }
+      // The row's 16 threads are lanes of one half-warp.
+#pragma unroll
+      for (int x = 8; x > 0; x >>= 1) row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, x));
+      const float m_new = fmaxf(m[i], row_max);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: every p is 0
+      const float corr = exp2f(m[i] - m_use);
+      float row_sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float pj = exp2f(s[i][j] - m_use);
+        row_sum += pj;
+        Ps[(4 * ty + i) * kLdP + tx + 16 * j] = pj;
+      }
+#pragma unroll
+      for (int x = 8; x > 0; x >>= 1) row_sum += __shfl_xor_sync(0xffffffffu, row_sum, x);
+      l[i] = l[i] * corr + row_sum;
+      m[i] = m_new;
+#pragma unroll
+      for (int c = 0; c < kDpt; ++c) o[i][c] *= corr;
+    }
+    __syncthreads();  // P complete
+
+    // o[i][c] += sum_j P[4 ty + i][j] V[j][kDpt tx + c]
+#pragma unroll 4
+    for (int j = 0; j < kBN; ++j) {
+      float pv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pv[i] = Ps[(4 * ty + i) * kLdP + j];
+      float vv[kDpt];
+#pragma unroll
+      for (int c = 0; c < kDpt; c += kVec) load_vec<kVec>(Vs + j * kLd + out_col(tx, c), vv + c);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int c = 0; c < kDpt; ++c) o[i][c] = fmaf(pv[i], vv[c], o[i][c]);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int qi = q0 + 4 * ty + i;
+    if (qi >= p.tq) continue;
+    const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;  // a fully masked row: zeros
+    float* dst = p.out + (static_cast<std::int64_t>(bh) * p.tq + qi) * D;
+#pragma unroll
+    for (int c = 0; c < kDpt; ++c) dst[out_col(tx, c)] = o[i][c] * inv;
+  }
+}
+
+template <int D>
+void run(const AttnProblem& p, cudaStream_t stream) {
+  auto* kernel = attention_fwd<D>;
+  constexpr std::size_t bytes = AttnSmem<D>::kBytes;
+  if (bytes > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
+  const std::int64_t blocks = static_cast<std::int64_t>((p.tq + kBM - 1) / kBM) * p.b0 * p.b1;
+  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(p);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool launch_attention(const AttnProblem& p, cudaStream_t stream) {
+  switch (p.d) {
+    case 32:
+      return run<32>(p, stream), true;
+    case 64:
+      return run<64>(p, stream), true;
+    case 128:
+      return run<128>(p, stream), true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace mt::detail

@@ -1,0 +1,36 @@
+// The fused attention kernel (ops/attention.cu) and its CPU reference (ops/cpu/attention.cpp).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "minitensor/tensor/tensor.h"
+
+namespace mt::detail {
+
+// A 4-D operand (b0, b1, t, d) with element strides, contiguous along d.
+struct AttnOperand {
+  const float* ptr = nullptr;
+  std::int64_t s0 = 0, s1 = 0, st = 0;
+};
+
+struct AttnProblem {
+  int b0 = 1, b1 = 1, tq = 0, tk = 0, d = 0;
+  AttnOperand q, k, v;
+  const float* mask = nullptr;  // (b0, b1, tq, tk) by strides, any of them 0; nullptr: none
+  std::int64_t m0 = 0, m1 = 0, mi = 0, mj = 0;
+  float* out = nullptr;  // (b0, b1, tq, d) contiguous
+  float scale = 1.f;
+  bool causal = false;
+};
+
+// false where the head dim has no fused kernel (32, 64 and 128 have).
+bool launch_attention(const AttnProblem& p, cudaStream_t stream);
+
+// float64 per query row; a fully masked row gives zeros. q, k, v and mask as for mt::attention, mask already
+// expanded to (..., Tq, Tk) or undefined.
+Tensor cpu_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                     double scale);
+
+}  // namespace mt::detail

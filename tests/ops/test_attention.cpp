@@ -1,0 +1,119 @@
+// Fused attention through the op harness against the float64 Eigen reference: head dims 32 / 64 / 128 (the
+// fused kernel) and 48 (composed), T not a multiple of the 64-row tile, Tq != Tk, causal, additive masks
+// (broadcast, fully masked rows), permuted and transposed views, ranks 2-4; error paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "minitensor/ops/attention.h"
+#include "minitensor/ops/elementwise.h"
+#include "tests/common/gpu.h"
+#include "tests/common/op_harness.h"
+
+namespace mt {
+namespace {
+
+using test::InputSpec;
+using test::Layout;
+using test::OpCase;
+using test::Tolerance;
+
+void run_attention(const Shape& q, const Shape& kv, bool causal, Layout layout = Layout::Contiguous,
+                   const Shape& mask = {}, bool with_mask = false) {
+  OpCase c;
+  c.name = std::string("attention") + (causal ? " causal" : "") + (with_mask ? " mask" : "");
+  c.inputs = {InputSpec{q, layout}, InputSpec{kv, layout}, InputSpec{kv, Layout::Contiguous}};
+  if (with_mask) c.inputs.push_back(InputSpec{mask, Layout::Contiguous, DType::F32, -3.0, 3.0});
+  c.tol = Tolerance::close(2e-5, 1e-4);
+  c.run = [=](const std::vector<Tensor>& in) {
+    AttentionOptions o;
+    o.causal = causal;
+    if (with_mask) o.mask = in[3];
+    return attention(in[0], in[1], in[2], o);
+  };
+  test::run_case(c);
+}
+
+TEST(Attention, HeadDims_Lengths_Causal) {
+  for (std::int64_t d : {32, 64, 128, 48})
+    for (std::int64_t t : {1, 17, 64, 130})
+      for (bool causal : {false, true}) run_attention({2, 3, t, d}, {2, 3, t, d}, causal);
+}
+
+TEST(Attention, QueriesAndKeysDiffer) {
+  for (bool causal : {false, true}) {
+    run_attention({1, 2, 70, 64}, {1, 2, 150, 64}, causal);
+    run_attention({1, 2, 150, 64}, {1, 2, 70, 64}, causal);
+  }
+}
+
+TEST(Attention, Layouts_Ranks) {
+  for (Layout l : {Layout::Offset1, Layout::Transposed, Layout::Strided})
+    run_attention({2, 2, 65, 64}, {2, 2, 65, 64}, true, l);
+  run_attention({6, 33, 32}, {6, 33, 32}, false);  // (batch * heads, T, D)
+  run_attention({40, 64}, {40, 64}, true);         // (T, D)
+  run_attention({2, 2, 2, 20, 32}, {2, 2, 2, 20, 32}, false);
+}
+
+TEST(Attention, AdditiveMasks) {
+  run_attention({2, 3, 70, 64}, {2, 3, 70, 64}, false, Layout::Contiguous, {70, 70}, true);  // broadcast
+  run_attention({2, 3, 70, 64}, {2, 3, 70, 64}, true, Layout::Contiguous, {2, 1, 70, 70}, true);
+  run_attention({1, 2, 20, 128}, {1, 2, 90, 128}, false, Layout::Contiguous, {1, 2, 20, 90}, true);
+  run_attention({1, 2, 20, 48}, {1, 2, 90, 48}, false, Layout::Contiguous, {20, 90}, true);  // composed
+}
+
+// Heads in (B, T, H, D) order viewed as (B, H, T, D): the kernel reads the strided rows in place.
+TEST(Attention, PermutedHeads) {
+  OpCase c;
+  c.name = "attention permuted heads";
+  c.inputs = {InputSpec{{2, 100, 4, 64}}, InputSpec{{2, 100, 4, 64}}, InputSpec{{2, 100, 4, 64}}};
+  c.tol = Tolerance::close(2e-5, 1e-4);
+  c.run = [](const std::vector<Tensor>& in) {
+    AttentionOptions o;
+    o.causal = true;
+    return attention(in[0].permute({0, 2, 1, 3}), in[1].permute({0, 2, 1, 3}), in[2].permute({0, 2, 1, 3}),
+                     o);
+  };
+  test::run_case(c);
+}
+
+// A row whose keys are all masked out gives zeros (no NaN); the other rows are untouched by it.
+TEST(Attention, FullyMaskedRowsGiveZeros) {
+  const std::int64_t t = 70;
+  std::vector<float> m(static_cast<size_t>(t * t), 0.f);
+  for (std::int64_t j = 0; j < t; ++j) m[static_cast<size_t>(3 * t + j)] = -INFINITY;  // row 3
+  const Tensor mask = from_vector(m, Shape{t, t});
+  const Tensor q = rand({1, 2, t, 64}, 1), k = rand({1, 2, t, 64}, 2), v = rand({1, 2, t, 64}, 3);
+  AttentionOptions o;
+  o.mask = mask;
+  const Tensor ref = attention(q, k, v, o);
+  const std::vector<float> r = ref.select(1, 1).select(1, 3).to_vector<float>();
+  for (float x : r) EXPECT_EQ(x, 0.f);
+  MT_REQUIRE_GPU();
+  o.mask = mask.cuda();
+  const Tensor got = attention(q.cuda(), k.cuda(), v.cuda(), o);
+  const test::Comparison cmp = test::compare(got, ref, Tolerance::close(2e-5, 1e-4));
+  EXPECT_TRUE(cmp.ok) << cmp.summary();
+}
+
+TEST(Attention, Errors) {
+  const Tensor q = rand({2, 8, 16}, 1);
+  EXPECT_THROW(attention(zeros({2, 8, 16}, DType::I32), q, q), DTypeError);
+  EXPECT_THROW(attention(q, rand({2, 8, 8}, 2), q), ShapeError);                     // head dims differ
+  EXPECT_THROW(attention(q, q, rand({2, 9, 16}, 3)), ShapeError);                    // key counts differ
+  EXPECT_THROW(attention(q, rand({3, 8, 16}, 2), rand({3, 8, 16}, 3)), ShapeError);  // batch differs
+  EXPECT_THROW(attention(rand({16}, 1), rand({16}, 1), rand({16}, 1)), ShapeError);
+  AttentionOptions o;
+  o.mask = rand({5, 8}, 4);
+  EXPECT_THROW(attention(q, q, q, o), ShapeError);
+  o.mask = Tensor();
+  o.scale = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(attention(q, q, q, o), InvalidArgument);
+  EXPECT_EQ(attention(rand({2, 0, 16}, 1), rand({2, 5, 16}, 1), rand({2, 5, 4}, 1)).shape(),
+            (Shape{2, 0, 4}));
+  if (cuda_available()) EXPECT_THROW(attention(q.cuda(), q, q), DeviceError);
+}
+
+}  // namespace
+}  // namespace mt
