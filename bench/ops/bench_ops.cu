@@ -304,6 +304,33 @@ void BM_row_norm(benchmark::State& state, std::int64_t d, bool rms) {
       });
 }
 
+// ---- fused attention, (B, 12 heads, T, 64), fp32, causal or not (bench/ops/torch_attention.py times
+// PyTorch's scaled_dot_product_attention on the same shapes). Counter TFLOPs: 4 B H T^2 D (halved causal).
+void BM_attention(benchmark::State& state, std::int64_t batch, std::int64_t t, bool causal) {
+  const std::int64_t heads = 12, dh = 64;
+  const Device dev = Device::cuda(0);
+  const Tensor q = randn({batch, heads, t, dh}, 1, dev), k = randn({batch, heads, t, dh}, 2, dev),
+               v = randn({batch, heads, t, dh}, 3, dev);
+  AttentionOptions o;
+  o.causal = causal;
+  Tensor out;
+  auto launch = [&] { out = attention(q, k, v, o); };
+  launch();
+  MT_CUDA_CHECK(cudaDeviceSynchronize());
+  const Tensor ref =
+      attention(q.narrow(0, 0, 1).narrow(1, 0, 1).cpu(), k.narrow(0, 0, 1).narrow(1, 0, 1).cpu(),
+                v.narrow(0, 0, 1).narrow(1, 0, 1).cpu(), o);
+  std::string why;
+  if (!close(host(out.narrow(0, 0, 1).narrow(1, 0, 1).contiguous().flatten()),
+             ref.flatten().to_vector<float>(), 1e-4, &why)) {
+    state.SkipWithError(("validation failed: " + why).c_str());
+    return;
+  }
+  const double ms = time_ms(state, launch);
+  state.counters["median_us"] = ms * 1e3;
+  state.counters["TFLOPs"] = 4.0 * batch * heads * t * t * dh * (causal ? 0.5 : 1.0) / (ms * 1e-3) / 1e12;
+}
+
 // ---- transposes of the 16384 x 16384 matrix. Bytes: 8 * n.
 void transpose_rung(benchmark::State& state, detail::TransposeKernel k) {
   Data& d = data();
@@ -389,6 +416,11 @@ BENCHMARK_CAPTURE(BM_row_norm, layer_norm_768, 768, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_row_norm, layer_norm_1024, 1024, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_row_norm, layer_norm_4096, 4096, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_row_norm, rms_norm_4096, 4096, true)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 8x128, 8, 128, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 8x128_causal, 8, 128, true)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 4x512, 4, 512, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 4x512_causal, 4, 512, true)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 1x1024_causal, 1, 1024, true)->Apply(timed);
 BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)->Apply(timed);
 BENCHMARK(BM_permute_021)->Apply(timed);
