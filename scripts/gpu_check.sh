@@ -45,18 +45,20 @@ fi
 # compute-sanitizer: memcheck (memory-access errors only: the out-of-memory tests make CUDA API calls fail on
 # purpose), racecheck, synccheck and initcheck, each over every test binary with the caching allocator bypassed
 # so that every access is checked against its own allocation. MT_<TOOL>_FILTER (gtest filter) narrows a tool;
-# MT_SANITIZER_SHARDS=N splits each binary into N gtest shards run one after another (racecheck is slow).
+# MT_SANITIZER_SHARDS=N splits each binary into N gtest shards run side by side, each its own process on the
+# one GPU (racecheck over the ops suite takes minutes in one process).
 sanitize() {  # sanitize TOOL FILTER
   local tool="$1" filter="$2" shards="${MT_SANITIZER_SHARDS:-1}"
   echo "== $tool"
   for bin in $(binaries build/tests/mt_tests_*); do
     name=$(basename "$bin")
-    : > "$out/${tool}_$name.log"
     for ((i = 0; i < shards; i++)); do
       GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i MT_DISABLE_CACHING=1 timeout 900 \
         compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
-        "$bin" --gtest_filter="$filter" >> "$out/${tool}_$name.log" 2>&1
+        "$bin" --gtest_filter="$filter" > "$out/${tool}_$name.$i.log" 2>&1 &
     done
+    wait
+    cat "$out/${tool}_$name".*.log > "$out/${tool}_$name.log" && rm -f "$out/${tool}_$name".*.log
     echo "  $name: $(grep -o 'ERROR SUMMARY: [0-9]* error' "$out/${tool}_$name.log" | awk '{s += $3} END {print s + 0}') errors, $(grep -c 'ERROR SUMMARY' "$out/${tool}_$name.log")/$shards summaries"
   done
 }
