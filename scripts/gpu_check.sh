@@ -82,6 +82,10 @@ if has bench; then
     timeout 300 python3 bench/graph/torch_mlp.py --mt-json "$out/bench_graph.json" --json "$out/torch_mlp.json" > "$out/torch_mlp.log" 2>&1
     echo "  torch_mlp.py: exit $?"
   fi
+  if [ -f "$out/bench_ops.json" ] && python3 -c "import torch" 2>/dev/null; then
+    timeout 300 python3 bench/ops/torch_attention.py --mt-json "$out/bench_ops.json" > "$out/torch_attention.log" 2>&1
+    echo "  torch_attention.py: exit $?"
+  fi
 fi
 
 if has demo; then
@@ -91,4 +95,5 @@ fi
 
 python3 scripts/summarize.py "$out"
 [ -f "$out/torch_mlp.log" ] && { echo; echo "PyTorch side by side (bench/graph/torch_mlp.py)"; tail -n 20 "$out/torch_mlp.log"; }
+[ -f "$out/torch_attention.log" ] && { echo; echo "PyTorch SDPA side by side (bench/ops/torch_attention.py)"; cat "$out/torch_attention.log"; }
 exit 0
