@@ -64,7 +64,13 @@ bool query_event(cudaEvent_t e) {
 // Shared event handling of the CUDA backends; `device_of` says which device a stream's event must live on.
 class CudaEventsBackend : public MemoryBackend {
  public:
+  // A stream being captured into a CUDA graph takes no event: one recorded there is a node of the graph,
+  // never "recorded" for a query, and querying it would invalidate the capture. The allocator treats the
+  // refusal as a stream that cannot take an event now (the block waits; a fence is not set).
   EventHandle record_event(cudaStream_t stream) override {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    MT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) MT_CUDA_CHECK(cudaErrorStreamCaptureUnsupported);
     CudaEvent* e = event_pool().acquire(device_of(stream));
     const cudaError_t status = cudaEventRecord(e->event, stream);
     if (status != cudaSuccess) {

@@ -542,10 +542,13 @@ bool CachingDeviceAllocator::release_locked(Pool& pool, cudaStream_t pool_stream
       ++stats.events_recorded;
     } catch (const std::exception& e) {
       // Without an event there is no telling when the block is safe: it waits until one can be recorded
-      // (process_events tries again; empty_cache waits for it).
+      // (process_events tries again; empty_cache waits for it). A stream being captured takes none by rule
+      // (MemoryBackend::record_event): no error then.
       pool.unfenced.push_back({b, st});
       ++pool.n_pending;
-      detail::log_error(std::string("caching allocator: cannot record a release event: ") + e.what());
+      const auto* cuda = dynamic_cast<const CudaError*>(&e);
+      if (!cuda || cuda->code() != cudaErrorStreamCaptureUnsupported)
+        detail::log_error(std::string("caching allocator: cannot record a release event: ") + e.what());
     }
   };
   if (b->stream != pool_stream) fence(b->stream);

@@ -34,7 +34,9 @@ class MemoryBackend {
   virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
 
   // An event marking the work queued on `stream` so far. Events come from a pool: hand each back with
-  // release_event once it is no longer needed.
+  // release_event once it is no longer needed. A stream being captured into a CUDA graph takes none
+  // (CudaError cudaErrorStreamCaptureUnsupported): an event recorded there is a node of the graph, and
+  // polling it would invalidate the capture.
   virtual EventHandle record_event(cudaStream_t stream) = 0;
   virtual bool event_done(EventHandle event) = 0;  // polls, never blocks the host
   virtual void event_wait(EventHandle event) = 0;  // blocks the host until the event's work is done
