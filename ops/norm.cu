@@ -1,7 +1,8 @@
 // The fused row normalisation: each row read once into registers (VEC-wide loads, PER per thread, T threads
 // per row), its mean and variance (or mean square) reduced over the row's threads, then written scaled and
 // shifted. Memory bound: one read and one write of each element. The variance is taken of the centred row
-// held in registers (two passes over registers, not E[x^2] - E[x]^2, which cancels).
+// held in registers (two passes over registers, not E[x^2] - E[x]^2, which cancels), the row held shifted by
+// its first element (so the mean is not a sum of large numbers).
 #include <cstdint>
 
 #include "minitensor/ops/detail/norm.h"
@@ -24,6 +25,9 @@ __global__ void __launch_bounds__(T < 256 ? 256 : T)
   const int lane = threadIdx.x % T;
   const bool live = row < rows;
   const float* xr = x + row * d;
+  // Layer: the row is held shifted by its first element, so the sums are of small numbers when the mean is
+  // large against the spread (x - shift is exact for x within a factor of 2 of shift).
+  const float shift = KIND == RowNorm::Layer && live ? __ldg(xr) : 0.f;
   float v[PER][VEC];
   float sum = 0.f;
 #pragma unroll
@@ -32,9 +36,9 @@ __global__ void __launch_bounds__(T < 256 ? 256 : T)
     if (live && e < d) {
       if constexpr (VEC == 4) {
         const float4 t = __ldcs(reinterpret_cast<const float4*>(xr + e));
-        v[q][0] = t.x, v[q][1] = t.y, v[q][2] = t.z, v[q][3] = t.w;
+        v[q][0] = t.x - shift, v[q][1] = t.y - shift, v[q][2] = t.z - shift, v[q][3] = t.w - shift;
       } else {
-        v[q][0] = __ldcs(xr + e);
+        v[q][0] = __ldcs(xr + e) - shift;
       }
     } else {
 #pragma unroll
