@@ -24,15 +24,29 @@ struct AttnSmem {
   static constexpr std::size_t kBytes = sizeof(float) * (3 * kBM * kLd + kBM * kLdP);
 };
 
-// Rows [row0, row0 + 64) of one operand (t < t_len) into shared memory, zeros past the end.
+// Rows [row0, row0 + 64) of one operand (t < t_len) into shared memory, zeros past the end; 16-byte loads
+// where the rows are 16-byte aligned (`vec`).
 template <int D>
-__device__ __forceinline__ void load_tile(float* dst, const float* src, std::int64_t st, int row0,
-                                          int t_len) {
+__device__ __forceinline__ void load_tile(float* dst, const float* src, std::int64_t st, int row0, int t_len,
+                                          bool vec) {
   constexpr int kLd = AttnSmem<D>::kLd;
+  if (vec) {
+    for (int e = threadIdx.x; e < kBM * D / 4; e += kThreads) {
+      const int r = e / (D / 4), c = 4 * (e % (D / 4));
+      const float4 v = row0 + r < t_len ? __ldg(reinterpret_cast<const float4*>(src + (row0 + r) * st + c))
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(dst + r * kLd + c) = v;
+    }
+    return;
+  }
   for (int e = threadIdx.x; e < kBM * D; e += kThreads) {
     const int r = e / D, c = e % D;
     dst[r * kLd + c] = row0 + r < t_len ? __ldg(src + (row0 + r) * st + c) : 0.f;
   }
+}
+
+__device__ __forceinline__ bool rows16(const float* p, std::int64_t st) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0 && st % 4 == 0;
 }
 
 template <int N>
@@ -46,8 +60,9 @@ __device__ __forceinline__ void load_vec(const float* src, float* dst) {
   }
 }
 
+// Two blocks per SM up to head dim 64 (128 registers); 128's shared memory allows one.
 template <int D>
-__global__ void __launch_bounds__(kThreads) attention_fwd(AttnProblem p) {
+__global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(AttnProblem p) {
   constexpr int kLd = AttnSmem<D>::kLd, kLdP = AttnSmem<D>::kLdP;
   constexpr int kDpt = D / 16;             // output columns per thread
   constexpr int kVec = kDpt >= 4 ? 4 : 2;  // read from V as runs of kVec
@@ -71,7 +86,8 @@ __global__ void __launch_bounds__(kThreads) attention_fwd(AttnProblem p) {
   constexpr float kLog2e = 1.4426950408889634f;
   const float scale2 = p.scale * kLog2e;
 
-  load_tile<D>(Qs, qb, p.q.st, q0, p.tq);
+  load_tile<D>(Qs, qb, p.q.st, q0, p.tq, rows16(qb, p.q.st));
+  const bool k_vec = rows16(kb, p.k.st), v_vec = rows16(vb, p.v.st);
 
   float o[4][kDpt];
   float m[4], l[4];
@@ -85,8 +101,8 @@ __global__ void __launch_bounds__(kThreads) attention_fwd(AttnProblem p) {
   const int k_end = p.causal ? min(p.tk, q0 + kBM) : p.tk;
   for (int k0 = 0; k0 < k_end; k0 += kBN) {
     __syncthreads();  // the previous tile's K, V and P are consumed
-    load_tile<D>(Ks, kb, p.k.st, k0, p.tk);
-    load_tile<D>(Vs, vb, p.v.st, k0, p.tk);
+    load_tile<D>(Ks, kb, p.k.st, k0, p.tk, k_vec);
+    load_tile<D>(Vs, vb, p.v.st, k0, p.tk, v_vec);
     __syncthreads();
 
     // s[i][j]: query q0 + 4 ty + i, key k0 + tx + 16 j.
@@ -145,18 +161,21 @@ __global__ void __launch_bounds__(kThreads) attention_fwd(AttnProblem p) {
     __syncthreads();  // P complete
 
     // o[i][c] += sum_j P[4 ty + i][j] V[j][kDpt tx + c]
-#pragma unroll 4
-    for (int j = 0; j < kBN; ++j) {
-      float pv[4];
+#pragma unroll 1
+    for (int j0 = 0; j0 < kBN; j0 += 4) {
+      float pv[4][4];  // P[4 ty + i][j0 + u], 16-byte reads
 #pragma unroll
-      for (int i = 0; i < 4; ++i) pv[i] = Ps[(4 * ty + i) * kLdP + j];
-      float vv[kDpt];
+      for (int i = 0; i < 4; ++i) load_vec<4>(Ps + (4 * ty + i) * kLdP + j0, pv[i]);
 #pragma unroll
-      for (int c = 0; c < kDpt; c += kVec) load_vec<kVec>(Vs + j * kLd + out_col(tx, c), vv + c);
+      for (int u = 0; u < 4; ++u) {
+        float vv[kDpt];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+        for (int c = 0; c < kDpt; c += kVec) load_vec<kVec>(Vs + (j0 + u) * kLd + out_col(tx, c), vv + c);
 #pragma unroll
-        for (int c = 0; c < kDpt; ++c) o[i][c] = fmaf(pv[i], vv[c], o[i][c]);
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int c = 0; c < kDpt; ++c) o[i][c] = fmaf(pv[i][u], vv[c], o[i][c]);
+      }
     }
   }
 
