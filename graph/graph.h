@@ -102,7 +102,8 @@ class Graph {
   Node exp(Node x) { return unary(UnaryOp::Exp, x); }
   Node log(Node x) { return unary(UnaryOp::Log, x); }
   Node sqrt(Node x) { return unary(UnaryOp::Sqrt, x); }
-  Node gelu(Node x) { return unary(UnaryOp::Gelu, x); }
+  Node gelu(Node x) { return unary(UnaryOp::Gelu, x); }           // exact (erf), PyTorch's default
+  Node gelu_tanh(Node x) { return unary(UnaryOp::GeluTanh, x); }  // tanh approximation
   Node square(Node x) { return unary(UnaryOp::Square, x); }
   Node add(Node a, Node b) { return binary(BinaryOp::Add, a, b); }
   Node sub(Node a, Node b) { return binary(BinaryOp::Sub, a, b); }
@@ -183,7 +184,7 @@ using TensorMap = std::map<std::string, Tensor>;
 // What the compiler decides: fusion, the memory plan, streams, GEMM math, weight packing.
 struct CompileOptions {
   bool fuse_elementwise = true;    // elementwise chains/trees -> one NVRTC kernel
-  bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu -> GEMM epilogue
+  bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu/gelu_tanh -> GEMM epilogue
   bool fuse_softmax = true;        // max/sub/exp/sum/div -> softmax
   bool plan_memory = true;         // false: every intermediate gets its own buffer (nothing is reused)
   bool inplace = true;             // elementwise ops may overwrite a dying input of their shape

@@ -202,6 +202,9 @@ void BM_relu_offset1(benchmark::State& state) {
 void BM_gelu(benchmark::State& state) {
   elementwise_unary(state, UnaryOp::Gelu, data().x, data().out);
 }
+void BM_gelu_tanh(benchmark::State& state) {
+  elementwise_unary(state, UnaryOp::GeluTanh, data().x, data().out);
+}
 // ---- reductions. Bytes: 4 * n read (+ the outputs, negligible).
 StridedLayout rows_layout(std::int64_t n_rows, std::int64_t row_len) {
   StridedLayout l;
@@ -336,6 +339,7 @@ BENCHMARK(BM_add_offset1_all)->Apply(timed);
 BENCHMARK(BM_relu)->Apply(timed);
 BENCHMARK(BM_relu_offset1)->Apply(timed);
 BENCHMARK(BM_gelu)->Apply(timed);
+BENCHMARK(BM_gelu_tanh)->Apply(timed);
 BENCHMARK_CAPTURE(BM_sum, aligned, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_sum, offset1, true)->Apply(timed);
 BENCHMARK_CAPTURE(matrix_reduce, row_sum, ReduceOp::Sum, true)->Apply(timed);

@@ -112,6 +112,23 @@ TEST(GraphCpu, InputErrorsAreTypedAndNameTheInput) {
   EXPECT_THROW(run_cpu(empty, {{"x", zeros({2})}}), InvalidArgument);
 }
 
+// g.gelu is the exact erf form and g.gelu_tanh the tanh approximation, as the eager ops (PyTorch's values).
+TEST(GraphCpu, GeluFormsMatchEagerOps) {
+  Graph g;
+  auto x = g.input("x", {4});
+  g.output("exact", g.gelu(x));
+  g.output("approx", g.gelu_tanh(x));
+  const Tensor xs = from_vector<float>({1.f, -1.f, 3.f, -3.f});
+  const TensorMap out = run_cpu(g, {{"x", xs}});
+  EXPECT_EQ(max_diff(out.at("exact"), gelu(xs)), 0.0);
+  EXPECT_EQ(max_diff(out.at("approx"), gelu_tanh(xs)), 0.0);
+  const std::vector<float> e = out.at("exact").to_vector<float>(), a = out.at("approx").to_vector<float>();
+  EXPECT_NEAR(e[0], 0.8413447460685429, 1e-6);
+  EXPECT_NEAR(e[1], -0.15865525393145707, 1e-6);
+  EXPECT_NEAR(a[0], 0.8411919906082768, 1e-6);
+  EXPECT_NEAR(e[2], 2.99595030590511, 1e-6);
+}
+
 TEST(GraphCpu, RandomGraphsRunOnCpu) {
   for (std::uint64_t seed = 0; seed < 100; ++seed) {
     test::RandomGraph rg = test::make_random_graph(seed);
@@ -283,6 +300,26 @@ TEST(GraphCuda, CheckReportOnMlp) {
   const std::string t = r.table();
   for (const char* col : {"max abs", "max rel", "NMSE", "tol", "pass"})
     EXPECT_NE(t.find(col), std::string::npos) << t;
+}
+
+// Both GELUs on the device against the CPU reference: in a fused elementwise kernel (NVRTC) and in the GEMM
+// epilogue, node by node and end to end.
+TEST(GraphCuda, CheckGeluForms_FusedAndEpilogue) {
+  MT_REQUIRE_GPU();
+  Graph g;
+  auto x = g.input("x", {33, 48});
+  auto w1 = g.parameter("w1", uniform({48, 40}, 7, -0.3, 0.3));
+  auto w2 = g.parameter("w2", uniform({48, 40}, 10, -0.3, 0.3));
+  auto b = g.parameter("b", uniform({40}, 8, -0.5, 0.5));
+  g.output("fused", g.gelu(x * 1.5) * x - g.gelu_tanh(x + 0.25));
+  g.output("epilogue_exact", g.gelu(g.matmul(x, w1) + b));
+  g.output("epilogue_tanh", g.gelu_tanh(g.matmul(x, w2) + b));
+  const CheckReport r = check(g, {{"x", uniform({33, 48}, 9, -3, 3)}}, gpu_options());
+  EXPECT_TRUE(r.ok) << r;
+  EXPECT_TRUE(r.compared) << r;
+  const std::string t = r.table();
+  EXPECT_NE(t.find("linear+bias+gelu "), std::string::npos) << t;
+  EXPECT_NE(t.find("linear+bias+gelu_tanh"), std::string::npos) << t;
 }
 
 TEST(GraphCuda, CheckReportOnMlpTf32x3) {
