@@ -297,8 +297,8 @@ void transpose_rung(benchmark::State& state, detail::TransposeKernel k) {
         return why;
       });
 }
-// The eager path: Tensor::copy_ of a transposed view (the tiled copy; what contiguous() and mt::transpose
-// use).
+// The eager path: Tensor::copy_ of a transposed view (the tiled copy; what contiguous() and
+// mt::transpose_copy use).
 void BM_transpose_copy(benchmark::State& state, bool offset1) {
   Data& d = data();
   const Tensor src = offset1 ? d.x1.view({kSide, kSide}).t() : d.m.t();
