@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "minitensor/graph/detail/codegen.h"
+#include "minitensor/graph/detail/internal.h"
 #include "minitensor/graph/graph.h"
 #include "minitensor/ops/ops.h"
 #include "random_graph.h"
@@ -110,6 +111,56 @@ TEST(GraphCpu, InputErrorsAreTypedAndNameTheInput) {
   empty.input("x", {2});
   EXPECT_THROW(Executor(empty, cpu), InvalidArgument);
   EXPECT_THROW(run_cpu(empty, {{"x", zeros({2})}}), InvalidArgument);
+}
+
+// No device asked for and none present: Executor(g) and check(g, ...) run on the CPU and say so on stderr,
+// once per process, with the reason (here: no driver). An explicit CUDA device stays a DeviceError.
+TEST(GraphCpu, DefaultDeviceFallsBackToTheCpuWithANotice) {
+  if (cuda_available())
+    GTEST_SKIP() << "a CUDA device is present: the default is the GPU (GraphCuda.DefaultDeviceIsTheGpu)";
+  Mlp m = make_mlp(3, 8);
+  const Tensor x = uniform({3, 8}, 1);
+  const Tensor ref = run_cpu(m.g, {{"x", x}}).at("y");
+  detail::reset_cpu_fallback_notice();
+  testing::internal::CaptureStderr();
+  Executor first(m.g);
+  Executor second(m.g, ExecOptions{});
+  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string notice =
+      "minitensor: no CUDA device (" + cuda_unavailable_reason() + "); running on the CPU\n";
+  EXPECT_EQ(err, notice);  // once, for both executors
+  EXPECT_EQ(first.device(), Device::cpu());
+  EXPECT_EQ(second.device(), Device::cpu());
+  const TensorMap out = first.run({{"x", x}});
+  EXPECT_TRUE(out.at("y").is_cpu());
+  EXPECT_EQ(max_diff(out.at("y"), ref), 0.0);
+  EXPECT_EQ(m.g.compile().device(), Device::cpu());
+
+  detail::reset_cpu_fallback_notice();
+  testing::internal::CaptureStderr();
+  const CheckReport r = check(m.g, {{"x", x}});
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), notice);
+  EXPECT_FALSE(r.compared) << r;
+  EXPECT_NE(r.table().find("nothing compared"), std::string::npos) << r;
+
+  // Asked for explicitly, the GPU is required.
+  ExecOptions gpu;
+  gpu.device = Device::cuda(0);
+  EXPECT_THROW(Executor(m.g, gpu), DeviceError);
+  EXPECT_THROW(check(m.g, {{"x", x}}, gpu), DeviceError);
+  try {
+    Executor e(m.g, gpu);
+    FAIL() << "no throw";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find(cuda_unavailable_reason()), std::string::npos) << e.what();
+  }
+  // An explicit CPU says nothing.
+  testing::internal::CaptureStderr();
+  detail::reset_cpu_fallback_notice();
+  ExecOptions cpu;
+  cpu.device = Device::cpu();
+  EXPECT_EQ(Executor(m.g, cpu).device(), Device::cpu());
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 
 // g.gelu is the exact erf form and g.gelu_tanh the tanh approximation, as the eager ops (PyTorch's values).
@@ -320,6 +371,17 @@ TEST(GraphCuda, CheckGeluForms_FusedAndEpilogue) {
   const std::string t = r.table();
   EXPECT_NE(t.find("linear+bias+gelu "), std::string::npos) << t;
   EXPECT_NE(t.find("linear+bias+gelu_tanh"), std::string::npos) << t;
+}
+
+TEST(GraphCuda, DefaultDeviceIsTheGpu) {
+  MT_REQUIRE_GPU();
+  Mlp m = make_mlp(3, 8);
+  detail::reset_cpu_fallback_notice();
+  testing::internal::CaptureStderr();
+  Executor e(m.g);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(e.device(), Device::cuda(0));
+  EXPECT_TRUE(check(m.g, {{"x", uniform({3, 8}, 1)}}).compared);
 }
 
 TEST(GraphCuda, CheckReportOnMlpTf32x3) {
