@@ -8,7 +8,6 @@
 //   mlp_demo [batch] [hidden] [trace.json]          (the positional form)
 //
 // Exit status: 0 ok, 1 runtime error, 2 usage error, 3 the check against the Eigen reference failed.
-#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cctype>
@@ -144,23 +143,9 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-// Why there is no CUDA device, in words. cuda_available() only says that there is none, and device_report()
-// gives cudaGetDeviceCount's error text, which reads "driver version is insufficient" when there is no driver
-// at all: the driver version (0 without a driver) tells the two apart.
+// Why there is no CUDA device, in words (cuda_unavailable_reason: no driver at all, an old driver, no GPU).
 std::string no_gpu_reason() {
-  int count = 0, driver = 0, runtime = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  (void)cudaGetLastError();
-  (void)cudaDriverGetVersion(&driver);
-  (void)cudaRuntimeGetVersion(&runtime);
-  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); };
-  if (driver == 0) return "no NVIDIA driver found: running on the CPU";
-  if (status == cudaErrorInsufficientDriver)
-    return "the NVIDIA driver (CUDA " + version(driver) + ") is older than this build's CUDA runtime (" +
-           version(runtime) + "): running on the CPU (update the driver to use the GPU)";
-  if (status == cudaErrorNoDevice || (status == cudaSuccess && count == 0))
-    return "no CUDA device: the NVIDIA driver (CUDA " + version(driver) + ") sees no GPU: running on the CPU";
-  return std::string("no CUDA device (") + cudaGetErrorString(status) + "): running on the CPU";
+  return "no CUDA device (" + cuda_unavailable_reason() + "): running on the CPU";
 }
 
 Tensor uniform(const Shape& s, std::uint64_t seed, double lo, double hi) {

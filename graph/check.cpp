@@ -124,6 +124,7 @@ double local_tolerance(const NodeData& n, MathMode math) {
 CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions options) {
   using namespace detail;
   CheckReport report;
+  options.device = resolve_device(options.device);
   options.run.keep_intermediates = true;
   options.run.cuda_graph = false;
   const std::vector<Tensor> cpu = run_cpu_all(graph, inputs);
@@ -131,7 +132,7 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     report.ok = report.ok && row.pass;
     report.rows.push_back(std::move(row));
   };
-  if (options.device.is_cpu()) {  // nothing to compare against: report the reference's outputs, and say so
+  if (options.device->is_cpu()) {  // nothing to compare against: report the reference's outputs, and say so
     report.compared = false;
     for (const auto& [name, id] : graph.data().outputs) {
       CheckRow row;
@@ -148,7 +149,7 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
   const TensorMap out = exec.run(inputs);
   const ExecutorImpl& impl = exec.impl();
   const Program& p = impl.m_prog;
-  synchronize(options.device);
+  synchronize(*options.device);
 
   for (const Step& s : p.steps) {
     const NodeData& root = p.g.at(s.root);

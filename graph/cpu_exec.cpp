@@ -1,11 +1,30 @@
-// The CPU path: every node through the eager ops on CPU tensors (the Eigen reference), no fusion or planning.
+// The CPU path: every node through the eager ops on CPU tensors (the Eigen reference), no fusion or planning;
+// and the choice of the CPU where no device was asked for and there is none.
 #include <algorithm>
+#include <atomic>
+#include <iostream>
 
 #include "minitensor/graph/detail/internal.h"
 #include "minitensor/ops/ops.h"
 
 namespace mt {
 namespace detail {
+
+namespace {
+std::atomic<bool> g_cpu_fallback_noticed{false};
+}  // namespace
+
+Device resolve_device(const std::optional<Device>& requested) {
+  if (requested) return *requested;
+  if (cuda_available()) return Device::cuda(0);
+  if (!g_cpu_fallback_noticed.exchange(true))
+    std::cerr << "minitensor: no CUDA device (" << cuda_unavailable_reason() << "); running on the CPU\n";
+  return Device::cpu();
+}
+
+void reset_cpu_fallback_notice() {
+  g_cpu_fallback_noticed.store(false);
+}
 
 void require_outputs(const GraphData& g, const char* op) {
   MT_CHECK(!g.outputs.empty(), InvalidArgument, op,
@@ -66,7 +85,7 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
     case OpKind::LogSoftmax:
       return log_softmax(ins[0], n.axes[0]);
     case OpKind::Permute:
-      return permute(ins[0], n.axes);
+      return permute_copy(ins[0], n.axes);  // a graph's permute materialises (graph.h)
     case OpKind::View:
       return ins[0].reshape(n.shape);
     case OpKind::Matmul:

@@ -149,7 +149,8 @@ void warn(std::vector<std::string>& warnings, const std::string& msg) {
 }  // namespace
 
 ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
-    : m_opt(options), m_device(options.device) {
+    : m_opt(options), m_device(resolve_device(options.device)) {
+  m_opt.device = m_device;
   m_source.nodes = graph.nodes;
   m_source.outputs = graph.outputs;
   require_outputs(m_source, "Executor");
@@ -730,6 +731,9 @@ std::string Executor::summary() const {
 }
 const std::vector<std::string>& Executor::warnings() const {
   return m_impl->m_warnings;
+}
+Device Executor::device() const {
+  return m_impl->m_device;
 }
 int Executor::n_launches() const {
   return static_cast<int>(m_impl->m_prog.steps.size());

@@ -58,6 +58,8 @@ const char* activation_name(Activation a) {
       return "relu";
     case Activation::Gelu:
       return "gelu";
+    case Activation::GeluTanh:
+      return "gelu_tanh";
   }
   return "?";
 }

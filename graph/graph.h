@@ -102,7 +102,8 @@ class Graph {
   Node exp(Node x) { return unary(UnaryOp::Exp, x); }
   Node log(Node x) { return unary(UnaryOp::Log, x); }
   Node sqrt(Node x) { return unary(UnaryOp::Sqrt, x); }
-  Node gelu(Node x) { return unary(UnaryOp::Gelu, x); }
+  Node gelu(Node x) { return unary(UnaryOp::Gelu, x); }           // exact (erf), PyTorch's default
+  Node gelu_tanh(Node x) { return unary(UnaryOp::GeluTanh, x); }  // tanh approximation
   Node square(Node x) { return unary(UnaryOp::Square, x); }
   Node add(Node a, Node b) { return binary(BinaryOp::Add, a, b); }
   Node sub(Node a, Node b) { return binary(BinaryOp::Sub, a, b); }
@@ -147,7 +148,8 @@ class Graph {
   // --- outputs: what run() returns, by name
   void output(const std::string& name, Node node);
 
-  // Compiles for options.device: same as Executor(*this, options).
+  // Compiles for options.device (unset: the GPU when there is one, else the CPU): same as
+  // Executor(*this, options).
   Executor compile(const ExecOptions& options) const;
   Executor compile() const;
 
@@ -183,7 +185,7 @@ using TensorMap = std::map<std::string, Tensor>;
 // What the compiler decides: fusion, the memory plan, streams, GEMM math, weight packing.
 struct CompileOptions {
   bool fuse_elementwise = true;    // elementwise chains/trees -> one NVRTC kernel
-  bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu -> GEMM epilogue
+  bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu/gelu_tanh -> GEMM epilogue
   bool fuse_softmax = true;        // max/sub/exp/sum/div -> softmax
   bool plan_memory = true;         // false: every intermediate gets its own buffer (nothing is reused)
   bool inplace = true;             // elementwise ops may overwrite a dying input of their shape
@@ -210,8 +212,11 @@ struct RunOptions {
 // What Executor takes: the device, the compile and run options, and where compiled kernels are cached.
 //   ExecOptions o{.compile = {.fuse_softmax = false}, .run = {.cuda_graph = false}};
 struct ExecOptions {
-  // Device::cpu(): run through the Eigen reference ops; nothing else applies.
-  Device device = Device::cuda(0);
+  // Where the graph runs. Unset: the GPU (cuda:0) when there is one, else the CPU, saying so once per process
+  // on stderr ("minitensor: no CUDA device (<reason>); running on the CPU"), so that a program written for
+  // the GPU still runs on a machine without one. Device::cpu(): the Eigen reference ops; nothing else
+  // applies. Device::cuda(i): that GPU, or a DeviceError when it does not exist (never a silent fallback).
+  std::optional<Device> device{};
   CompileOptions compile;
   RunOptions run;
   std::string kernel_cache_dir{};  // empty: $MT_KERNEL_CACHE_DIR, else ~/.cache/minitensor/kernels
@@ -285,6 +290,8 @@ class Executor {
   std::string profile_table() const;
   void write_trace(const std::string& path) const;  // Chrome trace JSON (Perfetto, chrome://tracing)
 
+  Device device() const;  // where it runs: options.device, or the default it resolved to
+
   const detail::ExecutorImpl& impl() const { return *m_impl; }
 
  private:
@@ -305,14 +312,16 @@ struct CheckRow {
 struct CheckReport {
   std::vector<CheckRow> rows;
   bool ok = true;             // no row failed
-  bool compared = true;       // false: there was no device run to compare with (options.device is the CPU)
+  bool compared = true;       // false: there was no device run to compare with (the graph ran on the CPU)
   std::string table() const;  // ends with "all rows pass", "SOME ROWS FAIL" or "nothing compared: ..."
 };
 std::ostream& operator<<(std::ostream& os, const CheckReport& report);
 
-// Runs the graph on the device (options.device) and on the CPU; compares every materialised node. Each node
-// is checked locally (the CPU op fed with the device's inputs of that node; fused groups as one op) and every
-// output end to end (independent CPU run). A row passes when max_abs <= tolerance * scale, NaN/Inf matching.
+// Runs the graph on the device (options.device; unset: the GPU when there is one, else the CPU with the
+// notice of ExecOptions::device, and nothing is compared) and on the CPU; compares every materialised node.
+// Each node is checked locally (the CPU op fed with the device's inputs of that node; fused groups as one op)
+// and every output end to end (independent CPU run). A row passes when max_abs <= tolerance * scale, NaN/Inf
+// matching.
 CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions options = {});
 
 }  // namespace mt

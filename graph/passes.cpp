@@ -113,7 +113,22 @@ void absorb_gemm(Program& p, int y, const NodeData& nl) {
   }
 }
 
-// matmul(x, w) + bias -> linear(x, w, bias); linear/gemm followed by relu/gelu -> activation epilogue.
+// The epilogue activation that computes unary op `op`; None when there is none.
+Activation epilogue_activation(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Relu:
+      return Activation::Relu;
+    case UnaryOp::Gelu:
+      return Activation::Gelu;
+    case UnaryOp::GeluTanh:
+      return Activation::GeluTanh;
+    default:
+      return Activation::None;
+  }
+}
+
+// matmul(x, w) + bias -> linear(x, w, bias); linear/gemm followed by relu/gelu/gelu_tanh -> activation
+// epilogue.
 bool fuse_epilogue_at(Program& p, int y) {
   NodeData& ny = p.g.at(y);
   if (ny.kind == OpKind::Binary && ny.binary == BinaryOp::Add) {
@@ -139,13 +154,13 @@ bool fuse_epilogue_at(Program& p, int y) {
     }
     return false;
   }
-  if (ny.kind == OpKind::Unary && (ny.unary == UnaryOp::Relu || ny.unary == UnaryOp::Gelu)) {
+  if (ny.kind == OpKind::Unary && epilogue_activation(ny.unary) != Activation::None) {
     const int l = ny.inputs[0];
     const NodeData nl = p.g.at(l);
     // The epilogue applies the activation before the softmax: one after a softmax cannot join.
     if (!single_use(p, l) || nl.gemm.activation != Activation::None || nl.gemm.softmax || !linear_like(p, nl))
       return false;
-    const Activation act = ny.unary == UnaryOp::Relu ? Activation::Relu : Activation::Gelu;
+    const Activation act = epilogue_activation(ny.unary);
     absorb_gemm(p, y, nl);
     NodeData& ng = p.g.at(y);
     ng.gemm.activation = act;

@@ -35,6 +35,8 @@ const char* op_name(UnaryOp op) {
       return "rsqrt";
     case UnaryOp::Gelu:
       return "gelu";
+    case UnaryOp::GeluTanh:
+      return "gelu_tanh";
     case UnaryOp::Square:
       return "square";
     case UnaryOp::Reciprocal:

@@ -78,6 +78,7 @@ struct UnaryF {
     if constexpr (OP == UnaryOp::Sqrt) return fn::sqrt(x);
     if constexpr (OP == UnaryOp::Rsqrt) return fn::rsqrt(x);
     if constexpr (OP == UnaryOp::Gelu) return fn::gelu(x);
+    if constexpr (OP == UnaryOp::GeluTanh) return fn::gelu_tanh(x);
     if constexpr (OP == UnaryOp::Reciprocal) return fn::reciprocal(x);
   }
 };
@@ -368,6 +369,8 @@ void with_unary(UnaryOp op, Body&& body) {
         return body(UnaryF<T, UnaryOp::Rsqrt>{});
       case UnaryOp::Gelu:
         return body(UnaryF<T, UnaryOp::Gelu>{});
+      case UnaryOp::GeluTanh:
+        return body(UnaryF<T, UnaryOp::GeluTanh>{});
       case UnaryOp::Reciprocal:
         return body(UnaryF<T, UnaryOp::Reciprocal>{});
       default:

@@ -34,7 +34,8 @@ enum class UnaryOp {
   Log,
   Sqrt,
   Rsqrt,
-  Gelu /* tanh form */,
+  Gelu,      // exact: 0.5 x (1 + erf(x / sqrt(2))), PyTorch's gelu
+  GeluTanh,  // the tanh approximation, PyTorch's gelu(x, approximate='tanh')
   Square,
   Reciprocal
 };
@@ -75,8 +76,13 @@ inline Tensor sqrt(const Tensor& x) {
 inline Tensor rsqrt(const Tensor& x) {
   return unary(UnaryOp::Rsqrt, x);
 }
+// GELU as PyTorch defines it: gelu is the exact erf form, gelu_tanh the tanh approximation
+// (torch.nn.functional.gelu(x, approximate='tanh')).
 inline Tensor gelu(const Tensor& x) {
   return unary(UnaryOp::Gelu, x);
+}
+inline Tensor gelu_tanh(const Tensor& x) {
+  return unary(UnaryOp::GeluTanh, x);
 }
 inline Tensor square(const Tensor& x) {
   return unary(UnaryOp::Square, x);

@@ -57,8 +57,13 @@ MT_FN float square(float x) {
 MT_FN float reciprocal(float x) {
   return 1.f / x;
 }
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// GELU, exact (PyTorch's default): 0.5 x (1 + erf(x / sqrt(2))).
 MT_FN float gelu(float x) {
+  const float k = 0.7071067811865476f;  // 1 / sqrt(2)
+  return 0.5f * x * (1.f + erff(k * x));
+}
+// GELU, tanh approximation (PyTorch's approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+MT_FN float gelu_tanh(float x) {
   const float k0 = 0.7978845608028654f, k1 = 0.044715f;
   return 0.5f * x * (1.f + tanhf(k0 * (x + k1 * x * x * x)));
 }

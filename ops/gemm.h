@@ -16,7 +16,9 @@ struct WgmmaPackedB;
 // A B operand packed once for the TF32 modes' Hopper kernels (pack_b).
 using PackedOperand = detail::gemm::WgmmaPackedB;
 
-enum class Activation { None, Relu, Gelu };
+// Gelu is the exact erf form (PyTorch's gelu), GeluTanh the tanh approximation (approximate='tanh'); the math
+// is ops/functors.h's fn::gelu / fn::gelu_tanh.
+enum class Activation { None, Relu, Gelu, GeluTanh };
 enum class MathMode {
   FP32,    // CUDA-core FMA, full float32 (the default)
   TF32,    // tensor cores, TF32 inputs (about 1e-3 relative error)

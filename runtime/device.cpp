@@ -1,6 +1,7 @@
 #include "minitensor/runtime/device.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <memory>
 #include <mutex>
@@ -39,10 +40,30 @@ const DeviceCount& device_count_once() {
   return value;
 }
 
+// The runtime says "driver version is insufficient" both for an old driver and for none at all; whether the
+// driver library loads tells the two apart.
+bool driver_library_loadable() {
+  void* handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!handle) return false;
+  dlclose(handle);
+  return true;
+}
+
 }  // namespace
 
 int cuda_device_count() noexcept {
   return device_count_once().count;
+}
+
+std::string cuda_unavailable_reason() {
+  const DeviceCount& dc = device_count_once();
+  if (dc.count > 0) return "";
+  if (dc.status == cudaSuccess) return "no CUDA device found";
+  if (dc.status == cudaErrorInsufficientDriver) {
+    static const bool loadable = driver_library_loadable();
+    if (!loadable) return "no NVIDIA driver found (libcuda.so.1 not loadable)";
+  }
+  return cudaGetErrorString(dc.status);
 }
 
 void check_device(Device device) {
@@ -50,7 +71,7 @@ void check_device(Device device) {
   const DeviceCount& dc = device_count_once();
   if (dc.count == 0) {
     MT_THROW(DeviceError, "device ", device, " requested but no CUDA device is available (",
-             dc.status == cudaSuccess ? "no device found" : cudaGetErrorString(dc.status), ")");
+             cuda_unavailable_reason(), ")");
   }
   MT_CHECK(device.index() >= 0 && device.index() < dc.count, DeviceError, "device ", device,
            " does not exist: this machine has ", dc.count, " CUDA device(s), cuda:0 .. cuda:", dc.count - 1);
@@ -101,11 +122,7 @@ void synchronize(Device device) {
 
 std::string device_report() {
   const int n = cuda_device_count();
-  if (n == 0) {
-    const DeviceCount& dc = device_count_once();
-    return detail::str("CUDA devices: none (",
-                       dc.status == cudaSuccess ? "no device found" : cudaGetErrorString(dc.status), ")\n");
-  }
+  if (n == 0) return detail::str("CUDA devices: none (", cuda_unavailable_reason(), ")\n");
   int driver = 0, runtime = 0;
   (void)cudaDriverGetVersion(&driver);
   (void)cudaRuntimeGetVersion(&runtime);

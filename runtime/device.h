@@ -54,6 +54,12 @@ inline bool cuda_available() noexcept {
   return cuda_device_count() > 0;
 }
 
+// Why there is no usable CUDA device, as a sentence for users: "no NVIDIA driver found (libcuda.so.1 not
+// loadable)" on a machine without a driver (which the CUDA runtime reports as "CUDA driver version is
+// insufficient for CUDA runtime version"), else the CUDA runtime's error text, or "no CUDA device found".
+// Empty when a CUDA device is available.
+std::string cuda_unavailable_reason();
+
 // Throws DeviceError naming the device and what exists when `device` is a CUDA device that does not exist.
 void check_device(Device device);
 

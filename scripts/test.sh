@@ -17,7 +17,8 @@ status=$?
 set -e
 
 # Counts from the attributes of ctest's JUnit report (its "% tests passed" counts skipped tests as passed); the
-# reason for skips from the tests' own message ("no CUDA device: ...").
+# reason for skips from the tests' own message ("no CUDA device: <mt::cuda_unavailable_reason()>", e.g. "no
+# NVIDIA driver found (libcuda.so.1 not loadable)").
 attr() { sed -n "s/^[[:space:]]*$1=\"\([0-9]*\)\".*/\1/p" "$junit" | head -n 1; }
 if [ -f "$junit" ]; then
   total="$(attr tests)" failed="$(attr failures)" skipped=$(($(attr skipped) + $(attr disabled)))

@@ -382,7 +382,7 @@ void sweep(const GemmShape& s, MathMode math, const std::regex& only) {
 
 int main(int argc, char** argv) {
   if (!mt::cuda_available()) {
-    std::printf("bench_gemm: no CUDA device (%s)\n", mt::device_report().c_str());
+    std::printf("bench_gemm: no CUDA device (%s)\n", mt::cuda_unavailable_reason().c_str());
     return 0;
   }
   std::printf("device: %s\n", mt::device_properties(0).name.c_str());

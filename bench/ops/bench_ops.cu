@@ -203,6 +203,9 @@ void BM_relu_offset1(benchmark::State& state) {
 void BM_gelu(benchmark::State& state) {
   elementwise_unary(state, UnaryOp::Gelu, data().x, data().out);
 }
+void BM_gelu_tanh(benchmark::State& state) {
+  elementwise_unary(state, UnaryOp::GeluTanh, data().x, data().out);
+}
 // ---- reductions. Bytes: 4 * n read (+ the outputs, negligible).
 StridedLayout rows_layout(std::int64_t n_rows, std::int64_t row_len) {
   StridedLayout l;
@@ -346,8 +349,8 @@ void transpose_rung(benchmark::State& state, detail::TransposeKernel k) {
         return why;
       });
 }
-// The eager path: Tensor::copy_ of a transposed view (the tiled copy; what contiguous() and mt::transpose
-// use).
+// The eager path: Tensor::copy_ of a transposed view (the tiled copy; what contiguous() and
+// mt::transpose_copy use).
 void BM_transpose_copy(benchmark::State& state, bool offset1) {
   Data& d = data();
   const Tensor src = offset1 ? d.x1.view({kSide, kSide}).t() : d.m.t();
@@ -388,6 +391,7 @@ BENCHMARK(BM_add_offset1_all)->Apply(timed);
 BENCHMARK(BM_relu)->Apply(timed);
 BENCHMARK(BM_relu_offset1)->Apply(timed);
 BENCHMARK(BM_gelu)->Apply(timed);
+BENCHMARK(BM_gelu_tanh)->Apply(timed);
 BENCHMARK_CAPTURE(BM_sum, aligned, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_sum, offset1, true)->Apply(timed);
 BENCHMARK_CAPTURE(matrix_reduce, row_sum, ReduceOp::Sum, true)->Apply(timed);

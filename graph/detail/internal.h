@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "minitensor/graph/detail/ir.h"
@@ -12,6 +13,13 @@ namespace mt::detail {
 // when `device` is a CUDA device, that each input lives on the host or on that device. Returns the tensor of
 // each Input node, indexed by node id (undefined for other nodes).
 std::vector<Tensor> bind_inputs(const GraphData& g, const TensorMap& inputs, Device device, const char* op);
+
+// The device a graph runs on: `requested` when given (checked later, where it is used: a missing GPU is a
+// DeviceError); else cuda:0 when a CUDA device is present, else the CPU, with a one-line notice on stderr the
+// first time in the process (ExecOptions::device).
+Device resolve_device(const std::optional<Device>& requested);
+// Test-only: the next CPU fallback prints its notice again.
+void reset_cpu_fallback_notice();
 
 // Throws InvalidArgument when the graph declares no outputs.
 void require_outputs(const GraphData& g, const char* op);

@@ -59,8 +59,15 @@ void unary_f32(UnaryOp op, const CMap<float>& x, MMap<float> y) {
     case UnaryOp::Rsqrt:
       y = x.unaryExpr([](float v) { return 1.f / std::sqrt(v); });
       return;
+    // The GELUs are evaluated in double: independent formulations of fn::gelu / fn::gelu_tanh, not the same
+    // float expressions.
     case UnaryOp::Gelu: {
-      // Evaluated in double: an independent formulation of fn::gelu, not the same float expression.
+      const Arr<double> d = x.cast<double>();
+      const double k = 0.7071067811865476;  // 1 / sqrt(2)
+      y = (0.5 * d * (1.0 + d.unaryExpr([k](double v) { return std::erf(k * v); }))).cast<float>();
+      return;
+    }
+    case UnaryOp::GeluTanh: {
       const Arr<double> d = x.cast<double>();
       const double k0 = 0.7978845608028654, k1 = 0.044715;
       y = (0.5 * d * (1.0 + (k0 * (d + k1 * d.cube())).tanh())).cast<float>();

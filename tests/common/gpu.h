@@ -5,9 +5,9 @@
 
 #include "minitensor/runtime/device.h"
 
-#define MT_REQUIRE_GPU()                                                                      \
-  do {                                                                                        \
-    if (!::mt::cuda_available()) GTEST_SKIP() << "no CUDA device: " << ::mt::device_report(); \
+#define MT_REQUIRE_GPU()                                                                                \
+  do {                                                                                                  \
+    if (!::mt::cuda_available()) GTEST_SKIP() << "no CUDA device: " << ::mt::cuda_unavailable_reason(); \
   } while (0)
 
 // The Hopper wgmma kernels (the TF32 modes' GEMMs, packed weights) run only on compute capability 9.0.

@@ -230,7 +230,7 @@ void run_case(const OpCase& c) {
     EXPECT_TRUE(r.ok) << "cpu out= differs from the cpu result: " << r.summary();
   }
   // The CPU half ran above; the CUDA half cannot: the case reports SKIPPED with the reason, never PASSED.
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: " << device_report();
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
   const std::vector<Tensor> gpu_in = make_inputs(c, Device::cuda(0));
   const Tensor got = c.run(gpu_in);
   ASSERT_TRUE(got.defined());

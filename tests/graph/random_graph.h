@@ -95,9 +95,9 @@ inline RandomGraph make_random_graph(std::uint64_t seed) {
     auto arg = [&](const Node& n, int k) { return VI(nd(n).inputs[static_cast<size_t>(k)]); };
     switch (pick(14)) {
       case 0: {
-        const UnaryOp ops[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Relu,  UnaryOp::Sigmoid,
-                               UnaryOp::Tanh, UnaryOp::Gelu, UnaryOp::Square};
-        r = g.unary(ops[pick(7)], a);
+        const UnaryOp ops[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Relu,     UnaryOp::Sigmoid,
+                               UnaryOp::Tanh, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Square};
+        r = g.unary(ops[pick(8)], a);
         e = mt::unary(nd(r).unary, x);
         break;
       }

@@ -173,6 +173,30 @@ TEST(GraphPasses, MlpFusesToTwoGemms) {
   EXPECT_EQ(q.steps.size(), 10u);
 }
 
+// Both GELUs join the GEMM epilogue, each as its own activation: gelu (exact) as Gelu, gelu_tanh as GeluTanh.
+TEST(GraphPasses, GeluFormsJoinTheGemmEpilogue) {
+  Graph g;
+  auto x = g.input("x", {8, 16});
+  auto b = g.parameter("b", zeros({12}));
+  // Two weights: one shared product would be computed once (common subexpressions) and feed both GELUs.
+  g.output("exact", g.gelu(g.matmul(x, g.parameter("w1", zeros({16, 12}))) + b));
+  g.output("approx", g.gelu_tanh(g.matmul(x, g.parameter("w2", zeros({16, 12}))) + b));
+  const Program p = detail::build_program(g.data(), CompileFlags{});
+  ASSERT_EQ(p.steps.size(), 2u) << g.dump();
+  std::vector<Activation> acts;
+  std::vector<std::string> ops;
+  for (const Step& s : p.steps) {
+    const detail::NodeData& n = p.g.at(s.root);
+    EXPECT_EQ(n.kind, OpKind::Linear);
+    acts.push_back(n.gemm.activation);
+    ops.push_back(detail::node_op_string(n));
+  }
+  EXPECT_NE(std::find(acts.begin(), acts.end(), Activation::Gelu), acts.end());
+  EXPECT_NE(std::find(acts.begin(), acts.end(), Activation::GeluTanh), acts.end());
+  EXPECT_NE(std::find(ops.begin(), ops.end(), "linear+bias+gelu"), ops.end());
+  EXPECT_NE(std::find(ops.begin(), ops.end(), "linear+bias+gelu_tanh"), ops.end());
+}
+
 // The softmax joins a GEMM only over the GEMM's last axis, and only where nothing else reads the GEMM's
 // result.
 TEST(GraphPasses, GemmSoftmaxFusionRules) {
@@ -436,6 +460,21 @@ TEST(GraphCodegen, FusedSourceCompilesWithNvrtc) {
   std::string bad_log;
   EXPECT_FALSE(detail::nvrtc_compile(src + "\n#error broken\n", 90, cubin, bad_log));
   EXPECT_NE(bad_log.find("broken"), std::string::npos) << bad_log;
+}
+
+// Both GELUs in one fused kernel: gelu calls the erf form, gelu_tanh the tanh form, and NVRTC has erff.
+TEST(GraphCodegen, GeluFormsFuseAndCompileWithNvrtc) {
+  Graph g;
+  auto x = g.input("x", {8, 16});
+  g.output("y", g.gelu(x) - g.gelu_tanh(x * 2.0));
+  const Program p = detail::build_program(g.data(), CompileFlags{});
+  ASSERT_EQ(p.steps.size(), 1u);
+  const std::string src = detail::fused_kernel_source(p, p.steps[0]);
+  EXPECT_NE(src.find("mt::fn::gelu("), std::string::npos) << src;
+  EXPECT_NE(src.find("mt::fn::gelu_tanh("), std::string::npos) << src;
+  std::vector<char> cubin;
+  std::string log;
+  EXPECT_TRUE(detail::nvrtc_compile(src, 90, cubin, log)) << log << "\n" << src;
 }
 
 TEST(GraphCodegen, SameExpressionSameSource) {

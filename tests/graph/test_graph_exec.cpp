@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "minitensor/graph/detail/codegen.h"
+#include "minitensor/graph/detail/internal.h"
 #include "minitensor/graph/graph.h"
 #include "minitensor/ops/ops.h"
 #include "random_graph.h"
@@ -110,6 +111,73 @@ TEST(GraphCpu, InputErrorsAreTypedAndNameTheInput) {
   empty.input("x", {2});
   EXPECT_THROW(Executor(empty, cpu), InvalidArgument);
   EXPECT_THROW(run_cpu(empty, {{"x", zeros({2})}}), InvalidArgument);
+}
+
+// No device asked for and none present: Executor(g) and check(g, ...) run on the CPU and say so on stderr,
+// once per process, with the reason (here: no driver). An explicit CUDA device stays a DeviceError.
+TEST(GraphCpu, DefaultDeviceFallsBackToTheCpuWithANotice) {
+  if (cuda_available())
+    GTEST_SKIP() << "a CUDA device is present: the default is the GPU (GraphCuda.DefaultDeviceIsTheGpu)";
+  Mlp m = make_mlp(3, 8);
+  const Tensor x = uniform({3, 8}, 1);
+  const Tensor ref = run_cpu(m.g, {{"x", x}}).at("y");
+  detail::reset_cpu_fallback_notice();
+  testing::internal::CaptureStderr();
+  Executor first(m.g);
+  Executor second(m.g, ExecOptions{});
+  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string notice =
+      "minitensor: no CUDA device (" + cuda_unavailable_reason() + "); running on the CPU\n";
+  EXPECT_EQ(err, notice);  // once, for both executors
+  EXPECT_EQ(first.device(), Device::cpu());
+  EXPECT_EQ(second.device(), Device::cpu());
+  const TensorMap out = first.run({{"x", x}});
+  EXPECT_TRUE(out.at("y").is_cpu());
+  EXPECT_EQ(max_diff(out.at("y"), ref), 0.0);
+  EXPECT_EQ(m.g.compile().device(), Device::cpu());
+
+  detail::reset_cpu_fallback_notice();
+  testing::internal::CaptureStderr();
+  const CheckReport r = check(m.g, {{"x", x}});
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), notice);
+  EXPECT_FALSE(r.compared) << r;
+  EXPECT_NE(r.table().find("nothing compared"), std::string::npos) << r;
+
+  // Asked for explicitly, the GPU is required.
+  ExecOptions gpu;
+  gpu.device = Device::cuda(0);
+  EXPECT_THROW(Executor(m.g, gpu), DeviceError);
+  EXPECT_THROW(check(m.g, {{"x", x}}, gpu), DeviceError);
+  try {
+    Executor e(m.g, gpu);
+    FAIL() << "no throw";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find(cuda_unavailable_reason()), std::string::npos) << e.what();
+  }
+  // An explicit CPU says nothing.
+  testing::internal::CaptureStderr();
+  detail::reset_cpu_fallback_notice();
+  ExecOptions cpu;
+  cpu.device = Device::cpu();
+  EXPECT_EQ(Executor(m.g, cpu).device(), Device::cpu());
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+// g.gelu is the exact erf form and g.gelu_tanh the tanh approximation, as the eager ops (PyTorch's values).
+TEST(GraphCpu, GeluFormsMatchEagerOps) {
+  Graph g;
+  auto x = g.input("x", {4});
+  g.output("exact", g.gelu(x));
+  g.output("approx", g.gelu_tanh(x));
+  const Tensor xs = from_vector<float>({1.f, -1.f, 3.f, -3.f});
+  const TensorMap out = run_cpu(g, {{"x", xs}});
+  EXPECT_EQ(max_diff(out.at("exact"), gelu(xs)), 0.0);
+  EXPECT_EQ(max_diff(out.at("approx"), gelu_tanh(xs)), 0.0);
+  const std::vector<float> e = out.at("exact").to_vector<float>(), a = out.at("approx").to_vector<float>();
+  EXPECT_NEAR(e[0], 0.8413447460685429, 1e-6);
+  EXPECT_NEAR(e[1], -0.15865525393145707, 1e-6);
+  EXPECT_NEAR(a[0], 0.8411919906082768, 1e-6);
+  EXPECT_NEAR(e[2], 2.99595030590511, 1e-6);
 }
 
 TEST(GraphCpu, RandomGraphsRunOnCpu) {
@@ -283,6 +351,37 @@ TEST(GraphCuda, CheckReportOnMlp) {
   const std::string t = r.table();
   for (const char* col : {"max abs", "max rel", "NMSE", "tol", "pass"})
     EXPECT_NE(t.find(col), std::string::npos) << t;
+}
+
+// Both GELUs on the device against the CPU reference: in a fused elementwise kernel (NVRTC) and in the GEMM
+// epilogue, node by node and end to end.
+TEST(GraphCuda, CheckGeluForms_FusedAndEpilogue) {
+  MT_REQUIRE_GPU();
+  Graph g;
+  auto x = g.input("x", {33, 48});
+  auto w1 = g.parameter("w1", uniform({48, 40}, 7, -0.3, 0.3));
+  auto w2 = g.parameter("w2", uniform({48, 40}, 10, -0.3, 0.3));
+  auto b = g.parameter("b", uniform({40}, 8, -0.5, 0.5));
+  g.output("fused", g.gelu(x * 1.5) * x - g.gelu_tanh(x + 0.25));
+  g.output("epilogue_exact", g.gelu(g.matmul(x, w1) + b));
+  g.output("epilogue_tanh", g.gelu_tanh(g.matmul(x, w2) + b));
+  const CheckReport r = check(g, {{"x", uniform({33, 48}, 9, -3, 3)}}, gpu_options());
+  EXPECT_TRUE(r.ok) << r;
+  EXPECT_TRUE(r.compared) << r;
+  const std::string t = r.table();
+  EXPECT_NE(t.find("linear+bias+gelu "), std::string::npos) << t;
+  EXPECT_NE(t.find("linear+bias+gelu_tanh"), std::string::npos) << t;
+}
+
+TEST(GraphCuda, DefaultDeviceIsTheGpu) {
+  MT_REQUIRE_GPU();
+  Mlp m = make_mlp(3, 8);
+  detail::reset_cpu_fallback_notice();
+  testing::internal::CaptureStderr();
+  Executor e(m.g);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(e.device(), Device::cuda(0));
+  EXPECT_TRUE(check(m.g, {{"x", uniform({3, 8}, 1)}}).compared);
 }
 
 TEST(GraphCuda, CheckReportOnMlpTf32x3) {

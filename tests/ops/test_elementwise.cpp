@@ -23,9 +23,10 @@ using test::Tolerance;
 
 const Layout kLayouts[] = {Layout::Contiguous, Layout::Offset1, Layout::Transposed, Layout::Strided,
                            Layout::Expanded};
-const UnaryOp kFloatUnary[] = {UnaryOp::Neg,   UnaryOp::Abs,  UnaryOp::Relu,   UnaryOp::Sigmoid,
-                               UnaryOp::Tanh,  UnaryOp::Exp,  UnaryOp::Log,    UnaryOp::Sqrt,
-                               UnaryOp::Rsqrt, UnaryOp::Gelu, UnaryOp::Square, UnaryOp::Reciprocal};
+const UnaryOp kFloatUnary[] = {UnaryOp::Neg,       UnaryOp::Abs,  UnaryOp::Relu,     UnaryOp::Sigmoid,
+                               UnaryOp::Tanh,      UnaryOp::Exp,  UnaryOp::Log,      UnaryOp::Sqrt,
+                               UnaryOp::Rsqrt,     UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Square,
+                               UnaryOp::Reciprocal};
 const BinaryOp kBinary[] = {BinaryOp::Add,     BinaryOp::Sub,     BinaryOp::Mul, BinaryOp::Div,
                             BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow};
 
@@ -233,7 +234,9 @@ TEST(Elementwise, ReferenceMatchesScalarFloat64Math) {
   check(
       UnaryOp::Reciprocal, [](double a) { return 1.0 / a; }, 1e-7);
   check(
-      UnaryOp::Gelu,
+      UnaryOp::Gelu, [](double a) { return 0.5 * a * (1.0 + std::erf(a / std::sqrt(2.0))); }, 3e-6);
+  check(
+      UnaryOp::GeluTanh,
       [](double a) { return 0.5 * a * (1.0 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))); },
       3e-6);
   check(
@@ -245,6 +248,35 @@ TEST(Elementwise, ReferenceMatchesScalarFloat64Math) {
   EXPECT_EQ(mx[3], 2.f);
   EXPECT_EQ(mn[3], -inf);
   EXPECT_TRUE(std::signbit(neg(from_vector<float>({0.f})).item<float>()));
+}
+
+// GELU as PyTorch computes it: gelu is the exact erf form (torch.nn.functional.gelu(x)), gelu_tanh the tanh
+// approximation (approximate='tanh'). Values from float64 math (PyTorch's float64 results agree), checked
+// on the CPU path and on the shared functors (tests/ops/test_gemm.cpp checks the GEMM epilogue's).
+TEST(Elementwise, Gelu_PyTorchValues) {
+  struct Known {
+    float x;
+    double gelu, gelu_tanh;
+  };
+  const Known known[] = {
+      {1.f, 0.8413447460685429, 0.8411919906082768},    {-1.f, -0.15865525393145707, -0.15880800939172324},
+      {3.f, 2.99595030590511, 2.996362607918227},       {-3.f, -0.00404969409489031, -0.0036373920817729943},
+      {0.5f, 0.34573123063700656, 0.34571400982514394}, {0.f, 0.0, 0.0}};
+  std::vector<float> xs;
+  for (const Known& k : known) xs.push_back(k.x);
+  const std::vector<float> exact = gelu(from_vector(xs)).to_vector<float>();
+  const std::vector<float> approx = gelu_tanh(from_vector(xs)).to_vector<float>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Known& k = known[i];
+    EXPECT_NEAR(exact[i], k.gelu, 1e-6) << "gelu(" << k.x << ")";
+    EXPECT_NEAR(approx[i], k.gelu_tanh, 1e-6) << "gelu_tanh(" << k.x << ")";
+    EXPECT_NEAR(fn::gelu(k.x), k.gelu, 1e-6) << "fn::gelu(" << k.x << ")";
+    EXPECT_NEAR(fn::gelu_tanh(k.x), k.gelu_tanh, 1e-6) << "fn::gelu_tanh(" << k.x << ")";
+  }
+  // The two forms differ by far more than the tolerance where it matters (|x| around 2-3).
+  EXPECT_GT(std::fabs(exact[3] - approx[3]), 1e-4);
+  EXPECT_STREQ(op_name(UnaryOp::Gelu), "gelu");
+  EXPECT_STREQ(op_name(UnaryOp::GeluTanh), "gelu_tanh");
 }
 
 TEST(Elementwise, OperatorsAndBroadcastShapes) {

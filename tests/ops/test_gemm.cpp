@@ -74,6 +74,7 @@ void accumulate_errors(const MatD& got, const MatD& a, const MatD& b, const MatD
       if (bias) ref += (*bias)[static_cast<size_t>(j)], scale += std::fabs((*bias)[static_cast<size_t>(j)]);
       if (act == Activation::Relu) ref = ref > 0 ? ref : 0;
       if (act == Activation::Gelu) ref = fn::gelu(static_cast<float>(ref)), scale += std::fabs(ref);
+      if (act == Activation::GeluTanh) ref = fn::gelu_tanh(static_cast<float>(ref)), scale += std::fabs(ref);
       const double g = got(i, j);
       const double bound = c_factor * (k + 2) * FLT_EPSILON * scale + 1e-30;
       const double err = std::fabs(g - ref);
@@ -253,9 +254,12 @@ TEST(Gemm, F32_K0_GivesBetaC) {
 }
 
 TEST(Gemm, F32_Epilogue_BiasActivation) {
-  for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
+  for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluTanh}) {
     GemmCase c{129, 257, 300};
-    c.bias = true, c.act = act, c.beta = act == Activation::Gelu ? -1.5f : 0.f;
+    c.bias = true, c.act = act,
+    c.beta = act == Activation::Gelu       ? -1.5f
+             : act == Activation::GeluTanh ? 0.5f
+                                           : 0.f;
     run_both(c);
   }
 }
@@ -411,8 +415,10 @@ TEST(Gemm, F32_EveryKernel_COddRowsAndTransposed) {
     Activation act;
     bool bias;
   };
-  const Epi epis[] = {
-      {0.f, Activation::None, false}, {1.f, Activation::Relu, true}, {-1.5f, Activation::Gelu, true}};
+  const Epi epis[] = {{0.f, Activation::None, false},
+                      {1.f, Activation::Relu, true},
+                      {-1.5f, Activation::Gelu, true},
+                      {0.5f, Activation::GeluTanh, true}};
   std::vector<Config> configs;
   for (Kernel kern : simt_kernels())
     for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16, Staging::Tma})
@@ -1449,7 +1455,7 @@ TEST(Gemm, Softmax_NonFiniteRowsAndEmptyK) {
 TEST(Gemm, Linear_FusedEpilogueEqualsEagerOps) {
   for (Device dev : {Device::cpu(), Device::cuda(0)}) {
     if (dev.is_cuda()) MT_REQUIRE_GPU();  // the CPU half ran: the case reports SKIPPED without a GPU
-    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
+    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluTanh}) {
       SCOPED_TRACE(detail::str(dev, " act ", static_cast<int>(act)));
       const Tensor x = test::make_input(InputSpec{Shape{3, 43, 96}}, 41, dev);
       const Tensor w = test::make_input(InputSpec{Shape{96, 77}}, 42, dev);
@@ -1462,16 +1468,37 @@ TEST(Gemm, Linear_FusedEpilogueEqualsEagerOps) {
       std::vector<float> eager(mm.size());
       for (size_t i = 0; i < mm.size(); ++i) {
         const float v = mm[i] + bv[i % 77];
-        eager[i] = act == Activation::Relu ? fn::relu(v) : act == Activation::Gelu ? fn::gelu(v) : v;
+        eager[i] = act == Activation::Relu       ? fn::relu(v)
+                   : act == Activation::Gelu     ? fn::gelu(v)
+                   : act == Activation::GeluTanh ? fn::gelu_tanh(v)
+                                                 : v;
       }
       const Tensor ref = from_vector(eager, Shape{3, 43, 77});
-      // Bit-exact except GELU on the GPU, where the device tanhf may differ from the host's by an ulp or two.
-      const test::Tolerance tol = (dev.is_cuda() && act == Activation::Gelu)
+      // Bit-exact except the GELUs on the GPU, where the device erff / tanhf may differ from the host's by an
+      // ulp or two.
+      const test::Tolerance tol = (dev.is_cuda() && (act == Activation::Gelu || act == Activation::GeluTanh))
                                       ? test::Tolerance::close(1e-6, 1e-6)
                                       : test::Tolerance::exactly();
       const test::Comparison r = test::compare(y, ref, tol);
       EXPECT_TRUE(r.ok) << r.summary();
     }
+  }
+}
+
+// The epilogue's GELUs are PyTorch's: Gelu the exact erf form, GeluTanh the tanh approximation. x (6, 1)
+// times w = [[1]]: the epilogue sees x itself.
+TEST(Gemm, Linear_EpilogueGelu_PyTorchValues) {
+  const Tensor x = from_vector<float>({1.f, -1.f, 3.f, -3.f, 0.5f, 0.f}, Shape{6, 1});
+  const Tensor w = from_vector<float>({1.f}, Shape{1, 1});
+  const std::vector<double> exact = {0.8413447460685429,   -0.15865525393145707, 2.99595030590511,
+                                     -0.00404969409489031, 0.34573123063700656,  0.0};
+  const std::vector<double> approx = {0.8411919906082768,     -0.15880800939172324, 2.996362607918227,
+                                      -0.0036373920817729943, 0.34571400982514394,  0.0};
+  const std::vector<float> g = linear(x, w, Tensor(), Activation::Gelu).to_vector<float>();
+  const std::vector<float> t = linear(x, w, Tensor(), Activation::GeluTanh).to_vector<float>();
+  for (size_t i = 0; i < exact.size(); ++i) {
+    EXPECT_NEAR(g[i], exact[i], 1e-6) << "gelu, row " << i;
+    EXPECT_NEAR(t[i], approx[i], 1e-6) << "gelu_tanh, row " << i;
   }
 }
 
@@ -1703,9 +1730,12 @@ TEST(Gemm, Wgmma_K0_GivesBetaCPlusBias) {
 TEST(Gemm, Wgmma_Epilogue_BiasActivation) {
   MT_REQUIRE_SM90();
   for (const auto& [math, cfg] : wg_configs())
-    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
+    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluTanh}) {
       WgCase c{129, 257, 300};
-      c.bias = true, c.act = act, c.beta = act == Activation::Gelu ? -1.5f : 0.f;
+      c.bias = true, c.act = act,
+      c.beta = act == Activation::Gelu       ? -1.5f
+               : act == Activation::GeluTanh ? 0.5f
+                                             : 0.f;
       c.math = math, c.config = cfg;
       run_wgmma_case(c);
     }

@@ -1,5 +1,6 @@
-// Transposes and permutes, bit for bit: tiled (scalar and 16-byte) and element-wise copy paths, every element
-// size, permutes of up to 8 dims, views feeding Tensor::contiguous(); the kernel rungs on the GPU.
+// Transposes and permutes: the free functions are views (shared storage); their copies (transpose_copy,
+// permute_copy) bit for bit: tiled (scalar and 16-byte) and element-wise copy paths, every element size,
+// permutes of up to 8 dims, views feeding Tensor::contiguous(); the kernel rungs on the GPU.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -29,7 +30,7 @@ TEST(Transpose, TwoD_Shapes_Layouts_DTypes) {
         c.name = "transpose";
         c.inputs = {InputSpec{s, layout, dt, 0.0, 200.0, dt == DType::F32 ? 0.02 : 0.0}};
         c.tol = Tolerance::exactly();
-        c.run = [](const std::vector<Tensor>& x) { return transpose(x[0], 0, 1); };
+        c.run = [](const std::vector<Tensor>& x) { return transpose_copy(x[0], 0, 1); };
         test::run_case(c);
       }
     }
@@ -59,7 +60,7 @@ TEST(Transpose, Permute_UpTo8Dims) {
         c.inputs = {InputSpec{p.shape, layout, dt, 0.0, 250.0}};
         c.tol = Tolerance::exactly();
         const std::vector<std::int64_t> dims = p.dims;
-        c.run = [dims](const std::vector<Tensor>& x) { return permute(x[0], dims); };
+        c.run = [dims](const std::vector<Tensor>& x) { return permute_copy(x[0], dims); };
         // Tensor::contiguous() of the permuted view takes the same path.
         c.run_out = [dims](const std::vector<Tensor>& x, Tensor& out) { out.copy_(x[0].permute(dims)); };
         test::run_case(c);
@@ -72,6 +73,34 @@ TEST(Transpose, Errors) {
   EXPECT_THROW(transpose(zeros({3, 4}), 0, 2), ShapeError);
   EXPECT_THROW(permute(zeros({3, 4}), {0, 0}), ShapeError);
   EXPECT_THROW(permute(zeros({3, 4}), {0}), ShapeError);
+  EXPECT_THROW(transpose_copy(zeros({3, 4}), 0, 2), ShapeError);
+  EXPECT_THROW(permute_copy(zeros({3, 4}), {0, 0}), ShapeError);
+  EXPECT_THROW(transpose(Tensor(), 0, 1), InvalidArgument);
+}
+
+// mt::transpose / mt::permute are views, as Tensor::transpose / permute (and PyTorch's): same storage,
+// swapped strides, writes through x visible in the result. The _copy forms own new contiguous storage.
+TEST(Transpose, FreeFunctionsAreViews_SharedStorage) {
+  Tensor x = arange(12).view({3, 4});
+  const Tensor t = transpose(x, 0, 1);
+  EXPECT_EQ(t.storage(), x.storage());
+  EXPECT_EQ(t.data_ptr(), x.data_ptr());
+  EXPECT_EQ(t.shape(), (Shape{4, 3}));
+  EXPECT_EQ(t.strides(), x.transpose(0, 1).strides());
+  EXPECT_FALSE(t.is_contiguous());
+  const Tensor p = permute(x, {1, 0});
+  EXPECT_EQ(p.storage(), x.storage());
+  EXPECT_EQ(p.strides(), t.strides());
+  const Tensor tc = transpose_copy(x, 0, 1), pc = permute_copy(x, {1, 0}), mc = t.contiguous();
+  for (const Tensor& c : {tc, pc, mc}) {
+    EXPECT_NE(c.storage(), x.storage());
+    EXPECT_TRUE(c.is_contiguous());
+    EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  }
+  x.fill_(5.0);  // seen through the views, not by the copies
+  EXPECT_EQ(t.contiguous().to_vector<float>(), std::vector<float>(12, 5.f));
+  EXPECT_EQ(p.contiguous().to_vector<float>(), std::vector<float>(12, 5.f));
+  EXPECT_EQ(tc.to_vector<float>()[1], 4.f);
 }
 
 TEST(Transpose, Cuda_KernelRungsAgree) {

@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -78,6 +79,33 @@ TEST(Device, ReportDescribesTheDevicesOrTheirAbsence) {
     EXPECT_NE(report.find("none"), std::string::npos) << report;
     EXPECT_THROW(check_device(Device::cuda(0)), DeviceError);
   }
+}
+
+// Why there is no device, as one sentence, in the report and in check_device's error; a machine without the
+// driver library is told that, not the runtime's "driver version is insufficient".
+TEST(Device, UnavailableReasonNamesAMissingDriver) {
+  const std::string reason = cuda_unavailable_reason();
+  if (cuda_available()) {
+    EXPECT_EQ(reason, "");
+    return;
+  }
+  ASSERT_FALSE(reason.empty());
+  EXPECT_EQ(device_report(), "CUDA devices: none (" + reason + ")\n");
+  try {
+    check_device(Device::cuda(0));
+    FAIL() << "no throw";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+  }
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver) {
+    dlclose(driver);
+    EXPECT_EQ(reason.find("libcuda.so.1 not loadable"), std::string::npos) << reason;
+  } else {
+    EXPECT_EQ(reason, "no NVIDIA driver found (libcuda.so.1 not loadable)");
+    EXPECT_NE(reason.find("driver"), std::string::npos) << reason;
+  }
+  EXPECT_EQ(cuda_unavailable_reason(), reason);  // the same every time
 }
 
 TEST(DeviceGpu, PropertiesAreCachedAndSane) {

@@ -29,6 +29,8 @@ MT_FN float activate(float v, Activation act) {
       return fn::relu(v);
     case Activation::Gelu:
       return fn::gelu(v);
+    case Activation::GeluTanh:
+      return fn::gelu_tanh(v);
     default:
       return v;
   }

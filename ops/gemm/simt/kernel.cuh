@@ -612,6 +612,9 @@ __global__ void __launch_bounds__(CFG::value.threads(), CFG::value.min_blocks)
         case Activation::Gelu:
           store(std::integral_constant<Activation, Activation::Gelu>{}, mode_c...);
           break;
+        case Activation::GeluTanh:
+          store(std::integral_constant<Activation, Activation::GeluTanh>{}, mode_c...);
+          break;
         default:
           store(std::integral_constant<Activation, Activation::None>{}, mode_c...);
       }
