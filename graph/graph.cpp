@@ -188,18 +188,7 @@ Shape matmul_shape(const Shape& a_in, const Shape& b_in, const std::string& ctx)
   return out;
 }
 
-namespace {
-
-// The elementwise ops defined on float32 only (the others also take integer dtypes): the eager ops' rule, so
-// a graph rejects at build time exactly what they would reject at run time.
-bool float_only(UnaryOp op) {
-  return !(op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Square);
-}
-bool float_only(BinaryOp op) {
-  return op == BinaryOp::Pow;
-}
-
-}  // namespace
+namespace {}  // namespace
 }  // namespace detail
 
 using detail::NodeData;
@@ -306,7 +295,7 @@ Node Graph::constant(const Tensor& value, const std::string& name) {
 Node Graph::unary(UnaryOp op, Node x, const std::string& name) {
   const std::string ctx = op_context(op_name(op), name);
   const NodeData& in = live().at(live().own(x, ctx.c_str()));
-  MT_CHECK(!detail::float_only(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
+  MT_CHECK(defined_on_integers(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
            in.dtype, " ", in.shape);
   NodeData n;
   n.kind = OpKind::Unary;
@@ -324,7 +313,7 @@ Node Graph::binary(BinaryOp op, Node a, Node b, const std::string& name) {
   const NodeData& nb = live().at(live().own(b, ctx.c_str()));
   MT_CHECK(na.dtype == nb.dtype, DTypeError, ctx, ": dtypes differ: ", na.dtype, " ", na.shape, " and ",
            nb.dtype, " ", nb.shape);
-  MT_CHECK(!detail::float_only(op) || na.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
+  MT_CHECK(defined_on_integers(op) || na.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
            na.dtype);
   NodeData n;
   n.kind = OpKind::Binary;
@@ -361,7 +350,7 @@ Node Graph::scalar_binary(BinaryOp op, double s, Node x, const std::string& name
 Node Graph::scalar_node(BinaryOp op, Node x, double s, bool scalar_first, const std::string& name) {
   const std::string ctx = op_context(op_name(op), name);
   const NodeData& in = live().at(live().own(x, ctx.c_str()));
-  MT_CHECK(!detail::float_only(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
+  MT_CHECK(defined_on_integers(op) || in.dtype == DType::F32, DTypeError, ctx, ": needs float32, got ",
            in.dtype);
   check_scalar(s, in.dtype, ctx);
   MT_CHECK(!(in.dtype != DType::F32 && op == BinaryOp::Div && !scalar_first && s == 0), InvalidArgument, ctx,

@@ -65,6 +65,13 @@ const char* op_name(BinaryOp op) {
   return "?";
 }
 
+bool defined_on_integers(UnaryOp op) {
+  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Square;
+}
+bool defined_on_integers(BinaryOp op) {
+  return op != BinaryOp::Pow;
+}
+
 namespace detail {
 
 StridedLayout raw_layout(const Tensor& t) {
@@ -80,10 +87,6 @@ StridedLayout raw_layout(const Tensor& t) {
 }  // namespace detail
 
 namespace {
-
-bool defined_on_integers(UnaryOp op) {
-  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Square;
-}
 
 void check_dtype_supported(bool ok, const char* op, DType dtype) {
   MT_CHECK(ok, DTypeError, op, ": dtype ", dtype, " is not supported (float32 only)");
@@ -174,7 +177,7 @@ Tensor unary(UnaryOp op, const Tensor& x, std::optional<Tensor> out) {
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, std::optional<Tensor> out) {
   const char* name = op_name(op);
   check_same(a, b, name);
-  check_dtype_supported(a.dtype() == DType::F32 || op != BinaryOp::Pow, name, a.dtype());
+  check_dtype_supported(a.dtype() == DType::F32 || defined_on_integers(op), name, a.dtype());
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor result = prepare_out(out, shape, a.dtype(), a.device(), name);
   const bool int_div = op == BinaryOp::Div && a.dtype() != DType::F32;
@@ -196,7 +199,7 @@ namespace {
 Tensor scalar_op(BinaryOp op, const Tensor& x, double s, bool scalar_first, std::optional<Tensor> out) {
   const char* name = op_name(op);
   x.check_defined(name);
-  check_dtype_supported(x.dtype() == DType::F32 || op != BinaryOp::Pow, name, x.dtype());
+  check_dtype_supported(x.dtype() == DType::F32 || defined_on_integers(op), name, x.dtype());
   checked_scalar(s, x.dtype(), name);
   MT_CHECK(!(x.dtype() != DType::F32 && op == BinaryOp::Div && !scalar_first && s == 0), InvalidArgument,
            name, ": integer division by zero");

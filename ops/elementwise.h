@@ -43,6 +43,10 @@ enum class BinaryOp { Add, Sub, Mul, Div, Maximum, Minimum, Pow };
 
 const char* op_name(UnaryOp op);
 const char* op_name(BinaryOp op);
+// Whether an op takes the integer dtypes too (the others are float32 only): the one rule the eager ops check
+// at the call and the graph builder when a node is added.
+bool defined_on_integers(UnaryOp op);
+bool defined_on_integers(BinaryOp op);
 
 // `out`, when given, must have the result's shape, dtype and device (it may be a strided view); it is
 // returned.
