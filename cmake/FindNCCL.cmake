@@ -10,7 +10,8 @@
 # The library is found as libnccl.so or, where only the versioned file exists (the wheel), libnccl.so.2.
 #
 # Sets NCCL_FOUND, NCCL_INCLUDE_DIR, NCCL_LIBRARY, NCCL_VERSION (from nccl.h) and NCCL_VERSION_MAJOR/MINOR/PATCH.
-# Set NCCL_INCLUDE_DIR and NCCL_LIBRARY in the cache to skip the search.
+# Set NCCL_INCLUDE_DIR and NCCL_LIBRARY in the cache to skip the search; NCCL_IMPORT_GLOBAL makes the imported
+# target global (visible to every directory of the build).
 include(FindPackageHandleStandardArgs)
 
 set(_nccl_lib_names nccl libnccl.so.2)
@@ -132,12 +133,22 @@ if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
   endif()
 endif()
 
-find_package_handle_standard_args(NCCL REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR VERSION_VAR NCCL_VERSION)
+# Paths given in the cache must exist too.
+set(NCCL_FILES_EXIST "")
+if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h" AND EXISTS "${NCCL_LIBRARY}")
+  set(NCCL_FILES_EXIST TRUE)
+endif()
+find_package_handle_standard_args(NCCL REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR NCCL_FILES_EXIST
+                                  VERSION_VAR NCCL_VERSION)
 mark_as_advanced(NCCL_INCLUDE_DIR NCCL_LIBRARY)
 
 if(NCCL_FOUND AND NOT TARGET NCCL::nccl)
   # The full file name, so that a library with only its versioned file (libnccl.so.2) links as it is.
-  add_library(NCCL::nccl UNKNOWN IMPORTED)
+  if(NCCL_IMPORT_GLOBAL)
+    add_library(NCCL::nccl UNKNOWN IMPORTED GLOBAL)
+  else()
+    add_library(NCCL::nccl UNKNOWN IMPORTED)
+  endif()
   set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION "${NCCL_LIBRARY}"
                                               INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
 endif()
