@@ -63,6 +63,12 @@ TEST(DistBuild, NcclAvailabilityMatchesTheBuild) {
   EXPECT_EQ(dist::nccl_version().empty(), !dist::nccl_available());
 }
 
+TEST(DistBuild, NvlinkMulticastIsOffInTheseTests) {
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");  // tests/dist/nvls_off.cpp
+  ASSERT_NE(nvls, nullptr);
+  EXPECT_STREQ(nvls, "0");
+}
+
 TEST(DistBuild, WithoutNcclEveryEntryPointThrowsDistUnavailable) {
   if (dist::nccl_available()) GTEST_SKIP() << "built with NCCL " << dist::nccl_version();
   dist::Communicator comm;
