@@ -1,6 +1,7 @@
 // minitensor: a CUDA tensor & BLAS runtime with a graph executor. The one header users include.
 #pragma once
 
+#include "minitensor/dist/dist.h"
 #include "minitensor/graph/graph.h"
 #include "minitensor/memory/allocator.h"
 #include "minitensor/memory/stats.h"

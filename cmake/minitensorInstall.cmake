@@ -31,6 +31,25 @@ if(TARGET ZLIB::ZLIB AND "${_mt_link_libraries}" MATCHES "ZLIB::ZLIB")
   string(APPEND MT_PC_EXTRA_REQUIRES ", zlib")
 endif()
 
+# NCCL (dist/): the config file finds it again with the same FindNCCL.cmake, starting where the build found it.
+set(MT_PC_NCCL_LIBS "")
+if(MT_HAS_NCCL)
+  get_filename_component(_mt_nccl_root "${NCCL_INCLUDE_DIR}" DIRECTORY)
+  string(APPEND MT_FIND_EXTRA_DEPENDENCIES
+         "# NCCL: the one that built the package is only a hint (NCCL_ROOT, cmake/FindNCCL.cmake).\n"
+         "if(NOT DEFINED NCCL_ROOT AND NOT DEFINED ENV{NCCL_ROOT} AND EXISTS \"${_mt_nccl_root}\")\n"
+         "  set(NCCL_ROOT \"${_mt_nccl_root}\")\n"
+         "endif()\n"
+         "list(PREPEND CMAKE_MODULE_PATH \"\${CMAKE_CURRENT_LIST_DIR}\")\n"
+         "find_dependency(NCCL 2)\n"
+         "list(REMOVE_AT CMAKE_MODULE_PATH 0)\n")
+  install(FILES ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake DESTINATION ${MT_INSTALL_CMAKEDIR})
+  # By its full file name: the wheel's NCCL has no unversioned libnccl.so.
+  get_filename_component(_mt_nccl_libdir "${NCCL_LIBRARY}" DIRECTORY)
+  get_filename_component(_mt_nccl_libname "${NCCL_LIBRARY}" NAME)
+  set(MT_PC_NCCL_LIBS "-L${_mt_nccl_libdir} -Wl,-rpath,${_mt_nccl_libdir} -l:${_mt_nccl_libname} ")
+endif()
+
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/minitensorConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/minitensorConfig.cmake INSTALL_DESTINATION ${MT_INSTALL_CMAKEDIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/minitensorConfigVersion.cmake

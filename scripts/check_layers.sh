@@ -18,5 +18,15 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
     fi
   done
 done
+# NCCL is a private dependency of the library: dist/'s public headers (its top level) never include nccl.h, so
+# users compile without NCCL's headers.
+if [ -d dist ]; then
+  hits=$(grep -nE "#[[:space:]]*include[[:space:]]*[\"<]nccl\.h" dist/*.h 2>/dev/null)
+  if [ -n "$hits" ]; then
+    echo "layering: a public header of dist/ includes nccl.h (only dist/detail/ and the sources may):"
+    echo "$hits"
+    status=1
+  fi
+fi
 [ $status -eq 0 ] && echo "layering: no upward include in ${layers[*]}"
 exit $status

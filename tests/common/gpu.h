@@ -18,3 +18,10 @@
     if (props_.cc_major != 9 || props_.cc_minor != 0)                                               \
       GTEST_SKIP() << "the wgmma kernels need compute capability 9.0, device 0 is " << props_.name; \
   } while (0)
+
+// Skips unless at least `n` CUDA devices are present ("needs 2 CUDA devices, found 0").
+#define MT_REQUIRE_GPUS(n)                                                                        \
+  do {                                                                                            \
+    const int mt_found_ = ::mt::cuda_device_count();                                              \
+    if (mt_found_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, found " << mt_found_; \
+  } while (0)

@@ -1,0 +1,100 @@
+// What a Communicator and its Works share, and the one polling loop every wait of dist/ goes through.
+// Included by the sources of dist/ only, and only when minitensor is built with NCCL (MT_HAS_NCCL).
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "minitensor/runtime/event.h"
+#include "minitensor/runtime/stream.h"
+
+namespace mt::dist::detail {
+
+struct CommState {
+  ncclComm_t comm = nullptr;  // null once aborted (or never made)
+  int rank = -1, world = 0, device = -1;
+  std::chrono::milliseconds timeout{0};
+  bool checked = false;
+  std::atomic<bool> aborted{false};
+  Stream stream;  // the communicator's own stream (async collectives), created on first use
+  Event ready;    // reused: the caller's stream so far, for the communicator's stream to wait on
+
+  // The last collective issued on each stream, so that destruction and Communicator::synchronize can wait
+  // for the communicator's work without waiting for the whole device.
+  std::mutex pending_mutex;
+  std::vector<std::pair<cudaStream_t, Event>> pending;
+
+  CommState() = default;
+  CommState(const CommState&) = delete;
+  CommState& operator=(const CommState&) = delete;
+  // Waits (bounded) for the pending work, then ncclCommDestroy; ncclCommAbort when that wait fails. Logs.
+  ~CommState();
+
+  cudaStream_t own_stream();
+  void track(cudaStream_t stream);  // records the end of what was issued on `stream` (not during capture)
+};
+
+// What a pending Work holds: its communicator, the event recorded after the collective, and whether the
+// group that issued it has launched it yet.
+struct WorkState {
+  std::shared_ptr<CommState> comm;
+  Event done;
+  int device = -1;
+  std::string op;
+  bool launched = false;
+};
+
+// The communicator's nonblocking configuration: every NCCL call returns at once, ncclInProgress while it
+// still needs its peers, which wait_ready then polls with the timeout (blocking calls could hang for ever on
+// a dead peer).
+ncclConfig_t nonblocking_config();
+
+// Throws DistError for `code`, naming NCCL's text and its last message, the op, rank and world size. Errors
+// after which the communicator is unusable (all but invalid argument / usage) abort it first.
+[[noreturn]] void fail(CommState& state, ncclResult_t code, const std::string& op);
+// Aborts the communicator and throws DistError: `what` timed out after the communicator's timeout.
+[[noreturn]] void fail_timeout(CommState& state, const std::string& op, std::chrono::milliseconds timeout);
+
+// The return code of an NCCL call made outside a group: success returns, ncclInProgress waits until the
+// communicator is ready (wait_ready), anything else fails.
+void check(CommState& state, ncclResult_t code, const std::string& op);
+// Polls the communicator's state until it is no longer ncclInProgress.
+void wait_ready(CommState& state, const std::string& op);
+
+// The polling loop: returns once done() is true. Between polls it reads NCCL's asynchronous error state (an
+// error aborts and throws DistError), and gives up after `timeout` (abort and DistError). It spins briefly,
+// then sleeps in steps growing to 1 ms.
+class Poller {
+ public:
+  Poller(CommState& state, std::string op, std::chrono::milliseconds timeout);
+  // One round: throws on an asynchronous error or when the time is up, else pauses.
+  void step();
+
+ private:
+  CommState& m_state;
+  std::string m_op;
+  std::chrono::milliseconds m_timeout;
+  std::chrono::steady_clock::time_point m_start;
+  int m_round = 0;
+};
+
+template <class Done>
+void poll_until(CommState& state, const std::string& op, std::chrono::milliseconds timeout, Done&& done) {
+  Poller poller(state, op, timeout);
+  while (!done()) poller.step();
+}
+
+// True when `stream` is being captured into a CUDA graph.
+bool capturing(cudaStream_t stream);
+
+// The communicator behind `comm`: InvalidArgument when it holds none, DistError when it was aborted.
+CommState& usable(const std::shared_ptr<CommState>& state, const char* op);
+
+}  // namespace mt::dist::detail
