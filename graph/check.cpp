@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "minitensor/graph/detail/executor_impl.h"
+#include "minitensor/runtime/detail/json.h"
 
 namespace mt {
 namespace detail {
@@ -250,6 +251,28 @@ std::string CheckReport::table() const {
 
 std::ostream& operator<<(std::ostream& os, const CheckReport& report) {
   return os << report.table();
+}
+
+std::string to_json(const CheckReport& report) {
+  detail::JsonWriter w;
+  w.begin_object().field("ok", report.ok).field("compared", report.compared).key("rows").begin_array();
+  for (const CheckRow& r : report.rows) {
+    w.begin_object()
+        .field("node", r.node)
+        .field("label", r.label)
+        .field("op", r.op)
+        .field("shape", r.shape)
+        .field("max_abs", r.max_abs)
+        .field("max_rel", r.max_rel)
+        .field("nmse", r.nmse)
+        .field("tolerance", r.tolerance)
+        .field("scale", r.scale)
+        .field("pass", r.pass)
+        .field("note", r.note)
+        .end_object();
+  }
+  w.end_array().end_object();
+  return w.take();
 }
 
 }  // namespace mt

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <iostream>
 #include <numeric>
-#include <sstream>
 
 #include "minitensor/graph/detail/executor_impl.h"
 #include "minitensor/ops/detail/kernels.h"
@@ -679,33 +678,6 @@ TensorMap ExecutorImpl::run_device(const TensorMap& inputs) {
   TensorMap out;
   for (const auto& [name, id] : m_prog.g.outputs) out[name] = node_tensor(id);
   return out;
-}
-
-std::string ExecutorImpl::summary() const {
-  std::ostringstream os;
-  os << "executor on " << m_device << ": " << m_prog.steps.size() << " steps (" << m_prog.order.size()
-     << " live nodes of " << m_source.nodes.size() << "), " << m_sched.n_streams << " stream(s), CUDA graph "
-     << (m_opt.run.cuda_graph && m_capturable ? "on" : "off") << "\n";
-  for (const auto& l : m_prog.log) os << "  " << l << "\n";
-  for (size_t i = 0; i < m_prog.steps.size(); ++i) {
-    const Step& s = m_prog.steps[i];
-    os << "  step " << i << " [stream " << m_sched.stream[i] << "] " << m_prog.node_label(s.root);
-    if (s.kind == Step::Kind::Fused) os << " (fused kernel, " << s.members.size() << " nodes)";
-    const auto w = m_mem.where[static_cast<size_t>(s.root)];
-    if (w == MemoryPlan::Where::Arena) os << " @arena+" << m_mem.offset[static_cast<size_t>(s.root)];
-    if (w == MemoryPlan::Where::Persistent) os << " @output+" << m_mem.offset[static_cast<size_t>(s.root)];
-    if (m_mem.inplace_of[static_cast<size_t>(s.root)] >= 0)
-      os << " (in place over " << m_prog.g.label(m_mem.inplace_of[static_cast<size_t>(s.root)]) << ")";
-    if (!m_sched.waits[i].empty()) {
-      os << " waits";
-      for (int w2 : m_sched.waits[i]) os << " " << w2;
-    }
-    os << "\n";
-  }
-  os << "  memory plan: arena " << m_mem.arena_bytes << " B for " << m_mem.n_intermediates
-     << " intermediates of " << m_mem.unplanned_bytes << " B in all (" << m_mem.n_inplace
-     << " in place); outputs " << m_mem.persistent_bytes << " B\n";
-  return os.str();
 }
 
 }  // namespace detail

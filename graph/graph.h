@@ -229,6 +229,8 @@ struct PlanStats {
   int n_intermediates = 0;
   int n_inplace = 0;  // intermediates written over a dying input
 };
+// {"arena_bytes":..,"unplanned_bytes":..,"n_intermediates":..,"n_inplace":..}
+std::string to_json(const PlanStats& plan);
 
 struct ExecStats {
   int n_runs = 0, n_plain_runs = 0, n_captures = 0, n_graph_updates = 0, n_reinstantiations = 0,
@@ -238,6 +240,8 @@ struct ExecStats {
   // before it finishes (programmatic dependent launch kept by the capture).
   int n_graph_edges = 0, n_programmatic_edges = 0;
 };
+// Every field above, by its name.
+std::string to_json(const ExecStats& stats);
 
 // Timings of the last profiled run.
 struct NodeTiming {
@@ -245,6 +249,8 @@ struct NodeTiming {
   int stream = 0;
   double start_us = 0, duration_us = 0;  // relative to the run's start
 };
+// {"steps":[{"step":0,"label":..,"op":..,"stream":..,"start_us":..,"duration_us":..},...]}
+std::string to_json(const std::vector<NodeTiming>& profile);
 
 namespace detail {
 class ExecutorImpl;
@@ -297,6 +303,9 @@ class Executor {
  private:
   std::unique_ptr<detail::ExecutorImpl> m_impl;
 };
+// summary() as JSON: device, streams, CUDA graph, fusion decisions, the steps (stream, waits), the memory
+// plan (where each live node is placed), stats() and warnings(). A CPU executor has no steps and no plan.
+std::string to_json(const Executor& executor);
 
 // Runs the graph on the CPU through the Eigen reference ops; every node's value (indexed by node id).
 std::vector<Tensor> run_cpu_all(const Graph& graph, const TensorMap& inputs);
@@ -316,6 +325,9 @@ struct CheckReport {
   std::string table() const;  // ends with "all rows pass", "SOME ROWS FAIL" or "nothing compared: ..."
 };
 std::ostream& operator<<(std::ostream& os, const CheckReport& report);
+// {"ok":..,"compared":..,"rows":[{"node":..,"label":..,"op":..,"shape":..,"max_abs":..,"max_rel":..,"nmse":..,
+// "tolerance":..,"scale":..,"pass":..,"note":..},...]}; a NaN or infinite error is null.
+std::string to_json(const CheckReport& report);
 
 // Runs the graph on the device (options.device; unset: the GPU when there is one, else the CPU with the
 // notice of ExecOptions::device, and nothing is compared) and on the CPU; compares every materialised node.

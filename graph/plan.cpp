@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "minitensor/graph/detail/program.h"
+#include "minitensor/runtime/detail/json.h"
 
 namespace mt::detail {
 
@@ -178,6 +179,39 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace, const std::ve
   }
   for (auto& d : m.extra_deps) std::sort(d.begin(), d.end());
   return m;
+}
+
+std::string to_json(const Program& p, const MemoryPlan& m) {
+  static constexpr const char* kWhere[] = {"none", "leaf", "arena", "output", "alias"};
+  JsonWriter w;
+  w.begin_object()
+      .field("arena_bytes", m.arena_bytes)
+      .field("persistent_bytes", m.persistent_bytes)
+      .field("unplanned_bytes", m.unplanned_bytes)
+      .field("n_intermediates", m.n_intermediates)
+      .field("n_inplace", m.n_inplace)
+      .key("nodes")
+      .begin_array();
+  for (int id : p.order) {
+    const auto i = static_cast<size_t>(id);
+    const NodeData& nd = p.g.at(id);
+    const MemoryPlan::Where where = i < m.where.size() ? m.where[i] : MemoryPlan::Where::None;
+    w.begin_object()
+        .field("node", id)
+        .field("name", nd.name)
+        .field("where", kWhere[static_cast<int>(where)])
+        .field("bytes", static_cast<std::uint64_t>(nd.shape.numel()) * dtype_size(nd.dtype))
+        .key("offset");
+    if (where == MemoryPlan::Where::Arena || where == MemoryPlan::Where::Persistent)
+      w.value(m.offset[i]);
+    else
+      w.null();
+    w.field("alias_of", i < m.alias_of.size() ? m.alias_of[i] : -1)
+        .field("inplace_of", i < m.inplace_of.size() ? m.inplace_of[i] : -1)
+        .end_object();
+  }
+  w.end_array().end_object();
+  return w.take();
 }
 
 Schedule schedule_streams(const Program& p, const MemoryPlan& m, int max_streams,

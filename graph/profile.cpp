@@ -6,21 +6,10 @@
 #include <sstream>
 
 #include "minitensor/graph/detail/executor_impl.h"
+#include "minitensor/runtime/detail/json.h"
 #include "minitensor/runtime/stream.h"
 
 namespace mt::detail {
-
-namespace {
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out;
-}
-}  // namespace
 
 void ExecutorImpl::collect_profile(cudaStream_t origin) {
   synchronize_stream(origin);  // profiling reads the events: the run must be done
@@ -71,29 +60,62 @@ std::string ExecutorImpl::profile_table() const {
   return os.str();
 }
 
+std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name) {
+  double t0 = 0;
+  for (const auto& e : events) t0 = std::min(t0, e.ts_us);
+  std::map<std::string, int> tracks;
+  for (const auto& e : events) tracks.emplace(e.track, 0);
+  int tid = 0;
+  for (auto& [name, id] : tracks) id = tid++;
+  // One event a line, so that a trace can also be read (and diffed) as text.
+  std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+  out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":";
+  json_append_string(out, process_name);
+  out += "}}";
+  for (const auto& [name, id] : tracks) {
+    out += str(",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":", id, ",\"args\":{\"name\":");
+    json_append_string(out, name);
+    out += "}}";
+  }
+  for (const auto& e : events) {
+    out += ",\n{\"name\":";
+    json_append_string(out, e.name);
+    out += ",\"cat\":";
+    json_append_string(out, e.cat);
+    char num[96];
+    std::snprintf(num, sizeof num, "\"ts\":%.3f,\"dur\":%.3f", e.ts_us - t0, e.dur_us);
+    out += str(",\"ph\":\"X\",\"pid\":0,\"tid\":", tracks.at(e.track), ",", num, "}");
+  }
+  out += "\n]}\n";
+  return out;
+}
+
 void ExecutorImpl::write_trace(const std::string& path) const {
   std::ofstream f(path);
   MT_CHECK(f.good(), InvalidArgument, "write_trace: cannot open '", path, "' for writing");
-  double t0 = 0;
-  for (const auto& e : m_trace) t0 = std::min(t0, e.ts_us);
-  std::map<std::string, int> tracks;
-  for (const auto& e : m_trace) tracks.emplace(e.track, 0);
-  int tid = 0;
-  for (auto& [name, id] : tracks) id = tid++;
-  f << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-  f << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"minitensor " << m_device.str()
-    << "\"}}";
-  for (const auto& [name, id] : tracks)
-    f << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << id << ",\"args\":{\"name\":\""
-      << json_escape(name) << "\"}}";
-  for (const auto& e : m_trace) {
-    char num[96];
-    std::snprintf(num, sizeof num, "\"ts\":%.3f,\"dur\":%.3f", e.ts_us - t0, e.dur_us);
-    f << ",\n{\"name\":\"" << json_escape(e.name) << "\",\"cat\":\"" << json_escape(e.cat)
-      << "\",\"ph\":\"X\",\"pid\":0,"
-      << "\"tid\":" << tracks.at(e.track) << "," << num << "}";
-  }
-  f << "\n]}\n";
+  f << chrome_trace_json(m_trace, "minitensor " + m_device.str());
 }
 
 }  // namespace mt::detail
+
+namespace mt {
+
+std::string to_json(const std::vector<NodeTiming>& profile) {
+  detail::JsonWriter w;
+  w.begin_object().key("steps").begin_array();
+  for (size_t i = 0; i < profile.size(); ++i) {
+    const NodeTiming& t = profile[i];
+    w.begin_object()
+        .field("step", i)
+        .field("label", t.label)
+        .field("op", t.op)
+        .field("stream", t.stream)
+        .field("start_us", t.start_us)
+        .field("duration_us", t.duration_us)
+        .end_object();
+  }
+  w.end_array().end_object();
+  return w.take();
+}
+
+}  // namespace mt

@@ -83,4 +83,12 @@ void set_caching_enabled(bool enabled);  // all process-wide allocators, present
 // "1.50 MiB", "512 B".
 std::string format_bytes(std::int64_t bytes);
 
+// JSON, keys in the order of the fields above. Stats: {"allocations":{"current":..,"peak":..,"allocated":..,
+// "freed":..},...,"cache_hits":..,...}. Snapshot: {"segments":[{"address":..,"size":..,"stream":..,
+// "small_pool":..,"blocks":[{"address":..,"size":..,"requested":..,"state":"free"|"allocated"|
+// "awaiting_streams","stream":..},...]},...]}; addresses and streams as unsigned integers (stream 0: the
+// legacy default stream).
+std::string to_json(const MemoryStats& stats);
+std::string to_json(const std::vector<SegmentInfo>& snapshot);
+
 }  // namespace mt

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what minitensor needs to build and is missing, from Debian packages: CMake, Ninja, Eigen 3.4,
-# GoogleTest, Google Benchmark, zlib, DLPack. The CUDA toolkit (nvcc) must already be installed. Installs nothing
-# when all is present (machines without network access, such as the GPU machine, have it all).
+# GoogleTest, Google Benchmark, zlib, DLPack, nlohmann-json (the tests parse the library's JSON with it). The
+# CUDA toolkit (nvcc) must already be installed. Installs nothing when all is present (machines without network
+# access, such as the GPU machine, have it all).
 set -euo pipefail
 
 missing=()
@@ -13,6 +14,7 @@ have_header gtest/gtest.h || missing+=(libgtest-dev googletest)
 have_header benchmark/benchmark.h || missing+=(libbenchmark-dev)
 have_header zlib.h || missing+=(zlib1g-dev)
 have_header dlpack/dlpack.h || missing+=(libdlpack-dev)
+have_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install_deps: installing ${missing[*]}"

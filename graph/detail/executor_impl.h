@@ -88,6 +88,9 @@ struct TraceEvent {
   std::string track;  // "stream 0", "copy", ...
   double ts_us = 0, dur_us = 0;
 };
+// The Chrome trace (Perfetto, chrome://tracing) of `events`: one track per distinct event track, times
+// shifted so that none is negative. Every string goes through the library's JSON escaping.
+std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name);
 
 class ExecutorImpl {
  public:

@@ -60,6 +60,10 @@ struct MemoryPlan {
 // cost).
 MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace,
                        const std::vector<int>* step_stream = nullptr);
+// The plan as JSON: its totals, then each live node in topological order: {"node","name","where" (none, leaf,
+// arena, output, alias),"bytes" (unpadded),"offset" (arena / output, else null),"alias_of","inplace_of" (-1:
+// none)}.
+std::string to_json(const Program& p, const MemoryPlan& m);
 
 // ---- streams
 struct Schedule {
