@@ -112,7 +112,11 @@ double local_tolerance(const NodeData& n, MathMode math) {
       return 1e-5;
     case OpKind::Softmax:
     case OpKind::LogSoftmax:
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm:
       return 1e-5;
+    case OpKind::Attention:
+      return math == MathMode::TF32 ? 5e-3 : 2e-5;
     default:
       return 4e-6;
   }

@@ -109,6 +109,18 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
       mt::gemm(ins[0], ins[1], c, n.gemm.trans_a, n.gemm.trans_b, o, bias);
       return c;
     }
+    case OpKind::LayerNorm:
+      return layer_norm(ins[0], n.has_weight ? ins[1] : Tensor(),
+                        n.has_bias ? ins[n.has_weight ? 2 : 1] : Tensor(), n.scalar);
+    case OpKind::RmsNorm:
+      return rms_norm(ins[0], n.has_weight ? ins[1] : Tensor(), n.scalar);
+    case OpKind::Attention: {
+      AttentionOptions o;
+      o.causal = n.causal;
+      o.scale = n.scalar;
+      if (n.has_mask) o.mask = ins[3];
+      return attention(ins[0], ins[1], ins[2], o);
+    }
   }
   MT_THROW(InvalidArgument, "eval_node: unknown op");
 }

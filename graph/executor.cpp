@@ -12,6 +12,7 @@
 
 #include "minitensor/graph/detail/executor_impl.h"
 #include "minitensor/ops/detail/kernels.h"
+#include "minitensor/ops/detail/norm.h"
 #include "minitensor/ops/ops.h"
 #include "minitensor/runtime/stream.h"
 #include "minitensor/tensor/detail/kernels.h"
@@ -196,13 +197,22 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   for (size_t i = 0; i < m_prog.steps.size(); ++i) {
     const NodeData& n = m_prog.g.at(m_prog.steps[i].root);
     std::int64_t a, b, c;
-    if (n.kind == OpKind::Reduce && !split_axes(m_prog.g.at(n.inputs[0]).shape, n.axes, a, b, c)) {
+    if (n.inputs.empty()) continue;
+    const Shape& x = m_prog.g.at(n.inputs[0]).shape;
+    // Steps that run their eager op (it allocates its result, so they cannot be captured): a reduction over
+    // non-consecutive axes, rows too long for the fused row kernel, attention without a fused kernel.
+    const bool eager =
+        (n.kind == OpKind::Reduce && !split_axes(x, n.axes, a, b, c)) ||
+        ((n.kind == OpKind::LayerNorm || n.kind == OpKind::RmsNorm) && !row_norm_is_fused(x.back())) ||
+        (n.kind == OpKind::Attention &&
+         !attention_is_fused(x.back(), n.shape.back(), m_prog.g.at(n.inputs[1]).shape[x.rank() - 2]));
+    if (eager) {
       m_fallback_reduce[i] = true;
       m_capturable = false;
     }
   }
   if (!m_capturable && options.run.cuda_graph)
-    warn(m_warnings, "a reduction over non-consecutive axes allocates its result: CUDA graph capture is off");
+    warn(m_warnings, "a step runs its eager op, which allocates its result: CUDA graph capture is off");
 
   const bool reuse = options.compile.plan_memory && !options.run.keep_intermediates;
   // Streams from the data dependencies first, then memory that never makes one stream wait for another.
@@ -437,6 +447,31 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       const Tensor bias = n.has_bias ? in(n.has_c ? 3 : 2) : Tensor();
       o.packed_b = m_packed_b[static_cast<size_t>(i)];
       mt::gemm(in(0), in(1), out, n.gemm.trans_a, n.gemm.trans_b, o, bias);
+      break;
+    }
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm: {
+      const bool layer = n.kind == OpKind::LayerNorm;
+      const Tensor x = in(0).contiguous();
+      const Tensor w = n.has_weight ? in(1).contiguous() : Tensor();
+      const Tensor b = n.has_bias ? in(n.has_weight ? 2 : 1).contiguous() : Tensor();
+      const std::int64_t d = x.size(-1);
+      if (x.numel() == 0) break;
+      if (m_fallback_reduce[static_cast<size_t>(i)] ||
+          !launch_row_norm(layer ? RowNorm::Layer : RowNorm::Rms, x.data<float>(),
+                           w.defined() ? w.data<float>() : nullptr, b.defined() ? b.data<float>() : nullptr,
+                           out.data<float>(), x.numel() / d, d, static_cast<float>(n.scalar), stream)) {
+        const Tensor r = layer ? layer_norm(x, w, b, n.scalar) : rms_norm(x, w, n.scalar);
+        launch_copy_strided(out.data_ptr(), out.layout(), r.data_ptr(), r.layout(), 4, r.numel(), stream);
+      }
+      break;
+    }
+    case OpKind::Attention: {
+      AttentionOptions o;
+      o.causal = n.causal;
+      o.scale = n.scalar;
+      if (n.has_mask) o.mask = in(3);
+      attention_out(in(0), in(1), in(2), out, o);
       break;
     }
     default:

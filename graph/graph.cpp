@@ -46,6 +46,12 @@ const char* kind_name(OpKind k) {
       return "linear";
     case OpKind::Gemm:
       return "gemm";
+    case OpKind::LayerNorm:
+      return "layer_norm";
+    case OpKind::RmsNorm:
+      return "rms_norm";
+    case OpKind::Attention:
+      return "attention";
   }
   return "?";
 }

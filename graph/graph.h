@@ -23,6 +23,7 @@
 
 #include "minitensor/ops/elementwise.h"
 #include "minitensor/ops/gemm.h"
+#include "minitensor/ops/norm.h"
 #include "minitensor/ops/reduce.h"
 #include "minitensor/tensor/tensor.h"
 
@@ -105,11 +106,14 @@ class Graph {
   Node gelu(Node x) { return unary(UnaryOp::Gelu, x); }           // exact (erf), PyTorch's default
   Node gelu_tanh(Node x) { return unary(UnaryOp::GeluTanh, x); }  // tanh approximation
   Node square(Node x) { return unary(UnaryOp::Square, x); }
+  Node rsqrt(Node x) { return unary(UnaryOp::Rsqrt, x); }
+  Node reciprocal(Node x) { return unary(UnaryOp::Reciprocal, x); }
   Node add(Node a, Node b) { return binary(BinaryOp::Add, a, b); }
   Node sub(Node a, Node b) { return binary(BinaryOp::Sub, a, b); }
   Node mul(Node a, Node b) { return binary(BinaryOp::Mul, a, b); }
   Node div(Node a, Node b) { return binary(BinaryOp::Div, a, b); }
   Node maximum(Node a, Node b) { return binary(BinaryOp::Maximum, a, b); }
+  Node pow(Node a, Node b) { return binary(BinaryOp::Pow, a, b); }
   Node minimum(Node a, Node b) { return binary(BinaryOp::Minimum, a, b); }
 
   // --- reductions (axes empty = all), softmax
@@ -128,6 +132,7 @@ class Graph {
     return reduce(ReduceOp::Min, x, {axis}, keepdim);
   }
   Node argmax(Node x, std::int64_t axis) { return reduce(ReduceOp::ArgMax, x, {axis}, false); }
+  Node argmin(Node x, std::int64_t axis) { return reduce(ReduceOp::ArgMin, x, {axis}, false); }
   Node softmax(Node x, std::int64_t axis = -1, const std::string& name = "");
   Node log_softmax(Node x, std::int64_t axis = -1, const std::string& name = "");
 
@@ -144,6 +149,14 @@ class Graph {
               const std::string& name = "");
   Node gemm(Node a, Node b, const GemmNodeOptions& options = {}, Node c = Node(), Node bias = Node(),
             const std::string& name = "");
+
+  // --- row normalisations over the last axis and attention, as ops/norm.h and ops/attention.h define them
+  // (one fused kernel each). weight and bias (d) may be absent; mask, additive, broadcasts to the scores.
+  Node layer_norm(Node x, Node weight = Node(), Node bias = Node(), double eps = 1e-5,
+                  const std::string& name = "");
+  Node rms_norm(Node x, Node weight = Node(), double eps = kRmsNormEps, const std::string& name = "");
+  Node attention(Node q, Node k, Node v, Node mask = Node(), bool causal = false,
+                 std::optional<double> scale = std::nullopt, const std::string& name = "");
 
   // --- outputs: what run() returns, by name
   void output(const std::string& name, Node node);

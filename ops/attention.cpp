@@ -53,7 +53,21 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
 
 }  // namespace
 
+bool attention_is_fused(std::int64_t head_dim, std::int64_t value_dim, std::int64_t keys) {
+  return head_dim == value_dim && (head_dim == 32 || head_dim == 64 || head_dim == 128) && keys > 0;
+}
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  q.check_defined(kOp);
+  v.check_defined(kOp);
+  Shape out_shape = q.shape();
+  if (out_shape.rank() >= 1 && v.dim() >= 1) out_shape[out_shape.rank() - 1] = v.size(-1);
+  Tensor out = empty(out_shape, DType::F32, q.device());
+  return attention_out(q, k, v, out, o);
+}
+
+Tensor& attention_out(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                      const AttentionOptions& o) {
   for (const Tensor* t : {&q, &k, &v}) {
     t->check_defined(kOp);
     MT_CHECK(t->dtype() == DType::F32, DTypeError, kOp, ": dtype ", t->dtype(),
@@ -88,15 +102,24 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
              " does not broadcast to the scores ", score_shape);
     mask = o.mask.expand(score_shape);  // ShapeError where it does not broadcast
   }
-  if (q.numel() == 0 || v.numel() == 0 || tq == 0) return zeros(out_shape, DType::F32, q.device());
-  if (q.is_cpu()) return detail::cpu_attention(q, k, v, mask, o.causal, scale);
+  out.check_defined(kOp);
+  MT_CHECK(out.dtype() == DType::F32 && out.device() == q.device() && out.shape() == out_shape &&
+               out.is_contiguous(),
+           InvalidArgument, kOp, ": out must be a contiguous float32 ", out_shape, " on ", q.device(),
+           ", got ", out.dtype(), " ", out.shape(), " on ", out.device());
+  if (q.numel() == 0 || v.numel() == 0 || tq == 0) return out.numel() ? out.fill_(0.0) : out;
+  if (q.is_cpu()) {
+    out.copy_(detail::cpu_attention(q, k, v, mask, o.causal, scale));
+    return out;
+  }
   DeviceGuard guard(q.device());
-  if (d != dv || !(d == 32 || d == 64 || d == 128) || tk == 0)
-    return composed(q, k, v, mask, o.causal, scale).contiguous();
+  if (!attention_is_fused(d, dv, tk)) {
+    out.copy_(composed(q, k, v, mask, o.causal, scale));
+    return out;
+  }
   // The kernel reads rows contiguous along d.
   auto rows = [](const Tensor& t) { return as_4d(t.stride(-1) == 1 ? t : t.contiguous()); };
   const Tensor q4 = rows(q), k4 = rows(k), v4 = rows(v);
-  Tensor out = empty(out_shape, DType::F32, q.device());
   detail::AttnProblem p;
   p.b0 = static_cast<int>(q4.size(0)), p.b1 = static_cast<int>(q4.size(1));
   p.tq = static_cast<int>(tq), p.tk = static_cast<int>(tk), p.d = static_cast<int>(d);

@@ -25,4 +25,13 @@ struct AttentionOptions {
 // matmul and softmax.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
+// The same written into `out` (float32, the result's shape, contiguous, on q's device); returns out. With the
+// fused kernel nothing is allocated (a CUDA graph may capture it).
+Tensor& attention_out(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                      const AttentionOptions& options = {});
+
+// Whether attention over these extents runs the fused kernel on a GPU (else it is composed from matmul and
+// softmax, which allocates).
+bool attention_is_fused(std::int64_t head_dim, std::int64_t value_dim, std::int64_t keys);
+
 }  // namespace mt

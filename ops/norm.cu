@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "minitensor/ops/detail/norm.h"
+#include "minitensor/ops/norm.h"
 #include "minitensor/runtime/detail/device_primitives.cuh"
 #include "minitensor/runtime/error.h"
 
@@ -104,7 +105,8 @@ void run(const float* x, const float* w, const float* b, float* y, std::int64_t 
   MT_CUDA_CHECK_LAUNCH();
 }
 
-// The smallest PER in {1, 2, 4, 8} that covers the row with T threads of VEC-wide loads.
+// The smallest PER in {1, 2, 4, 8} (16 and 32 for scalar rows of 1024 threads) that covers the row with T
+// threads of VEC-wide loads.
 template <int T, int VEC, RowNorm KIND>
 bool run_per(const float* x, const float* w, const float* b, float* y, std::int64_t rows, int d, float eps,
              cudaStream_t stream) {
@@ -113,10 +115,15 @@ bool run_per(const float* x, const float* w, const float* b, float* y, std::int6
   if (per <= 2) return run<T, 2, VEC, KIND>(x, w, b, y, rows, d, eps, stream), true;
   if (per <= 4) return run<T, 4, VEC, KIND>(x, w, b, y, rows, d, eps, stream), true;
   if (per <= 8) return run<T, 8, VEC, KIND>(x, w, b, y, rows, d, eps, stream), true;
+  if constexpr (T == 1024 && VEC == 1) {  // scalar loads: the longest rows take more per thread
+    if (per <= 16) return run<T, 16, VEC, KIND>(x, w, b, y, rows, d, eps, stream), true;
+    if (per <= 32) return run<T, 32, VEC, KIND>(x, w, b, y, rows, d, eps, stream), true;
+  }
   return false;
 }
 
-// A warp per row up to 8 loads per lane, then a block of 256, then of 1024; longer rows are not kept.
+// A warp per row up to 8 loads per lane, then a block of 256, then of 1024 (row_norm_is_fused: up to 32768
+// elements either way); longer rows are not kept.
 template <int VEC, RowNorm KIND>
 bool dispatch(const float* x, const float* w, const float* b, float* y, std::int64_t rows, int d, float eps,
               cudaStream_t stream) {
@@ -133,7 +140,7 @@ bool aligned16(const void* p) {
 
 bool launch_row_norm(RowNorm kind, const float* x, const float* weight, const float* bias, float* y,
                      std::int64_t rows, std::int64_t d, float eps, cudaStream_t stream) {
-  if (d > 1024 * 8 * 4) return false;
+  if (!row_norm_is_fused(d)) return false;
   const int di = static_cast<int>(d);
   const bool vec4 = d % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(weight) && aligned16(bias);
   if (kind == RowNorm::Layer)

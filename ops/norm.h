@@ -18,4 +18,10 @@ inline constexpr double kRmsNormEps = 1.1920928955078125e-07;
 // axis; weight (d) or undefined (none).
 Tensor rms_norm(const Tensor& x, const Tensor& weight = {}, double eps = kRmsNormEps);
 
+// Whether rows of d elements run the fused kernel on a GPU (longer rows are composed from eager ops, which
+// allocate).
+inline bool row_norm_is_fused(std::int64_t d) {
+  return d <= 32768;
+}
+
 }  // namespace mt

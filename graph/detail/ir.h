@@ -27,6 +27,9 @@ enum class OpKind : std::uint8_t {
   Matmul,
   Linear,
   Gemm,
+  LayerNorm,  // x, [weight], [bias]: eps in `scalar`
+  RmsNorm,    // x, [weight]: eps in `scalar`
+  Attention,  // q, k, v, [mask]: scale in `scalar`, causal
 };
 const char* kind_name(OpKind k);
 
@@ -44,10 +47,12 @@ struct NodeData {
   double scalar = 0, scalar2 = 0;  // BinaryScalar / ScalarBinary: scalar; Clamp: lo, hi
   std::vector<std::int64_t> axes;  // Reduce: wrapped, sorted; Softmax: axis; Permute: dims
   bool keepdim = false;
-  bool is_reshape = false;               // View made by reshape()
-  GemmNodeOptions gemm;                  // Gemm / Linear (activation)
-  bool has_c = false, has_bias = false;  // Gemm / Linear
-  Tensor value;                          // Parameter / Constant
+  bool is_reshape = false;                // View made by reshape()
+  GemmNodeOptions gemm;                   // Gemm / Linear (activation)
+  bool has_c = false, has_bias = false;   // Gemm / Linear; has_bias: LayerNorm
+  bool has_weight = false;                // LayerNorm / RmsNorm
+  bool has_mask = false, causal = false;  // Attention
+  Tensor value;                           // Parameter / Constant
 
   bool is_leaf() const {
     return kind == OpKind::Input || kind == OpKind::Parameter || kind == OpKind::Constant;
