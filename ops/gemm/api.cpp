@@ -86,7 +86,6 @@ std::vector<std::int64_t> batch_strides(const Tensor& t, const std::vector<std::
 // collapse into one stride for all three go into one launch; the rest loop here.
 void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, const Tensor& bias,
          const char* op) {
-  const int rc = c.dim();
   const std::int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1);
   std::vector<std::int64_t> bshape(c.shape().begin(), c.shape().end() - 2);
   check_no_self_overlap(c, op);
