@@ -9,6 +9,9 @@
 //                                         the same with the GEMMs in 3xTF32 (3 tensor-core products per
 //                                         operand pair: float32-class accuracy, checked against the eager
 //                                         ops)
+//   Block/d<d>/<batch>x<tokens>/{fp32,tf32x3}  a GPT-2 style transformer block (d / 64 heads) through the
+//                                         executor, fused and replayed as a CUDA graph (bench/graph/
+//                                         torch_block.py: the same block in PyTorch)
 //   HostAdd/<n>/{ideal_h2d,ideal_d2h,serial,pipelined}: c = a + b over pinned host arrays, back to the host
 //   HostAdd/<n>/ideal_both                the H2D and D2H copies at once on two streams, no compute: the
 //                                         link with both directions busy (on hosts where they share
@@ -28,7 +31,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "minitensor/graph/graph.h"
@@ -242,6 +248,66 @@ void bm_host(benchmark::State& state, HostMode mode, std::int64_t chunk = 0, int
       benchmark::Counter(static_cast<double>(3 * bytes), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// ---------------------------------------------------------------- a transformer block (GPT-2 style)
+// x -> layer_norm -> q, k, v linears (heads) -> causal attention -> projection + residual -> layer_norm ->
+// linear + GELU (tanh) -> linear + residual. float32 weights drawn as nn.Linear draws them. With
+// MT_BLOCK_DUMP set to a folder, the first run writes x, every weight and y there as .npy files
+// (bench/graph/torch_block.py builds the same block in PyTorch from them and reports the difference).
+struct BlockSetup {
+  std::int64_t batch, tokens, dim, heads;
+  Graph g;
+  std::map<std::string, Tensor> weights;
+  Tensor x;
+  BlockSetup(std::int64_t b, std::int64_t t, std::int64_t d, std::int64_t h)
+      : batch(b), tokens(t), dim(d), heads(h) {
+    const Device dev = Device::cuda(0);
+    const double s = 1.0 / std::sqrt(static_cast<double>(d)),
+                 s4 = 1.0 / std::sqrt(4.0 * static_cast<double>(d));
+    std::uint64_t seed = 100;
+    auto param = [&](const std::string& name, const Shape& shape, double lo, double hi) {
+      weights[name] = uniform(shape, seed++, lo, hi, dev);
+      return g.parameter(name, weights[name]);
+    };
+    x = uniform({b * t, d}, 1, -1, 1, dev);
+    auto xn = g.input("x", {b * t, d});
+    auto heads_of = [&](Node n) { return g.permute(g.reshape(n, {b, t, h, d / h}), {0, 2, 1, 3}); };
+    auto h1 = g.layer_norm(xn, param("ln1_w", {d}, 0.5, 1.5), param("ln1_b", {d}, -0.1, 0.1));
+    auto q = heads_of(g.linear(h1, param("wq", {d, d}, -s, s), param("bq", {d}, -s, s)));
+    auto k = heads_of(g.linear(h1, param("wk", {d, d}, -s, s), param("bk", {d}, -s, s)));
+    auto v = heads_of(g.linear(h1, param("wv", {d, d}, -s, s), param("bv", {d}, -s, s)));
+    auto a = g.reshape(g.permute(g.attention(q, k, v, Node(), true), {0, 2, 1, 3}), {b * t, d});
+    auto x2 = xn + g.linear(a, param("wo", {d, d}, -s, s), param("bo", {d}, -s, s));
+    auto h2 = g.layer_norm(x2, param("ln2_w", {d}, 0.5, 1.5), param("ln2_b", {d}, -0.1, 0.1));
+    auto f = g.linear(h2, param("w1", {d, 4 * d}, -s, s), param("b1", {4 * d}, -s, s), Activation::GeluTanh);
+    g.output("y", x2 + g.linear(f, param("w2", {4 * d, d}, -s4, s4), param("b2", {d}, -s4, s4)));
+  }
+};
+
+void bm_block(benchmark::State& state, std::int64_t b, std::int64_t t, std::int64_t d, std::int64_t h,
+              bool tf32x3) {
+  if (!cuda_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  BlockSetup m(b, t, d, h);
+  ExecOptions o;
+  o.device = Device::cuda(0);
+  o.run.cuda_graph = true;
+  if (tf32x3) o.compile.math = MathMode::TF32x3;
+  Executor exec(m.g, o);
+  const TensorMap in = {{"x", m.x}};
+  const Tensor y = exec.run(in).at("y");
+  if (const char* dir = std::getenv("MT_BLOCK_DUMP"); dir && !tf32x3) {
+    const std::string base = std::string(dir) + "/block_" + std::to_string(b) + "x" + std::to_string(t) +
+                             "_" + std::to_string(d) + "_";
+    save_npy(base + "x.npy", m.x.cpu());
+    save_npy(base + "y.npy", y.cpu());
+    for (const auto& [name, w] : m.weights) save_npy(base + name + ".npy", w.cpu());
+  }
+  state.counters["launches"] = exec.n_launches();
+  time_runs(state, 20, [&] { benchmark::DoNotOptimize(exec.run(in)); });
+}
+
 void register_all() {
   const std::pair<std::int64_t, std::int64_t> sizes[] = {{64, 512}, {256, 1024}, {4096, 4096}};
   const char* modes[] = {"eager", "exec_unfused", "exec_fused", "exec_fused_graph",
@@ -256,6 +322,18 @@ void register_all() {
           ->Iterations(h >= 4096 ? 3 : 20);  // each iteration is a batch of runs (see time_runs)
     }
   }
+  const std::int64_t block_shapes[][2] = {{1, 128}, {8, 128}, {4, 512}, {1, 1024}};
+  for (auto [d, h] : {std::pair<std::int64_t, std::int64_t>{768, 12}, {1024, 16}})
+    for (const auto& bt : block_shapes)
+      for (bool x3 : {false, true}) {
+        const std::string name = "Block/d" + std::to_string(d) + "/" + std::to_string(bt[0]) + "x" +
+                                 std::to_string(bt[1]) + (x3 ? "/tf32x3" : "/fp32");
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [=](benchmark::State& st) { bm_block(st, bt[0], bt[1], d, h, x3); })
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->Iterations(10);
+      }
   for (int m = 0; m < 5; ++m) {
     const auto mode = static_cast<HostMode>(m);
     const std::string name = std::string("HostAdd/100M/") + kHostModeNames[m];

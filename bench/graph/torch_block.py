@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""PyTorch baseline for bench_graph's Block rows: the same GPT-2 style block (pre-LayerNorm, q/k/v linears,
+causal scaled_dot_product_attention, projection + residual, LayerNorm, linear + GELU (tanh), linear +
+residual), float32 with TF32 off, as eager ops, as a CUDA graph and through torch.compile.
+
+    python3 bench/graph/torch_block.py [--mt-json bench_graph.json] [--dump DIR] [--no-compile]
+
+--dump: the folder bench_graph wrote with MT_BLOCK_DUMP (x, weights and minitensor's y as .npy): the block
+runs on those weights and the max difference to minitensor's y is printed. --mt-json: minitensor's times
+(bench_graph's --benchmark_out) beside PyTorch's, as PyTorch's CUDA-graph time over minitensor's (> 1:
+minitensor faster).
+"""
+import argparse
+import json
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+SHAPES = [(1, 128), (8, 128), (4, 512), (1, 1024)]
+DIMS = [(768, 12), (1024, 16)]
+NAMES = ["ln1_w", "ln1_b", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo", "ln2_w", "ln2_b", "w1", "b1", "w2",
+         "b2"]
+
+
+def block(x, w, b, t, d, h):
+    def heads(n):
+        return n.view(b, t, h, d // h).permute(0, 2, 1, 3)
+
+    h1 = F.layer_norm(x, (d,), w["ln1_w"], w["ln1_b"], 1e-5)
+    q, k, v = (heads(h1 @ w["w" + n] + w["b" + n]) for n in "qkv")
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True).permute(0, 2, 1, 3).reshape(b * t, d)
+    x2 = x + (a @ w["wo"] + w["bo"])
+    h2 = F.layer_norm(x2, (d,), w["ln2_w"], w["ln2_b"], 1e-5)
+    f = F.gelu(h2 @ w["w1"] + w["b1"], approximate="tanh")
+    return x2 + (f @ w["w2"] + w["b2"])
+
+
+def per_run_us(fn, reps=20):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        e.record()
+        e.synchronize()
+        best = min(best, a.elapsed_time(e) * 1e3 / reps)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mt-json")
+    ap.add_argument("--dump")
+    ap.add_argument("--no-compile", action="store_true")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    mt = {}
+    if args.mt_json:
+        for r in json.load(open(args.mt_json))["benchmarks"]:
+            if r["name"].startswith("Block/"):
+                mt[r["name"].split("/iterations")[0]] = (r["real_time"], r.get("launches"))
+    print(f"{'block':22s} {'eager':>8s} {'graph':>8s} {'compile':>8s} {'mt fp32':>8s} {'mt 3xtf32':>9s} "
+          f"{'graph/mt':>9s} {'launches':>8s} {'max diff':>9s}")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for d, h in DIMS:
+        for b, t in SHAPES:
+            base = os.path.join(args.dump, f"block_{b}x{t}_{d}_") if args.dump else None
+            if base and os.path.exists(base + "x.npy"):
+                w = {n: torch.from_numpy(np.load(base + n + ".npy")).cuda() for n in NAMES}
+                x = torch.from_numpy(np.load(base + "x.npy")).cuda()
+                y_mt = torch.from_numpy(np.load(base + "y.npy")).cuda()
+            else:
+                shapes = {"w1": (d, 4 * d), "b1": (4 * d,), "w2": (4 * d, d)}
+                w = {n: torch.randn(*shapes.get(n, (d, d) if n[0] == "w" else (d,)), device="cuda",
+                                    generator=g) * 0.02 for n in NAMES}
+                x = torch.randn(b * t, d, device="cuda", generator=g)
+                y_mt = None
+            with torch.no_grad():
+                eager = per_run_us(lambda: block(x, w, b, t, d, h))
+                static_x = x.clone()
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    for _ in range(3):
+                        block(static_x, w, b, t, d, h)
+                torch.cuda.current_stream().wait_stream(s)
+                cg = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(cg):
+                    out = block(static_x, w, b, t, d, h)
+                graph = per_run_us(cg.replay)
+                comp = float("nan")
+                if not args.no_compile:
+                    try:
+                        cb = torch.compile(lambda xx: block(xx, w, b, t, d, h))
+                        comp = per_run_us(lambda: cb(x))
+                    except Exception as e:  # noqa: BLE001 (a missing compiler is reported, not fatal)
+                        print(f"torch.compile failed: {e}")
+                diff = (block(x, w, b, t, d, h) - y_mt).abs().max().item() if y_mt is not None else float("nan")
+            key = f"Block/d{d}/{b}x{t}"
+            ours, launches = mt.get(key + "/fp32", (float("nan"), None))
+            ours3, _ = mt.get(key + "/tf32x3", (float("nan"), None))
+            print(f"{key:22s} {eager:8.1f} {graph:8.1f} {comp:8.1f} {ours:8.1f} {ours3:9.1f} {graph / ours:9.3f} "
+                  f"{launches if launches is not None else '':>8} {diff:9.2e}")
+
+
+if __name__ == "__main__":
+    main()
