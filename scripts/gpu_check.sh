@@ -70,6 +70,8 @@ has initcheck && sanitize initcheck "${MT_INITCHECK_FILTER:-*:-$slow}"
 
 if has bench; then
   echo "== benchmarks"
+  export MT_BLOCK_DUMP="$out/blocks"  # bench_graph's transformer blocks, for torch_block.py
+  mkdir -p "$MT_BLOCK_DUMP"
   for bin in $(binaries build/bench/bench_*); do
     name=$(basename "$bin")
     [[ -n "${MT_BENCHES:-}" && " $MT_BENCHES " != *" $name "* ]] && continue
@@ -81,6 +83,11 @@ if has bench; then
   if [ -f "$out/bench_graph.json" ] && python3 -c "import torch" 2>/dev/null; then
     timeout 300 python3 bench/graph/torch_mlp.py --mt-json "$out/bench_graph.json" --json "$out/torch_mlp.json" > "$out/torch_mlp.log" 2>&1
     echo "  torch_mlp.py: exit $?"
+  fi
+  if [ -f "$out/bench_graph.json" ] && python3 -c "import torch" 2>/dev/null; then
+    timeout 500 python3 -u bench/graph/torch_block.py --mt-json "$out/bench_graph.json" --dump "$MT_BLOCK_DUMP" \
+      ${MT_TORCH_NO_COMPILE:+--no-compile} > "$out/torch_block.log" 2>&1
+    echo "  torch_block.py: exit $?"
   fi
   if [ -f "$out/bench_ops.json" ] && python3 -c "import torch" 2>/dev/null; then
     timeout 300 python3 bench/ops/torch_attention.py --mt-json "$out/bench_ops.json" > "$out/torch_attention.log" 2>&1
@@ -95,5 +102,6 @@ fi
 
 python3 scripts/summarize.py "$out"
 [ -f "$out/torch_mlp.log" ] && { echo; echo "PyTorch side by side (bench/graph/torch_mlp.py)"; tail -n 20 "$out/torch_mlp.log"; }
+[ -f "$out/torch_block.log" ] && { echo; echo "PyTorch transformer block side by side (bench/graph/torch_block.py)"; grep -v "^W\|warn" "$out/torch_block.log" | tail -n 12; }
 [ -f "$out/torch_attention.log" ] && { echo; echo "PyTorch SDPA side by side (bench/ops/torch_attention.py)"; cat "$out/torch_attention.log"; }
 exit 0
