@@ -9,6 +9,15 @@
 // event (stream order does it): one uncontended lock, one set lookup. Threads on different streams never
 // share a lock on that path.
 //
+// Why shards of a stream's pool: threads that share a stream would all take its pool's one lock on every
+// allocate and release that misses their thread cache (every large request), and that lock's line would move
+// between their cores each time. Each thread slot allocates from a shard of its own (a Pool of the same
+// stream), so threads meet only when one releases a block another allocated (it goes back to the shard of
+// its segment) and on misses. A shard is an ordinary pool in every other respect (its own releases, fences
+// and pending events); the shards of a stream differ only in that the stream orders reuse across them: a
+// shard that misses moves a whole free segment of a sibling to itself before asking the backend, and the
+// out-of-memory path takes any free block of a sibling, neither with a fence.
+//
 // Why per-thread caches on top: most of that path's time is the set (a lookup, a split, a merge: two erases
 // and two inserts per allocate + release pair), and threads that share a stream share its lock. A block
 // released on its own stream and used on no other may instead stay in the releasing thread's cache, still
@@ -59,7 +68,7 @@ CachingDeviceAllocator::CachingDeviceAllocator(std::unique_ptr<MemoryBackend> ba
   m_threads.push_back(std::make_shared<ThreadCache>());
   m_exit_cache = m_threads.back().get();
   // Segments of destroyed streams, safe for every stream (their work was waited for): never fenced.
-  m_pools.push_back(std::make_unique<Pool>(no_stream()));
+  m_pools.push_back(std::make_unique<Pool>(no_stream(), 0u));
   m_orphans = m_pools.back().get();
   m_orphans->fenced_seq = m_orphans->safe_seq = kRetired;
   m_orphans->retired.store(true);
@@ -121,31 +130,47 @@ CachingDeviceAllocator::ThreadCaches::~ThreadCaches() {
 // The table is open addressing with linear probing, read without a lock. A recycled pool's slot becomes a
 // tombstone (probes pass it), and a tombstone followed by an empty slot becomes empty (no probe sequence can
 // pass it to reach a pool further on). Live entries never move, so a lock-free probe never misses a pool
-// that stays in the table.
+// that stays in the table. The shards of a stream have neighbouring home slots: looking for all of them
+// reads a line or two.
 
-std::size_t CachingDeviceAllocator::home_slot(cudaStream_t stream) {
+std::size_t CachingDeviceAllocator::home_slot(cudaStream_t stream, unsigned shard) {
   const auto key = reinterpret_cast<std::uintptr_t>(stream);
-  return static_cast<std::size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (kTableSize - 1);
+  return (static_cast<std::size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 40) + shard) & (kTableSize - 1);
 }
 
-CachingDeviceAllocator::Pool* CachingDeviceAllocator::find_pool(cudaStream_t stream) const {
+CachingDeviceAllocator::Pool* CachingDeviceAllocator::find_pool(cudaStream_t stream, unsigned shard) const {
   Pool* const tomb = tombstone();
-  for (std::size_t n = 0, i = home_slot(stream); n < kTableSize; ++n, i = (i + 1) & (kTableSize - 1)) {
+  for (std::size_t n = 0, i = home_slot(stream, shard); n < kTableSize; ++n, i = (i + 1) & (kTableSize - 1)) {
     Pool* p = m_table[i].load(std::memory_order_acquire);
     if (!p) return nullptr;
-    if (p != tomb && p->own_stream() == stream) return p;
+    if (p != tomb && p->own_stream() == stream && p->shard.load(std::memory_order_relaxed) == shard) return p;
   }
   return nullptr;
 }
 
-CachingDeviceAllocator::Pool& CachingDeviceAllocator::pool_for(cudaStream_t stream, StatShard& stats) {
-  if (Pool* p = find_pool(stream)) return *p;
+int CachingDeviceAllocator::find_shards(cudaStream_t stream, Pool** out) const {
+  int n = 0;
+  for (unsigned k = 0; k < kShards; ++k)
+    if (Pool* p = find_pool(stream, k)) out[n++] = p;
+  return n;
+}
+
+bool CachingDeviceAllocator::has_other_shard(cudaStream_t stream, unsigned shard) const {
+  for (unsigned k = 0; k < kShards; ++k)
+    if (k != shard && find_pool(stream, k)) return true;
+  return false;
+}
+
+CachingDeviceAllocator::Pool& CachingDeviceAllocator::pool_for(cudaStream_t stream, unsigned shard,
+                                                               StatShard& stats) {
+  if (Pool* p = find_pool(stream, shard)) return *p;
   Pool* const tomb = tombstone();
   for (bool swept = false;; swept = true) {
     {
       std::lock_guard<std::mutex> lock(m_pools_mutex);
       std::size_t slot = kTableSize;
-      for (std::size_t n = 0, i = home_slot(stream); n < kTableSize; ++n, i = (i + 1) & (kTableSize - 1)) {
+      for (std::size_t n = 0, i = home_slot(stream, shard); n < kTableSize;
+           ++n, i = (i + 1) & (kTableSize - 1)) {
         Pool* p = m_table[i].load(std::memory_order_acquire);
         if (p == tomb) {
           if (slot == kTableSize) slot = i;
@@ -155,9 +180,11 @@ CachingDeviceAllocator::Pool& CachingDeviceAllocator::pool_for(cudaStream_t stre
           if (slot == kTableSize) slot = i;
           break;
         }
-        if (p->own_stream() == stream) return *p;
+        if (p->own_stream() == stream && p->shard.load(std::memory_order_relaxed) == shard) return *p;
       }
-      if (m_n_streams < kMaxPools) {
+      // The limit counts streams: another shard of a stream that has one already is no new stream.
+      const bool new_stream = !has_other_shard(stream, shard);
+      if (!new_stream || m_n_streams < kMaxPools) {
         // A recycled pool has no segments, events or blocks left: only its stream and flags change.
         Pool* p = nullptr;
         if (!m_spare_pools.empty()) {
@@ -165,13 +192,14 @@ CachingDeviceAllocator::Pool& CachingDeviceAllocator::pool_for(cudaStream_t stre
           m_spare_pools.pop_back();
           p = m_pools.back().get();
         } else {
-          m_pools.push_back(std::make_unique<Pool>(stream));
+          m_pools.push_back(std::make_unique<Pool>(stream, shard));
           p = m_pools.back().get();
         }
         p->stream.store(stream, std::memory_order_relaxed);
+        p->shard.store(shard, std::memory_order_relaxed);
         p->retired.store(false, std::memory_order_relaxed);
         m_table[slot].store(p, std::memory_order_release);
-        ++m_n_streams;
+        if (new_stream) ++m_n_streams;
         return *p;
       }
       MT_CHECK(!swept, InvalidArgument, name(), ": more than ", kMaxPools,
@@ -194,13 +222,14 @@ std::vector<CachingDeviceAllocator::Pool*> CachingDeviceAllocator::all_pools() c
 // ---------------------------------------------------------------- pool search
 
 // Takes the best-fitting free block of `pool` for `rounded` bytes, splitting off a remainder worth keeping.
-// `foreign`: the caller's stream is not the pool's, so only blocks a completed fence covers qualify.
+// `foreign` (WholeSegment, AnyBlock): the caller's stream is not the pool's, so only blocks a completed fence
+// covers qualify.
 CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, std::size_t rounded, Take mode,
                                                                    StatShard& stats) {
   const bool small = rounded <= kSmallRequest;
   auto& set = pool.set_for(small);
   if (set.empty()) return nullptr;
-  const bool foreign = mode != Take::Own;
+  const bool foreign = mode == Take::WholeSegment || mode == Take::AnyBlock;
   if (foreign) {
     poll_fences(pool, *m_backend);
     if (pool.seq > pool.fenced_seq && pool.fences.size() < kMaxFences) {
@@ -218,10 +247,10 @@ CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, s
   key.size = rounded;
   auto it = set.lower_bound(&key);
   int scanned = 0;
+  const bool segment = mode == Take::WholeSegment || mode == Take::SiblingSegment;
   auto usable = [&](const Block* c) {
-    if (!foreign) return true;
-    if (c->free_seq > pool.safe_seq) return false;
-    if (mode == Take::AnyBlock) return true;
+    if (foreign && c->free_seq > pool.safe_seq) return false;
+    if (!segment) return true;
     // A whole free segment, that has not already moved too often: two streams allocating the same sizes at
     // once would otherwise trade one segment back and forth, a cross-pool lock and miss on every call.
     return c->segment->n_used == 0 && c->size == c->segment->size && c->segment->n_moves < kMaxSegmentMoves;
@@ -231,7 +260,7 @@ CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, s
     ++it;
   }
   if (it == set.end()) return nullptr;
-  if (mode != Take::WholeSegment) return take_block(pool, set, it, rounded, stats);
+  if (!segment) return take_block(pool, set, it, rounded, stats);
   // Detach the whole segment; the caller adopts it into its own pool. (The totals do not change: statistics
   // are not kept per pool.)
   Block* whole = *it;
@@ -245,14 +274,16 @@ CachingDeviceAllocator::Block* CachingDeviceAllocator::take_cached(Pool& pool, s
 }
 
 // A segment moved from another stream's pool: from now on this pool's stream reuses it without events, which
-// is what keeps cross-stream reuse from becoming a per-allocation cost.
-void CachingDeviceAllocator::adopt_segment(Pool& own, Block* whole) {
+// is what keeps cross-stream reuse from becoming a per-allocation cost. From a sibling shard (`sibling`), the
+// stream's work may still use it: it counts as released now, so other streams wait for this pool's next
+// fence.
+void CachingDeviceAllocator::adopt_segment(Pool& own, Block* whole, bool sibling) {
   Segment* seg = whole->segment;
   seg->pool = &own;
   ++seg->n_moves;
   seg->index = own.segments.size();
   own.segments.push_back(seg);
-  whole->free_seq = 0;  // the old stream's fence has passed: nothing uses it
+  whole->free_seq = sibling ? ++own.seq : 0;  // else the old stream's fence has passed: nothing uses it
   own.set_for(seg->small).insert(whole);
 }
 
@@ -409,7 +440,7 @@ Allocation CachingDeviceAllocator::allocate(std::size_t bytes, cudaStream_t stre
   // (one lock, one lookup).
   if (rounded <= kThreadCacheRequest && here.n.load(kRelaxed) != 0)
     if (Allocation a = take_thread_cached(here, bytes, rounded, stream)) return a;
-  Pool& own = pool_for(stream, stats);
+  Pool& own = pool_for(stream, here.shard, stats);
   {
     std::lock_guard<std::mutex> lock(own.mutex);
     if (own.n_pending) process_events(own, *m_backend, stats, kPollBudget, retired);
@@ -426,30 +457,36 @@ Allocation CachingDeviceAllocator::allocate(std::size_t bytes, cudaStream_t stre
 
   // Blocks other streams released and have finished with, then the backend, then the reclaim ladder; the pool
   // is searched again after each reclaim step.
-  // On an ordinary miss only whole free segments move between streams: a block lent out of another pool's
-  // segment would go back to that pool on release, and a stream living on loans would miss every time.
+  // On an ordinary miss only whole free segments move between pools: a block lent out of another pool's
+  // segment would go back to that pool on release, and a pool living on loans would miss every time. The
+  // stream's other shards first: their blocks need no fence (the stream orders the reuse).
   auto search_others = [&](Take mode) -> Allocation {
-    for (Pool* pool : all_pools()) {
-      if (pool == &own) continue;
-      Block* b = nullptr;
-      bool recycle = false;
-      {
-        std::lock_guard<std::mutex> lock(pool->mutex);
-        if (pool->n_pending) {
-          process_events(*pool, *m_backend, stats, kPollAll, retired);
-          recycle = pool->idle();  // a destroyed stream's last release came back
+    const std::vector<Pool*> pools = all_pools();
+    for (const bool siblings : {true, false})
+      for (Pool* pool : pools) {
+        if (pool == &own || (pool->own_stream() == stream) != siblings) continue;
+        const Take m = !siblings ? mode : mode == Take::AnyBlock ? Take::Own : Take::SiblingSegment;
+        Block* b = nullptr;
+        bool recycle = false;
+        {
+          std::lock_guard<std::mutex> lock(pool->mutex);
+          if (pool->n_pending) {
+            process_events(*pool, *m_backend, stats, kPollAll, retired);
+            recycle = pool->idle();  // a destroyed stream's last release came back
+          }
+          b = take_cached(*pool, rounded, m, stats);
+          if (b && (m == Take::AnyBlock || m == Take::Own))
+            return hand_out(b, bytes, stream, true, !siblings, stats);
         }
-        b = take_cached(*pool, rounded, mode, stats);
-        if (b && mode == Take::AnyBlock) return hand_out(b, bytes, stream, true, true, stats);
+        if (recycle && !b) maybe_recycle(*pool, stats);
+        if (b) {
+          std::lock_guard<std::mutex> lock(own.mutex);
+          adopt_segment(own, b, siblings);
+          auto& set = own.set_for(b->segment->small);
+          return hand_out(take_block(own, set, set.find(b), rounded, stats), bytes, stream, true, !siblings,
+                          stats);
+        }
       }
-      if (recycle && !b) maybe_recycle(*pool, stats);
-      if (b) {
-        std::lock_guard<std::mutex> lock(own.mutex);
-        adopt_segment(own, b);
-        auto& set = own.set_for(b->segment->small);
-        return hand_out(take_block(own, set, set.find(b), rounded, stats), bytes, stream, true, true, stats);
-      }
-    }
     return Allocation();
   };
   auto search_all = [&]() -> Allocation {
@@ -558,9 +595,15 @@ bool CachingDeviceAllocator::release_locked(Pool& pool, cudaStream_t pool_stream
   return retired;
 }
 
+// Every shard of a destroyed stream is retired together (stream_destroying), and revived together
+// (stream_created); a stream with a live shard is live.
 bool CachingDeviceAllocator::stream_retired(cudaStream_t stream) const {
-  const Pool* p = find_pool(stream);
-  if (p) return p->retired.load(std::memory_order_acquire);
+  Pool* shards[kShards];
+  if (const int n = find_shards(stream, shards)) {
+    for (int i = 0; i < n; ++i)
+      if (!shards[i]->retired.load(std::memory_order_acquire)) return false;
+    return true;
+  }
   std::lock_guard<std::mutex> lock(m_pools_mutex);
   return std::find(m_dead_streams.begin(), m_dead_streams.end(), stream) != m_dead_streams.end();
 }

@@ -33,12 +33,13 @@ void CachingDeviceAllocator::maybe_recycle(Pool& pool, StatShard& stats) {
     pool.pending.clear();
     Pool* const tomb = tombstone();
     const cudaStream_t stream = pool.own_stream();
-    std::size_t i = home_slot(stream);
+    const unsigned shard = pool.shard.load(std::memory_order_relaxed);
+    std::size_t i = home_slot(stream, shard);
     for (std::size_t n = 0; n < kTableSize && m_table[i].load(std::memory_order_relaxed) != &pool; ++n)
       i = (i + 1) & (kTableSize - 1);
     if (m_table[i].load(std::memory_order_relaxed) == &pool) {
       m_table[i].store(tomb, std::memory_order_release);
-      --m_n_streams;
+      if (!has_other_shard(stream, shard)) --m_n_streams;  // the stream's last pool
       while (m_table[i].load(std::memory_order_relaxed) == tomb &&
              !m_table[(i + 1) & (kTableSize - 1)].load(std::memory_order_relaxed)) {
         m_table[i].store(nullptr, std::memory_order_release);
@@ -53,7 +54,8 @@ void CachingDeviceAllocator::maybe_recycle(Pool& pool, StatShard& stats) {
 // ---------------------------------------------------------------- stream lifetime
 
 void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
-  Pool* pool = find_pool(stream);
+  Pool* shards[kShards];
+  const int n_shards = find_shards(stream, shards);
   // A stream that never allocated has no pool, but blocks of other pools may still name it (record_stream):
   // they must stop naming it all the same.
   const auto named = [&] {
@@ -71,7 +73,7 @@ void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
     }
     return false;
   };
-  if (!pool && !named()) return;
+  if (n_shards == 0 && !named()) return;
   // Wait for the stream's work, so its blocks are free for every stream from now on.
   bool drained = false;
   try {
@@ -92,7 +94,7 @@ void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
     detail::log_error(std::string("caching allocator: stream_destroying: ") + e.what());
     return;
   }
-  // Blocks of the stream kept in thread caches go back to the pool, which may then be recycled at once.
+  // Blocks of the stream kept in thread caches go back to its pools, which may then be recycled at once.
   drain_thread_caches(*stats);
   if (drained) {
     // Its pool may be recycled before blocks of other pools used on it come back: they must not name it then
@@ -119,14 +121,16 @@ void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
       }
     }
   }
-  if (!pool) {
+  if (n_shards == 0) {
     if (drained) {
       std::lock_guard<std::mutex> lock(m_pools_mutex);
       m_dead_streams.push_back(stream);
     }
     return;
   }
-  {
+  // Every shard retires: a stream is retired when all its shards are (stream_retired).
+  for (int k = 0; k < n_shards; ++k) {
+    Pool* pool = shards[k];
     std::lock_guard<std::mutex> lock(pool->mutex);
     for (auto& f : pool->fences) m_backend->release_event(f.event);  // passed (or never to be polled)
     pool->fences.clear();
@@ -134,7 +138,7 @@ void CachingDeviceAllocator::stream_destroying(cudaStream_t stream) noexcept {
     if (drained) pool->safe_seq = kRetired;
     pool->retired.store(true, std::memory_order_release);
   }
-  maybe_recycle(*pool, *stats);
+  for (int k = 0; k < n_shards; ++k) maybe_recycle(*shards[k], *stats);
 }
 
 void CachingDeviceAllocator::stream_created(cudaStream_t stream) noexcept {
@@ -142,14 +146,17 @@ void CachingDeviceAllocator::stream_created(cudaStream_t stream) noexcept {
     std::lock_guard<std::mutex> lock(m_pools_mutex);
     std::erase(m_dead_streams, stream);
   }
-  Pool* pool = find_pool(stream);
-  if (!pool) return;  // a fresh pool when it first allocates
-  std::lock_guard<std::mutex> lock(pool->mutex);
-  if (!pool->retired.load(std::memory_order_relaxed) || pool->own_stream() != stream) return;
-  // Blocks of the old stream are still in use: the pool lives on. What was released so far is free for every
-  // stream (the old stream's work was waited for); what the new stream releases is fenced again.
-  pool->fenced_seq = pool->safe_seq = pool->seq;
-  pool->retired.store(false, std::memory_order_release);
+  Pool* shards[kShards];
+  const int n_shards = find_shards(stream, shards);  // none: fresh pools when it first allocates
+  for (int k = 0; k < n_shards; ++k) {
+    Pool* pool = shards[k];
+    std::lock_guard<std::mutex> lock(pool->mutex);
+    if (!pool->retired.load(std::memory_order_relaxed) || pool->own_stream() != stream) continue;
+    // Blocks of the old stream are still in use: the pool lives on. What was released so far is free for
+    // every stream (the old stream's work was waited for); what the new stream releases is fenced again.
+    pool->fenced_seq = pool->safe_seq = pool->seq;
+    pool->retired.store(false, std::memory_order_release);
+  }
 }
 
 Allocation CachingDeviceAllocator::allocate_uncached(std::size_t bytes, cudaStream_t stream,

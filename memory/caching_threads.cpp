@@ -36,6 +36,9 @@ CachingDeviceAllocator::ThreadCache& CachingDeviceAllocator::local_slow() {
       }
       if (!cache) {
         cache = std::make_shared<ThreadCache>();
+        // Slots are dense (caches of exited threads are adopted), so up to kShards threads that share a
+        // stream each get a shard of their own.
+        cache->shard = static_cast<unsigned>(m_threads.size() % kShards);
         m_threads.push_back(cache);
       }
     }

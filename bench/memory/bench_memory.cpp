@@ -437,8 +437,9 @@ BENCHMARK_MAIN();
 
 namespace {
 
-// Every thread on one stream, sizes up to 1 MiB only (what the per-thread caches keep) and the full mix: how
-// much of the one-stream cost the shared pool's lock is.
+// Every thread on one stream, the full size mix: requests up to 1 MiB through the thread caches, the others
+// through each thread's shard of the stream's pool. Its vs_single_thread (8 threads over 1, one run) is the
+// figure the shards are for (bench/memory/DESIGN.md); BM_Pairs_CachingFakePrivate's is the machine's own.
 void BM_Pairs_SharedStream(benchmark::State& state) {
   static CachingDeviceAllocator* alloc = [] {
     auto* a = new CachingDeviceAllocator(std::make_unique<mt::FakeBackend>(std::size_t(64) << 30));

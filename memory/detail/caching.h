@@ -10,6 +10,9 @@
 //   after the release, has completed (polled, never waited for, on the allocation path). A block used on
 //   other streams (record_stream) is reused by nobody until an event recorded on each of them at release has
 //   completed.
+// - Threads sharing one stream each get a shard of its pool (up to kShards per stream), so they do not
+//   contend either. The shards of a stream are one stream for the rule above: a shard that misses takes a
+//   whole free segment (out of memory: any free block) of a sibling shard with no event.
 // - A stream that an mt::Stream destroys is waited for first (runtime/stream.h hooks); its pool then lends
 //   its free blocks to every stream and is never fenced again, until a new stream gets the same handle.
 // - Each thread also keeps a few small blocks it released (up to 16, of requests of up to 1 MiB), for its
@@ -131,9 +134,12 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
  private:
   struct ThreadCaches;  // one thread's caches, one per allocator it has used (thread-local)
 
-  Pool& pool_for(cudaStream_t stream, StatShard& stats);
-  Pool* find_pool(cudaStream_t stream) const;  // null: no pool for it yet
-  static std::size_t home_slot(cudaStream_t stream);
+  // The pools of a stream are its shards, one per thread slot modulo kShards (ThreadCache::shard).
+  Pool& pool_for(cudaStream_t stream, unsigned shard, StatShard& stats);
+  Pool* find_pool(cudaStream_t stream, unsigned shard) const;  // null: no pool for it yet
+  int find_shards(cudaStream_t stream, Pool** out) const;      // every shard of the stream (room for kShards)
+  bool has_other_shard(cudaStream_t stream, unsigned shard) const;  // under m_pools_mutex
+  static std::size_t home_slot(cudaStream_t stream, unsigned shard);
   void maybe_recycle(Pool& pool, StatShard& stats);  // a destroyed stream's pool with nothing left in use
   bool stream_retired(cudaStream_t stream) const;    // destroyed, its work waited for
   bool release_locked(Pool& pool, cudaStream_t pool_stream, Block* block, bool own_stream_only,
@@ -149,12 +155,13 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   void return_blocks(Block* const* blocks, int n, StatShard& stats);
   bool flush_thread_cache(ThreadCache& cache, StatShard& stats);  // true: it held blocks
   void drain_thread_caches(StatShard& stats);                     // every thread's
-  // Own: the pool's stream asks. WholeSegment: another stream asks and only a fully free, fenced segment will
-  // do (it moves to the asking pool). AnyBlock: another stream asks and any fenced block will do (reclaim
-  // path).
-  enum class Take { Own, WholeSegment, AnyBlock };
+  // Own: the pool's stream asks (its shard or a sibling shard on the reclaim path). WholeSegment: another
+  // stream asks and only a fully free, fenced segment will do (it moves to the asking pool). AnyBlock:
+  // another stream asks and any fenced block will do (reclaim path). SiblingSegment: another shard of the
+  // pool's stream asks; a fully free segment, no fence needed (it moves to the asking shard).
+  enum class Take { Own, WholeSegment, AnyBlock, SiblingSegment };
   Block* take_cached(Pool& pool, std::size_t rounded, Take mode, StatShard& stats);
-  void adopt_segment(Pool& own, Block* whole);
+  void adopt_segment(Pool& own, Block* whole, bool sibling);
   Block* new_segment(Pool& own, std::size_t rounded, void* ptr, std::size_t seg_bytes, StatShard& stats);
   void* backend_allocate(std::size_t seg_bytes);
   void release_free_segments(bool oversize_only, StatShard& stats);
@@ -173,10 +180,12 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   std::atomic<std::size_t> m_reserved{0};  // all pools, for the cap
   std::atomic<bool> m_thread_cache{true};
 
-  // Stream -> pool: an open-addressing table read without a lock, changed under m_pools_mutex. At most
-  // kMaxPools live streams; a destroyed stream's pool leaves once nothing of it is in use (maybe_recycle).
+  // (Stream, shard) -> pool: an open-addressing table read without a lock, changed under m_pools_mutex. At
+  // most kMaxPools live streams, each with up to kShards pools; a destroyed stream's pools leave once nothing
+  // of them is in use (maybe_recycle). The table is at most half full, so probes stay short.
   static constexpr std::size_t kMaxPools = 1024;
-  static constexpr std::size_t kTableSize = 4 * kMaxPools;
+  static constexpr unsigned kShards = 8;
+  static constexpr std::size_t kTableSize = 2 * kMaxPools * kShards;
   mutable std::mutex m_pools_mutex;
   // Destroyed streams that never allocated (no pool) but were named by record_stream: no event is recorded on
   // them (stream_retired). Under m_pools_mutex; a handle leaves when a new stream takes it.
@@ -184,7 +193,7 @@ class CachingDeviceAllocator final : public CachingAllocatorBase {
   std::unique_ptr<std::atomic<Pool*>[]> m_table;
   std::vector<std::unique_ptr<Pool>> m_pools;        // in use (the orphan pool too)
   std::vector<std::unique_ptr<Pool>> m_spare_pools;  // recycled, empty: never freed while others may hold one
-  std::size_t m_n_streams = 0;                       // pools in the table
+  std::size_t m_n_streams = 0;                       // streams with a pool in the table
   Pool* m_orphans = nullptr;  // free segments of recycled pools, lent to every stream (no stream of its own)
 
   // Every thread cache made for this allocator; a thread that exits leaves its cache (its statistics) for the

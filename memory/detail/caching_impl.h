@@ -144,7 +144,10 @@ struct alignas(kLine) CachingDeviceAllocator::ThreadCache {
   };
 
   std::atomic<bool> busy{false};
-  std::atomic<bool> dead{false};      // the allocator is gone
+  std::atomic<bool> dead{false};  // the allocator is gone
+  // The shard of every stream's pool this thread allocates from: its slot in m_threads modulo kShards, set
+  // before the cache is handed to a thread (an adopted cache keeps it).
+  unsigned shard = 0;
   std::atomic<bool> orphaned{false};  // its thread has exited: a new thread may adopt it
   std::atomic<int> n{0};              // entries in use, oldest first; written under `busy`
   std::atomic<std::size_t> bytes{0};  // their block sizes; written under `busy`
@@ -343,11 +346,13 @@ inline std::string bytes_and_exact(std::size_t bytes) {
 
 // Line-pair aligned: pools of different streams are used by different threads at once.
 struct alignas(kLine) CachingDeviceAllocator::Pool {
-  explicit Pool(cudaStream_t s) : stream(s) {}
+  Pool(cudaStream_t s, unsigned k) : stream(s), shard(k) {}
 
   // Read without the lock by every pool_for() probe that passes this pool's slot; a recycled pool gets
-  // another stream.
+  // another stream and shard. (A probe that reads the new stream with the old shard takes another shard of
+  // its own stream: any shard of a stream serves that stream.)
   std::atomic<cudaStream_t> stream;
+  std::atomic<unsigned> shard;
   // The mutex and everything after it change on every allocate and release: a line pair away from `stream`,
   // so lookups by other threads do not pull this pool's lines while its own thread works.
   alignas(kLine) std::mutex mutex;

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <future>
+#include <latch>
 #include <map>
 #include <mutex>
 #include <random>
@@ -443,6 +445,241 @@ TEST_F(AllocatorScale, OutOfMemoryUnderEightThreadsKeepsTheStreamRule) {
   EXPECT_GT(ooms.load(), 0) << "the device should have been too small at times";
   EXPECT_GT(allocations.load(), 1000);
   expect_consistent(0, 0);
+  expect_all_back();
+}
+
+// ---------------------------------------------------------------- threads sharing one stream
+
+// The stream rule of the OOM test above, with every thread on one stream (each allocates from a shard of its
+// pool): random sizes through the thread caches, the shards and the dedicated segments, blocks released by
+// the thread that allocated them or handed to another, now and then used on a second stream or allocated
+// there, and a cache emptied under the threads' feet. Afterwards the figures agree with the backend and with
+// a snapshot, and empty_cache gives everything back.
+TEST_F(AllocatorScale, EightThreadsHammerOneStream) {
+  make(std::size_t(4096) * MiB);  // room for every thread's shard: no out-of-memory path here
+  constexpr int kThreads = 8, kSteps = 4000;
+  struct Released {
+    std::uintptr_t end;
+    std::vector<std::pair<cudaStream_t, std::uint64_t>> tickets;
+  };
+  struct Held {
+    Allocation a;
+    unsigned char pattern;
+    std::vector<cudaStream_t> used;
+  };
+  std::mutex model_mutex;
+  std::map<std::uintptr_t, Released> released;
+  std::map<std::uintptr_t, std::uintptr_t> live;  // start -> end
+  std::vector<Held> mailbox;                      // blocks one thread hands to another to release
+  std::atomic<int> violations{0}, allocations{0}, ooms{0};
+
+  // Head and tail bytes carry the owner's pattern: an overlapping allocation would overwrite them.
+  auto mark = [](const Allocation& a, unsigned char pattern) {
+    const std::size_t n = std::min<std::size_t>(64, a.size());
+    std::memset(a.data(), pattern, n);
+    std::memset(static_cast<char*>(a.data()) + a.size() - n, pattern, n);
+  };
+  auto intact = [](const Allocation& a, unsigned char pattern) {
+    const std::size_t n = std::min<std::size_t>(64, a.size());
+    const auto* p = static_cast<const unsigned char*>(a.data());
+    for (std::size_t i = 0; i < n; ++i)
+      if (p[i] != pattern || p[a.size() - 1 - i] != pattern) return false;
+    return true;
+  };
+  auto on_allocate = [&](const Allocation& a, cudaStream_t st) {
+    const auto lo = reinterpret_cast<std::uintptr_t>(a.data()), hi = lo + a.size();
+    std::lock_guard<std::mutex> lock(model_mutex);
+    auto it = released.upper_bound(lo);
+    if (it != released.begin()) --it;
+    while (it != released.end() && it->first < hi) {
+      if (it->second.end > lo) {
+        for (auto [y, ticket] : it->second.tickets)
+          if (y != st && fake->completed(y) < ticket) violations.fetch_add(1);
+        it = released.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto next = live.lower_bound(lo);
+    if (next != live.end() && next->first < hi) violations.fetch_add(1);
+    if (next != live.begin() && std::prev(next)->second > lo) violations.fetch_add(1);
+    live[lo] = hi;
+  };
+  // Called just before the allocation is released.
+  auto on_release = [&](Held& h) {
+    if (!intact(h.a, h.pattern)) violations.fetch_add(1);
+    const auto lo = reinterpret_cast<std::uintptr_t>(h.a.data());
+    std::lock_guard<std::mutex> lock(model_mutex);
+    Released rel{lo + h.a.size(), {}};
+    for (cudaStream_t y : h.used) rel.tickets.push_back({y, fake->submitted(y)});
+    released[lo] = rel;
+    live.erase(lo);
+  };
+
+  std::latch started(kThreads);  // all threads live at once: each has a slot (a shard) of its own
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(4242 + static_cast<unsigned>(t));
+      std::vector<Held> mine;
+      started.arrive_and_wait();
+      for (int step = 0; step < kSteps; ++step) {
+        const unsigned r = static_cast<unsigned>(rng() % 100);
+        if ((r < 50 && mine.size() < 24) || mine.empty()) {
+          const unsigned kind = static_cast<unsigned>(rng() % 20);
+          const std::size_t size = kind < 14   ? 1 + rng() % MiB              // thread caches, small pool
+                                   : kind < 19 ? MiB + 1 + rng() % (9 * MiB)  // large segments
+                                               : 10 * MiB + 1 + rng() % (14 * MiB);  // dedicated segments
+          const cudaStream_t st = rng() % 16 == 0 ? s2 : s1;
+          Held h{{}, static_cast<unsigned char>(rng()), {st}};
+          try {
+            h.a = alloc->allocate(size, st);
+          } catch (const OutOfMemoryError&) {
+            ooms.fetch_add(1);
+            continue;
+          }
+          allocations.fetch_add(1);
+          on_allocate(h.a, st);
+          mark(h.a, h.pattern);
+          mine.push_back(std::move(h));
+        } else if (r < 80) {
+          const std::size_t i = rng() % mine.size();
+          on_release(mine[i]);
+          mine[i] = std::move(mine.back());
+          mine.pop_back();  // released here
+        } else if (r < 88) {
+          // Handed to whichever thread looks next: released there (back to the shard it came from).
+          const std::size_t i = rng() % mine.size();
+          std::lock_guard<std::mutex> lock(model_mutex);
+          mailbox.push_back(std::move(mine[i]));
+          mine[i] = std::move(mine.back());
+          mine.pop_back();
+        } else if (r < 92) {
+          std::vector<Held> taken;
+          {
+            std::lock_guard<std::mutex> lock(model_mutex);
+            taken.swap(mailbox);
+          }
+          for (Held& h : taken) on_release(h);
+        } else if (r < 95) {
+          Held& h = mine[rng() % mine.size()];
+          const cudaStream_t y = rng() % 2 ? s2 : s3;
+          alloc->record_stream(h.a, y);
+          if (std::find(h.used.begin(), h.used.end(), y) == h.used.end()) h.used.push_back(y);
+        } else if (r < 98) {
+          fake->submit(rng() % 4 ? s1 : s2);
+        } else {
+          fake->complete(rng() % 3 == 0 ? s3 : rng() % 2 ? s1 : s2);
+        }
+        if (t == 0 && step % 500 == 250) alloc->empty_cache();
+      }
+      for (Held& h : mine) on_release(h);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (Held& h : mailbox) on_release(h);
+  mailbox.clear();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(ooms.load(), 0);
+  EXPECT_GT(allocations.load(), kThreads * kSteps / 4);
+
+  const MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.allocations.allocated, allocations.load());
+  EXPECT_EQ(st.allocations.freed, allocations.load());
+  EXPECT_EQ(st.allocated_bytes.allocated, st.allocated_bytes.freed);
+  EXPECT_EQ(st.requested_bytes.allocated, st.requested_bytes.freed);
+  EXPECT_EQ(st.cache_hits + st.cache_misses, allocations.load());
+  EXPECT_GT(st.cache_hits, st.cache_misses);
+  expect_consistent(0, 0);
+  // A snapshot (every thread cache back in its shard) agrees: blocks tile their segments, none is allocated.
+  std::int64_t seg_bytes = 0;
+  for (const SegmentInfo& seg : alloc->snapshot()) {
+    seg_bytes += static_cast<std::int64_t>(seg.size);
+    std::size_t covered = 0;
+    for (const BlockInfo& b : seg.blocks) {
+      EXPECT_EQ(b.address, seg.address + covered);
+      EXPECT_NE(b.state, BlockState::Allocated);
+      covered += b.size;
+    }
+    EXPECT_EQ(covered, seg.size);
+  }
+  EXPECT_EQ(seg_bytes, alloc->stats().reserved_bytes.current);
+  expect_all_back();  // every shard's segments go back
+}
+
+// A segment moved between two shards of a stream (no fence: the stream orders that reuse) still carries the
+// stream rule for other streams: a part the stream's queued work used goes to another stream only once that
+// work is done.
+TEST_F(AllocatorScale, SegmentMovedBetweenShardsKeepsTheStreamRule) {
+  make(20 * MiB);        // one large segment and no room for another
+  alloc->empty_cache();  // this thread takes its slot (its shard) now, so the next thread gets another
+  std::uint64_t ticket = 0;
+  void* second = nullptr;
+  std::thread([&] {
+    Allocation a1 = alloc->allocate(3 * MiB, s1), a2 = alloc->allocate(5 * MiB, s1);
+    second = a2.data();
+    fake->submit(s1);  // work on s1 uses both
+    ticket = fake->submitted(s1);
+  }).join();  // released on s1, merged: one whole free segment in that thread's shard
+  Allocation b = alloc->allocate(3 * MiB, s1);  // this thread's shard takes it over
+  MemoryStats st = alloc->stats();
+  EXPECT_EQ(st.device_mallocs, 1);
+  EXPECT_EQ(st.cross_stream_hits, 0);
+  EXPECT_EQ(st.alloc_retries, 0);
+  Allocation c = alloc->allocate(5 * MiB, s2);  // only the rest of that segment can serve it
+  EXPECT_EQ(c.data(), second);
+  EXPECT_GE(fake->completed(s1), ticket) << "s2 got memory s1's queued work was using";
+  st = alloc->stats();
+  EXPECT_EQ(st.device_mallocs, 1);
+  EXPECT_EQ(st.cross_stream_hits, 1);
+  b.reset();
+  c.reset();
+  expect_all_back();
+}
+
+// The shards of a stream count as one stream against the limit, and a destroyed stream's shards are all
+// reclaimed: its memory is lent to the next stream and its place in the table is free again.
+TEST_F(AllocatorScale, SharedStreamShardsAreOneStreamAndReclaimed) {
+  make(std::size_t(4096) * MiB);  // a segment each: no stream borrows another's blocks
+  std::vector<Allocation> keep;
+  for (int i = 0; i < 1023; ++i) keep.push_back(alloc->allocate(512, FakeBackend::fake_stream(10 + i)));
+  const cudaStream_t shared = FakeBackend::fake_stream(5000), next = FakeBackend::fake_stream(6000);
+  create(*alloc, *fake, shared);
+  std::mutex mutex;
+  std::vector<Allocation> held;  // one block of each thread, still in use when the stream goes
+  std::atomic<int> refused{0};
+  std::latch allocated(8);  // every thread holds its blocks before any leaves: 8 slots, 8 shards
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        Allocation a = alloc->allocate(3 * MiB + static_cast<std::size_t>(t) * 4096, shared);
+        Allocation b = alloc->allocate(4096, shared);
+        Allocation c = alloc->allocate(16 * MiB, shared);
+        allocated.arrive_and_wait();
+        fake->submit(shared);
+        std::lock_guard<std::mutex> lock(mutex);
+        held.push_back(std::move(a));
+      } catch (const InvalidArgument&) {
+        refused.fetch_add(1);  // a shard counted as a stream
+        allocated.count_down();
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(refused.load(), 0);
+  // 1024 streams are live, the shared one with up to 8 pools: the next stream is one too many.
+  EXPECT_THROW(alloc->allocate(512, next), InvalidArgument);
+  destroy(*alloc, *fake, shared);
+  EXPECT_THROW(alloc->allocate(512, next), InvalidArgument);  // its blocks are still in use
+  held.clear();  // the last blocks back: every shard is reclaimed
+  const std::int64_t mallocs = alloc->stats().device_mallocs;
+  Allocation a = alloc->allocate(16 * MiB, next);
+  EXPECT_NE(a.data(), nullptr);
+  EXPECT_EQ(alloc->stats().device_mallocs, mallocs);  // a segment of the dead stream's
+  EXPECT_EQ(fake->n_events_on_destroyed_streams(), 0);
+  expect_consistent(1024, 1023 * 512 + 16 * static_cast<std::int64_t>(MiB));
+  keep.clear();
+  a.reset();
   expect_all_back();
 }
 
