@@ -114,10 +114,18 @@ TEST(GraphCpu, InputErrorsAreTypedAndNameTheInput) {
 }
 
 // No device asked for and none present: Executor(g) and check(g, ...) run on the CPU and say so on stderr,
-// once per process, with the reason (here: no driver). An explicit CUDA device stays a DeviceError.
+// once per process, with the reason (here: no driver). An explicit CUDA device stays a DeviceError. Where a
+// device is present the default is the GPU, with no notice (GraphCuda.DefaultDeviceIsTheGpu checks more).
 TEST(GraphCpu, DefaultDeviceFallsBackToTheCpuWithANotice) {
-  if (cuda_available())
-    GTEST_SKIP() << "a CUDA device is present: the default is the GPU (GraphCuda.DefaultDeviceIsTheGpu)";
+  if (cuda_available()) {
+    Mlp m = make_mlp(3, 8);
+    detail::reset_cpu_fallback_notice();
+    testing::internal::CaptureStderr();
+    Executor e(m.g);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+    EXPECT_TRUE(e.device().is_cuda());
+    return;
+  }
   Mlp m = make_mlp(3, 8);
   const Tensor x = uniform({3, 8}, 1);
   const Tensor ref = run_cpu(m.g, {{"x", x}}).at("y");
