@@ -206,14 +206,21 @@ Work broadcast(const Tensor& tensor, int root, Communicator& comm, const Collect
   return call.finish({tensor});
 }
 
+namespace {
+// `peer` is another rank of the call's communicator (InvalidArgument naming the op otherwise).
+void check_peer(Call& call, int peer, const char* op) {
+  const int world = call.state().world;
+  MT_CHECK(peer >= 0 && peer < world && peer != call.state().rank, InvalidArgument, "mt::dist ", op,
+           ": peer ", peer, " is not another rank of [0, ", world, ")");
+}
+}  // namespace
+
 Work send(const Tensor& tensor, int peer, Communicator& comm, const CollectiveOptions& options) {
   constexpr const char* kOp = "send";
   detail::check_tensor(tensor, kOp, "the tensor");
   Call call(comm, kOp, options);
   call.check_device(tensor, "the tensor");
-  const int world = call.state().world;
-  MT_CHECK(peer >= 0 && peer < world && peer != call.state().rank, InvalidArgument, "mt::dist send: peer ",
-           peer, " is not another rank of [0, ", world, ")");
+  check_peer(call, peer, kOp);
   const ncclDataType_t type = detail::nccl_dtype(tensor.dtype(), kOp);
   Tensor src = call.contiguous(tensor);
   if (tensor.numel() > 0) {
@@ -228,9 +235,7 @@ Work recv(const Tensor& tensor, int peer, Communicator& comm, const CollectiveOp
   detail::check_tensor(tensor, kOp, "the tensor");
   Call call(comm, kOp, options);
   call.check_device(tensor, "the tensor");
-  const int world = call.state().world;
-  MT_CHECK(peer >= 0 && peer < world && peer != call.state().rank, InvalidArgument, "mt::dist recv: peer ",
-           peer, " is not another rank of [0, ", world, ")");
+  check_peer(call, peer, kOp);
   const ncclDataType_t type = detail::nccl_dtype(tensor.dtype(), kOp);
   Tensor dst = call.output_buffer(tensor);
   if (tensor.numel() > 0) {

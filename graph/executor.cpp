@@ -193,7 +193,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
 
   // Steps the precompiled kernels cannot do without allocating (non-consecutive reduction axes) run the eager
   // op and copy: correct, but not capturable.
-  m_fallback_reduce.assign(m_prog.steps.size(), false);
+  m_eager_step.assign(m_prog.steps.size(), false);
   for (size_t i = 0; i < m_prog.steps.size(); ++i) {
     const NodeData& n = m_prog.g.at(m_prog.steps[i].root);
     std::int64_t a, b, c;
@@ -207,7 +207,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
         (n.kind == OpKind::Attention &&
          !attention_is_fused(x.back(), n.shape.back(), m_prog.g.at(n.inputs[1]).shape[x.rank() - 2]));
     if (eager) {
-      m_fallback_reduce[i] = true;
+      m_eager_step[i] = true;
       m_capturable = false;
     }
   }
@@ -371,7 +371,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
     case OpKind::Reduce: {
       const Tensor x = in(0);
       std::int64_t outer, len, inner;
-      if (!m_fallback_reduce[static_cast<size_t>(i)] && split_axes(x.shape(), n.axes, outer, len, inner)) {
+      if (!m_eager_step[static_cast<size_t>(i)] && split_axes(x.shape(), n.axes, outer, len, inner)) {
         reduce_middle(n.reduce, x.data<float>(), out.data_ptr(), outer, len, inner, stream);
       } else {
         const Tensor r = reduce(n.reduce, x, n.axes, n.keepdim);
@@ -457,7 +457,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       const Tensor b = n.has_bias ? in(n.has_weight ? 2 : 1).contiguous() : Tensor();
       const std::int64_t d = x.size(-1);
       if (x.numel() == 0) break;
-      if (m_fallback_reduce[static_cast<size_t>(i)] ||
+      if (m_eager_step[static_cast<size_t>(i)] ||
           !launch_row_norm(layer ? RowNorm::Layer : RowNorm::Rms, x.data<float>(),
                            w.defined() ? w.data<float>() : nullptr, b.defined() ? b.data<float>() : nullptr,
                            out.data<float>(), x.numel() / d, d, static_cast<float>(n.scalar), stream)) {

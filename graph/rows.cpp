@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "minitensor/graph/detail/ir.h"
+#include "minitensor/ops/attention.h"
 
 namespace mt {
 
@@ -57,35 +58,19 @@ Node Graph::attention(Node q, Node k, Node v, Node mask, bool causal, std::optio
   const NodeData& nq = g.at(g.own(q, ctx.c_str()));
   const NodeData& nk = g.at(g.own(k, ctx.c_str()));
   const NodeData& nv = g.at(g.own(v, ctx.c_str()));
-  for (const NodeData* t : {&nq, &nk, &nv}) {
+  for (const NodeData* t : {&nq, &nk, &nv})
     MT_CHECK(t->dtype == DType::F32, DTypeError, ctx, ": needs float32, got ", t->dtype);
-    MT_CHECK(t->shape.rank() >= 2, ShapeError, ctx, ": q, k and v need (..., T, D), got ", t->shape);
-  }
-  const int r = nq.shape.rank();
-  MT_CHECK(nk.shape.rank() == r && nv.shape.rank() == r, ShapeError, ctx, ": q ", nq.shape, ", k ", nk.shape,
-           " and v ", nv.shape, " differ in rank");
-  for (int d = 0; d + 2 < r; ++d)
-    MT_CHECK(nq.shape[d] == nk.shape[d] && nq.shape[d] == nv.shape[d], ShapeError, ctx,
-             ": leading dims differ: q ", nq.shape, ", k ", nk.shape, ", v ", nv.shape);
-  MT_CHECK(nq.shape[r - 1] == nk.shape[r - 1] && nk.shape[r - 2] == nv.shape[r - 2], ShapeError, ctx, ": q ",
-           nq.shape, ", k ", nk.shape, " and v ", nv.shape,
-           " do not fit (q, k: (..., D); k, v: (..., Tk, .))");
-  const double s = scale.value_or(nq.shape[r - 1] > 0 ? 1.0 / std::sqrt(double(nq.shape[r - 1])) : 1.0);
-  MT_CHECK(std::isfinite(s), InvalidArgument, ctx, ": scale must be finite, got ", s);
+  const NodeData* nm = mask.valid() ? &g.at(g.own(mask, ctx.c_str())) : nullptr;
+  if (nm) MT_CHECK(nm->dtype == DType::F32, DTypeError, ctx, ": mask needs float32, got ", nm->dtype);
+  const Shape out = attention_shape(nq.shape, nk.shape, nv.shape, nm ? &nm->shape : nullptr, ctx);
+  const double s = attention_scale(scale, nq.shape.back(), ctx);
   NodeData n;
   n.kind = OpKind::Attention;
   n.inputs = {q.id(), k.id(), v.id()};
-  n.shape = nq.shape;
-  n.shape[r - 1] = nv.shape[r - 1];
+  n.shape = out;
   n.scalar = s;
   n.causal = causal;
-  if (mask.valid()) {
-    const NodeData& nm = g.at(g.own(mask, ctx.c_str()));
-    MT_CHECK(nm.dtype == DType::F32, DTypeError, ctx, ": mask needs float32, got ", nm.dtype);
-    Shape scores = nq.shape;
-    scores[r - 1] = nk.shape[r - 2];
-    MT_CHECK(broadcast_shapes(nm.shape, scores, ctx) == scores, ShapeError, ctx, ": mask ", nm.shape,
-             " does not broadcast to the scores ", scores);
+  if (nm) {
     n.inputs.push_back(mask.id());
     n.has_mask = true;
   }

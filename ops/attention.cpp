@@ -53,6 +53,35 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
 
 }  // namespace
 
+Shape attention_shape(const Shape& q, const Shape& k, const Shape& v, const Shape* mask,
+                      const std::string& op) {
+  for (const Shape* t : {&q, &k, &v})
+    MT_CHECK(t->rank() >= 2, ShapeError, op, ": q, k and v need (..., T, D), got ", *t);
+  const int r = q.rank();
+  MT_CHECK(k.rank() == r && v.rank() == r, ShapeError, op, ": q ", q, ", k ", k, " and v ", v,
+           " differ in rank");
+  for (int d = 0; d + 2 < r; ++d)
+    MT_CHECK(q[d] == k[d] && q[d] == v[d], ShapeError, op, ": leading dims differ: q ", q, ", k ", k, ", v ",
+             v);
+  MT_CHECK(q[r - 1] == k[r - 1], ShapeError, op, ": q ", q, " and k ", k, " differ in head dim");
+  MT_CHECK(k[r - 2] == v[r - 2], ShapeError, op, ": k ", k, " and v ", v, " differ in key count");
+  if (mask) {
+    Shape scores = q;
+    scores[r - 1] = k[r - 2];
+    MT_CHECK(mask->rank() <= r && broadcast_shapes(*mask, scores, op) == scores, ShapeError, op, ": mask ",
+             *mask, " does not broadcast to the scores ", scores);
+  }
+  Shape out = q;
+  out[r - 1] = v[r - 1];
+  return out;
+}
+
+double attention_scale(std::optional<double> scale, std::int64_t head_dim, const std::string& op) {
+  const double s = scale.value_or(head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0);
+  MT_CHECK(std::isfinite(s), InvalidArgument, op, ": scale must be finite, got ", s);
+  return s;
+}
+
 bool attention_is_fused(std::int64_t head_dim, std::int64_t value_dim, std::int64_t keys) {
   return head_dim == value_dim && (head_dim == 32 || head_dim == 64 || head_dim == 128) && keys > 0;
 }
@@ -72,24 +101,14 @@ Tensor& attention_out(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
     t->check_defined(kOp);
     MT_CHECK(t->dtype() == DType::F32, DTypeError, kOp, ": dtype ", t->dtype(),
              " is not supported (float32 only)");
-    MT_CHECK(t->dim() >= 2, ShapeError, kOp, ": q, k and v need (..., T, D), got ", t->shape());
     MT_CHECK(t->device() == q.device(), DeviceError, kOp, ": q is on ", q.device(), ", another operand on ",
              t->device());
   }
-  MT_CHECK(q.dim() == k.dim() && q.dim() == v.dim(), ShapeError, kOp, ": q ", q.shape(), ", k ", k.shape(),
-           " and v ", v.shape(), " differ in rank");
-  for (int d = 0; d + 2 < q.dim(); ++d)
-    MT_CHECK(q.size(d) == k.size(d) && q.size(d) == v.size(d), ShapeError, kOp, ": leading dims differ: q ",
-             q.shape(), ", k ", k.shape(), ", v ", v.shape());
-  MT_CHECK(q.size(-1) == k.size(-1), ShapeError, kOp, ": q ", q.shape(), " and k ", k.shape(),
-           " differ in head dim");
-  MT_CHECK(k.size(-2) == v.size(-2), ShapeError, kOp, ": k ", k.shape(), " and v ", v.shape(),
-           " differ in key count");
+  const Shape mask_shape = o.mask.defined() ? o.mask.shape() : Shape{};
+  const Shape out_shape =
+      attention_shape(q.shape(), k.shape(), v.shape(), o.mask.defined() ? &mask_shape : nullptr, kOp);
   const std::int64_t tq = q.size(-2), tk = k.size(-2), d = q.size(-1), dv = v.size(-1);
-  const double scale = o.scale.value_or(d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
-  MT_CHECK(std::isfinite(scale), InvalidArgument, kOp, ": scale must be finite, got ", scale);
-  Shape out_shape = q.shape();
-  out_shape[out_shape.rank() - 1] = dv;
+  const double scale = attention_scale(o.scale, d, kOp);
   Shape score_shape = q.shape();
   score_shape[score_shape.rank() - 1] = tk;
   Tensor mask;
@@ -98,9 +117,7 @@ Tensor& attention_out(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
              " (float32, additive)");
     MT_CHECK(o.mask.device() == q.device(), DeviceError, kOp, ": mask is on ", o.mask.device(), ", q on ",
              q.device());
-    MT_CHECK(o.mask.dim() <= score_shape.rank(), ShapeError, kOp, ": mask ", o.mask.shape(),
-             " does not broadcast to the scores ", score_shape);
-    mask = o.mask.expand(score_shape);  // ShapeError where it does not broadcast
+    mask = o.mask.expand(score_shape);
   }
   out.check_defined(kOp);
   MT_CHECK(out.dtype() == DType::F32 && out.device() == q.device() && out.shape() == out_shape &&

@@ -30,6 +30,14 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 Tensor& attention_out(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                       const AttentionOptions& options = {});
 
+// The shape rule, shared by the eager op and the graph builder: q (..., Tq, D), k (..., Tk, D), v (..., Tk,
+// Dv) with equal leading dims, and the mask (when given) broadcastable to the scores (..., Tq, Tk). Returns
+// the result's shape (..., Tq, Dv); ShapeError naming `op` otherwise.
+Shape attention_shape(const Shape& q, const Shape& k, const Shape& v, const Shape* mask,
+                      const std::string& op);
+// The scores' scale: `scale`, or 1 / sqrt(head_dim); InvalidArgument naming `op` when not finite.
+double attention_scale(std::optional<double> scale, std::int64_t head_dim, const std::string& op);
+
 // Whether attention over these extents runs the fused kernel on a GPU (else it is composed from matmul and
 // softmax, which allocates).
 bool attention_is_fused(std::int64_t head_dim, std::int64_t value_dim, std::int64_t keys);

@@ -126,7 +126,7 @@ class ExecutorImpl {
   MemoryPlan m_mem;
   Schedule m_sched;
   std::vector<std::shared_ptr<FusedKernel>> m_kernels;  // per step (Fused steps only)
-  std::vector<bool> m_fallback_reduce;                  // per step: runs the eager reduce (not capturable)
+  std::vector<bool> m_eager_step;  // per step: runs its eager op, which allocates (not capturable)
   bool m_capturable = true;
   bool m_pipeline_ok = false;
 

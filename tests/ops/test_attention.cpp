@@ -112,7 +112,9 @@ TEST(Attention, Errors) {
   EXPECT_THROW(attention(q, q, q, o), InvalidArgument);
   EXPECT_EQ(attention(rand({2, 0, 16}, 1), rand({2, 5, 16}, 1), rand({2, 5, 4}, 1)).shape(),
             (Shape{2, 0, 4}));
-  if (cuda_available()) EXPECT_THROW(attention(q.cuda(), q, q), DeviceError);
+  if (cuda_available()) {
+    EXPECT_THROW(attention(q.cuda(), q, q), DeviceError);
+  }
 }
 
 }  // namespace

@@ -87,8 +87,9 @@ TEST(Norm, Errors) {
   EXPECT_THROW(layer_norm(Tensor()), Error);
   EXPECT_THROW(layer_norm(full({}, 1.0)), ShapeError);
   EXPECT_EQ(layer_norm(rand({0, 8}, 1)).shape(), (Shape{0, 8}));
-  if (cuda_available())
+  if (cuda_available()) {
     EXPECT_THROW(layer_norm(x.cuda(), rand({8}, 2)), DeviceError);  // weight on another device
+  }
 }
 
 }  // namespace
