@@ -31,9 +31,9 @@ void abort_comm(CommState& state) noexcept {
 
 }  // namespace
 
-ncclConfig_t nonblocking_config() {
+ncclConfig_t comm_config(bool blocking) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = blocking ? 1 : 0;
   return config;
 }
 

@@ -21,6 +21,7 @@ std::shared_ptr<detail::CommState> make_state(int rank, int world, int device, c
   state->device = device;
   state->timeout = options.timeout;
   state->checked = options.checked;
+  state->blocking = options.blocking;
   return state;
 }
 
@@ -94,8 +95,8 @@ std::vector<Communicator> Communicator::local(const std::vector<int>& devices, c
   const int world = static_cast<int>(devices.size());
   const ncclUniqueId id = to_nccl(UniqueId::create());
   // ncclCommInitAll has no configuration argument (its communicators would block): the grouped
-  // ncclCommInitRankConfig below is what NCCL documents it to be, with nonblocking communicators.
-  std::vector<ncclConfig_t> configs(devices.size(), detail::nonblocking_config());
+  // ncclCommInitRankConfig below is what NCCL documents it to be, with the configuration of `options`.
+  std::vector<ncclConfig_t> configs(devices.size(), detail::comm_config(options.blocking));
   std::vector<std::shared_ptr<detail::CommState>> states;
   for (int r = 0; r < world; ++r)
     states.push_back(make_state(r, world, devices[static_cast<std::size_t>(r)], options));
@@ -130,7 +131,7 @@ Communicator Communicator::init(int rank, int world_size, const UniqueId& id, in
   check_device(Device::cuda(device));
   auto state = make_state(rank, world_size, device, options);
   DeviceGuard guard(device);
-  ncclConfig_t config = detail::nonblocking_config();
+  ncclConfig_t config = detail::comm_config(options.blocking);
   const ncclUniqueId nccl_id = to_nccl(id);
   const ncclResult_t result = ncclCommInitRankConfig(&state->comm, world_size, nccl_id, rank, &config);
   if (result != ncclSuccess && result != ncclInProgress) {
@@ -188,7 +189,7 @@ bool Communicator::aborted() const noexcept {
 
 void Communicator::rebuild(const UniqueId& id) {
   MT_CHECK(m_state != nullptr, InvalidArgument, "Communicator::rebuild: the communicator holds none");
-  const CommOptions options{m_state->timeout, m_state->checked};
+  const CommOptions options{m_state->timeout, m_state->checked, m_state->blocking};
   const int rank = m_state->rank, world = m_state->world, device = m_state->device;
   abort();
   *this = init(rank, world, id, device, options);
@@ -205,7 +206,8 @@ void Communicator::rebuild_local(std::vector<Communicator>& comms) {
              " of ", c.m_state->world, ", not one of a set made by local() in rank order");
     devices[i] = c.m_state->device;
   }
-  const CommOptions options{comms.front().m_state->timeout, comms.front().m_state->checked};
+  const CommOptions options{comms.front().m_state->timeout, comms.front().m_state->checked,
+                            comms.front().m_state->blocking};
   for (Communicator& c : comms) c.abort();
   comms = local(devices, options);
 }

@@ -34,6 +34,8 @@ std::string nccl_version();
 std::chrono::milliseconds default_timeout();
 // MT_DIST_CHECK=1 or 0 when set, else on in debug builds (NDEBUG undefined).
 bool default_checked();
+// MT_DIST_BLOCKING=1 or 0 when set, else false.
+bool default_blocking();
 
 struct CommOptions {
   // How long any wait (init, Work::synchronize, barrier, checked mode) may take before the communicator is
@@ -43,6 +45,12 @@ struct CommOptions {
   // typed error (ShapeError, DTypeError, InvalidArgument) on a mismatch. Costs a host wait per collective;
   // skipped inside a Group and during CUDA-graph capture. Every rank must use the same setting.
   bool checked = default_checked();
+  // Blocking NCCL communicators: NCCL launches a group's kernels in the calling thread, where a nonblocking
+  // communicator hands them to NCCL's own thread (tens of microseconds per group, which is what an 8 MiB
+  // collective takes on NVLink). The price: init, and the first collective that connects two ranks, block
+  // inside NCCL without the timeout when a peer never comes; later waits keep the timeout. Every rank must
+  // use the same setting.
+  bool blocking = default_blocking();
 };
 
 namespace detail {

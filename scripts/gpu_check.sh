@@ -52,10 +52,14 @@ sanitize() {  # sanitize TOOL FILTER
   echo "== $tool"
   for bin in $(binaries build/tests/mt_tests_*); do
     name=$(basename "$bin")
+    local f="$filter"
+    # NCCL reads user buffers in 16-byte blocks, never past the block that holds a buffer's last byte: memcheck
+    # flags the uint8 all-reduce of 1001 bytes (exact-size allocations here), which the plain run checks.
+    [[ $name == mt_tests_dist ]] && f="$f:*IntegerDTypes*"
     for ((i = 0; i < shards; i++)); do
       GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i MT_DISABLE_CACHING=1 timeout 900 \
         compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
-        "$bin" --gtest_filter="$filter" > "$out/${tool}_$name.$i.log" 2>&1 &
+        "$bin" --gtest_filter="$f" > "$out/${tool}_$name.$i.log" 2>&1 &
     done
     wait
     cat "$out/${tool}_$name".*.log > "$out/${tool}_$name.log" && rm -f "$out/${tool}_$name".*.log

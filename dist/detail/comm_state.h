@@ -22,6 +22,7 @@ struct CommState {
   int rank = -1, world = 0, device = -1;
   std::chrono::milliseconds timeout{0};
   bool checked = false;
+  bool blocking = false;  // CommOptions::blocking, fixed at init
   std::atomic<bool> aborted{false};
   Stream stream;  // the communicator's own stream (async collectives), created on first use
   Event ready;    // reused: the caller's stream so far, for the communicator's stream to wait on
@@ -51,10 +52,10 @@ struct WorkState {
   bool launched = false;
 };
 
-// The communicator's nonblocking configuration: every NCCL call returns at once, ncclInProgress while it
-// still needs its peers, which wait_ready then polls with the timeout (blocking calls could hang for ever on
-// a dead peer).
-ncclConfig_t nonblocking_config();
+// The communicator's configuration. Nonblocking (the default): every NCCL call returns at once,
+// ncclInProgress while it still needs its peers, which wait_ready then polls with the timeout (blocking calls
+// could hang for ever on a dead peer). Blocking: CommOptions::blocking.
+ncclConfig_t comm_config(bool blocking);
 
 // Throws DistError for `code`, naming NCCL's text and its last message, the op, rank and world size. Errors
 // after which the communicator is unusable (all but invalid argument / usage) abort it first.

@@ -328,6 +328,19 @@ TEST(DistOptions, TimeoutAndCheckedModeFromTheEnvironment) {
     EXPECT_THROW(dist::default_checked(), InvalidArgument);
   }
   {
+    ScopedEnv env("MT_DIST_BLOCKING", std::nullopt);
+    EXPECT_FALSE(dist::default_blocking());
+  }
+  {
+    ScopedEnv env("MT_DIST_BLOCKING", "1");
+    EXPECT_TRUE(dist::default_blocking());
+    EXPECT_TRUE(dist::CommOptions().blocking);
+  }
+  for (const char* bad : {"yes", "2", "true"}) {
+    ScopedEnv env("MT_DIST_BLOCKING", bad);
+    EXPECT_THROW(dist::default_blocking(), InvalidArgument) << bad;
+  }
+  {
     ScopedEnv env("MT_DIST_CHECK", std::nullopt);
 #ifdef NDEBUG
     EXPECT_FALSE(dist::default_checked());
