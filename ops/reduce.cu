@@ -62,9 +62,9 @@ struct ArgAcc {
 template <bool MAX>
 struct ArgR {
   using Acc = ArgAcc;
-  static __device__ Acc identity() {
-    return {MAX ? -INFINITY : INFINITY, std::numeric_limits<long long>::max()};
-  }
+  static constexpr int kArg = MAX ? 1 : -1;
+  static constexpr long long kNone = std::numeric_limits<long long>::max();  // the identity's index
+  static __device__ Acc identity() { return {MAX ? -INFINITY : INFINITY, kNone}; }
   static __device__ Acc from(float v, std::int64_t i) { return {v, i}; }
   static __device__ Acc combine(Acc a, Acc b) {
     return (MAX ? fn::argmax_wins(a.v, a.i, b.v, b.i) : fn::argmin_wins(a.v, a.i, b.v, b.i)) ? a : b;
@@ -73,6 +73,19 @@ struct ArgR {
     static_cast<std::int32_t*>(out)[i] = static_cast<std::int32_t>(a.i);
   }
 };
+
+// Folds element (v, i) into `acc`, where i is above every index already folded into acc (a thread walks its
+// elements in index order). For the arg-reducers that turns the winner test into one comparison: a later
+// element never wins a tie, and a NaN wins only over a number.
+template <class R>
+__device__ __forceinline__ void fold_later(typename R::Acc& acc, float v, std::int64_t i) {
+  if constexpr (requires { R::kArg; }) {
+    const bool wins = (acc.v == acc.v && (R::kArg > 0 ? !(v <= acc.v) : !(v >= acc.v))) || acc.i == R::kNone;
+    if (wins) acc = {v, i};
+  } else {
+    acc = R::combine(acc, R::from(v, i));
+  }
+}
 
 __device__ __forceinline__ double shfl_down(double v, int d) {
   return __shfl_down_sync(0xffffffffu, v, d);
@@ -119,7 +132,7 @@ __device__ __forceinline__ void fold_segment(const float* __restrict__ row, std:
       std::min<std::int64_t>(len, ((16 - reinterpret_cast<std::uintptr_t>(p) % 16) % 16) / sizeof(float));
   const std::int64_t n_vec = (len - head) / 4;
   const std::int64_t tail = head + 4 * n_vec;
-  if (t < head) acc = R::combine(acc, R::from(p[t], begin + t));
+  if (t < head) fold_later<R>(acc, p[t], begin + t);
   const float4* pv = reinterpret_cast<const float4*>(p + head);
   for (std::int64_t j0 = t; j0 < n_vec; j0 += std::int64_t(g) * kUnroll) {
     float4 v[kUnroll];
@@ -133,14 +146,14 @@ __device__ __forceinline__ void fold_segment(const float* __restrict__ row, std:
       const std::int64_t j = j0 + std::int64_t(u) * g;
       if (j < n_vec) {
         const std::int64_t e = begin + head + 4 * j;
-        acc = R::combine(acc, R::from(v[u].x, e));
-        acc = R::combine(acc, R::from(v[u].y, e + 1));
-        acc = R::combine(acc, R::from(v[u].z, e + 2));
-        acc = R::combine(acc, R::from(v[u].w, e + 3));
+        fold_later<R>(acc, v[u].x, e);
+        fold_later<R>(acc, v[u].y, e + 1);
+        fold_later<R>(acc, v[u].z, e + 2);
+        fold_later<R>(acc, v[u].w, e + 3);
       }
     }
   }
-  if (t < len - tail) acc = R::combine(acc, R::from(p[tail + t], begin + tail + t));
+  if (t < len - tail) fold_later<R>(acc, p[tail + t], begin + tail + t);
 }
 
 // Row case, one warp per row (short rows): 8 rows per block, grid-stride over rows.

@@ -168,6 +168,41 @@ TEST(Reduce, Cuda_Huge_2Pow31Plus5_Elements) {
   EXPECT_FLOAT_EQ(mean(x).item<float>(), static_cast<float>(5021.0 / static_cast<double>(n)));
 }
 
+// Rows of ties, of infinities only and of several NaNs: argmax and argmin name the first index of the winner
+// (the first NaN where there is one), on the CPU and on the GPU, in the one-warp and the one-block row
+// kernels.
+TEST(Reduce, ArgRows_TiesInfinitiesAndNaNPickTheFirstIndex) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (std::int64_t len : {std::int64_t{37}, std::int64_t{1031}, std::int64_t{20000}}) {
+    std::vector<float> h(static_cast<std::size_t>(6 * len));
+    auto at = [&](std::int64_t r, std::int64_t i) -> float& {
+      return h[static_cast<std::size_t>(r * len + i)];
+    };
+    for (std::int64_t i = 0; i < len; ++i) {
+      at(0, i) = -inf;
+      at(1, i) = inf;
+      at(2, i) = 7.f;
+      at(3, i) = static_cast<float>(i % 5);
+      at(4, i) = -static_cast<float>(i % 3);
+      at(5, i) = static_cast<float>(i);
+    }
+    at(3, len / 2) = nan;
+    at(3, len - 1) = nan;
+    at(5, 0) = nan;
+    // Expected: row 3's first NaN, row 5's NaN at 0; otherwise the first maximum / minimum.
+    const std::vector<std::int32_t> want_max = {0, 0, 0, static_cast<std::int32_t>(len / 2), 0, 0};
+    const std::vector<std::int32_t> want_min = {0, 0, 0, static_cast<std::int32_t>(len / 2), 2, 0};
+    const Tensor x = from_vector(h).view({6, len});
+    EXPECT_EQ(argmax(x, 1).to_vector<std::int32_t>(), want_max) << "cpu, len " << len;
+    EXPECT_EQ(argmin(x, 1).to_vector<std::int32_t>(), want_min) << "cpu, len " << len;
+    if (!cuda_available()) continue;
+    const Tensor g = x.to(Device::cuda(0));
+    EXPECT_EQ(argmax(g, 1).to_vector<std::int32_t>(), want_max) << "gpu, len " << len;
+    EXPECT_EQ(argmin(g, 1).to_vector<std::int32_t>(), want_min) << "gpu, len " << len;
+  }
+  MT_REQUIRE_GPU();
+}
+
 // A rank-0 tensor reduced over axis 0 or -1 is returned as it is (PyTorch's rule), on every path.
 void check_rank0_axis(Device device) {
   const Tensor x = full({}, 2.5, DType::F32, device);
