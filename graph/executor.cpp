@@ -471,6 +471,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       o.causal = n.causal;
       o.scale = n.scalar;
       if (n.has_mask) o.mask = in(3);
+      o.math = m_opt.compile.math;
       attention_out(in(0), in(1), in(2), out, o);
       break;
     }

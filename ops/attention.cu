@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "minitensor/ops/detail/attention.h"
+#include "minitensor/ops/detail/attention_tile.cuh"
 #include "minitensor/runtime/error.h"
 #include "minitensor/runtime/launch.h"
 
@@ -23,31 +24,6 @@ struct AttnSmem {
   static constexpr int kLdP = kBN + 4;
   static constexpr std::size_t kBytes = sizeof(float) * (3 * kBM * kLd + kBM * kLdP);
 };
-
-// Rows [row0, row0 + 64) of one operand (t < t_len) into shared memory, zeros past the end; 16-byte loads
-// where the rows are 16-byte aligned (`vec`).
-template <int D>
-__device__ __forceinline__ void load_tile(float* dst, const float* src, std::int64_t st, int row0, int t_len,
-                                          bool vec) {
-  constexpr int kLd = AttnSmem<D>::kLd;
-  if (vec) {
-    for (int e = threadIdx.x; e < kBM * D / 4; e += kThreads) {
-      const int r = e / (D / 4), c = 4 * (e % (D / 4));
-      const float4 v = row0 + r < t_len ? __ldg(reinterpret_cast<const float4*>(src + (row0 + r) * st + c))
-                                        : make_float4(0.f, 0.f, 0.f, 0.f);
-      *reinterpret_cast<float4*>(dst + r * kLd + c) = v;
-    }
-    return;
-  }
-  for (int e = threadIdx.x; e < kBM * D; e += kThreads) {
-    const int r = e / D, c = e % D;
-    dst[r * kLd + c] = row0 + r < t_len ? __ldg(src + (row0 + r) * st + c) : 0.f;
-  }
-}
-
-__device__ __forceinline__ bool rows16(const float* p, std::int64_t st) {
-  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0 && st % 4 == 0;
-}
 
 template <int N>
 __device__ __forceinline__ void load_vec(const float* src, float* dst) {
@@ -86,8 +62,8 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
   constexpr float kLog2e = 1.4426950408889634f;
   const float scale2 = p.scale * kLog2e;
 
-  load_tile<D>(Qs, qb, p.q.st, q0, p.tq, rows16(qb, p.q.st));
-  const bool k_vec = rows16(kb, p.k.st), v_vec = rows16(vb, p.v.st);
+  attn_load_rows<D, kLd, kBM, kThreads>(Qs, qb, p.q.st, q0, p.tq, attn_rows16(qb, p.q.st));
+  const bool k_vec = attn_rows16(kb, p.k.st), v_vec = attn_rows16(vb, p.v.st);
 
   float o[4][kDpt];
   float m[4], l[4];
@@ -101,8 +77,8 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
   const int k_end = p.causal ? min(p.tk, q0 + kBM) : p.tk;
   for (int k0 = 0; k0 < k_end; k0 += kBN) {
     __syncthreads();  // the previous tile's K, V and P are consumed
-    load_tile<D>(Ks, kb, p.k.st, k0, p.tk, k_vec);
-    load_tile<D>(Vs, vb, p.v.st, k0, p.tk, v_vec);
+    attn_load_rows<D, kLd, kBN, kThreads>(Ks, kb, p.k.st, k0, p.tk, k_vec);
+    attn_load_rows<D, kLd, kBN, kThreads>(Vs, vb, p.v.st, k0, p.tk, v_vec);
     __syncthreads();
 
     // s[i][j]: query q0 + 4 ty + i, key k0 + tx + 16 j.

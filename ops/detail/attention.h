@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "minitensor/ops/gemm.h"
 #include "minitensor/tensor/tensor.h"
 
 namespace mt::detail {
@@ -23,10 +24,14 @@ struct AttnProblem {
   float* out = nullptr;  // (b0, b1, tq, d) contiguous
   float scale = 1.f;
   bool causal = false;
+  MathMode math = MathMode::FP32;  // FP32: the CUDA-core kernel; TF32, TF32x3: the tensor-core one
 };
 
-// false where the head dim has no fused kernel (32, 64 and 128 have).
+// false where the head dim has no fused kernel (32, 64 and 128 have). launch_attention runs float32 on the
+// CUDA cores (ops/attention.cu), launch_attention_tc the TF32 / TF32x3 products on the tensor cores
+// (ops/attention_tc.cu).
 bool launch_attention(const AttnProblem& p, cudaStream_t stream);
+bool launch_attention_tc(const AttnProblem& p, cudaStream_t stream);
 
 // float64 per query row; a fully masked row gives zeros. q, k, v and mask as for mt::attention, mask already
 // expanded to (..., Tq, Tk) or undefined.

@@ -1,7 +1,8 @@
 // The device primitives every kernel family shares, one copy each: asynchronous copies (cp.async, the bulk
-// copy engine, tensor maps), mbarriers, thread-block clusters, programmatic dependent launch and warp
-// reductions. Thin PTX wrappers with the rule each one carries; kernels include this header and nothing
-// else for these instructions (as CUTLASS keeps them under arch/ and ggml-cuda in common.cuh).
+// copy engine, tensor maps), mbarriers, thread-block clusters, programmatic dependent launch, warp
+// reductions and the TF32 mma.sync tile product. Thin PTX wrappers with the rule each one carries; kernels
+// include this header and nothing else for these instructions (as CUTLASS keeps them under arch/ and
+// ggml-cuda in common.cuh).
 //
 // Shared-memory operands are 32-bit shared-window addresses (smem_u32), as the PTX instructions take them.
 #pragma once
@@ -29,6 +30,26 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
   return v;
+}
+
+// ---------------------------------------------------------------- TF32 tensor cores (sm_80+, mma.sync)
+
+// x rounded to TF32 (10-bit mantissa, to nearest, ties away), as the 32-bit pattern mma.sync takes.
+__device__ __forceinline__ std::uint32_t tf32_bits(float x) {
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// d += a * b for a 16x8 (row-major) by 8x8 (column-major) TF32 tile pair, FP32 accumulators. Fragments, lane
+// = 4 g + t: a {(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)}, b {(t, g), (t + 4, g)} as (k, n),
+// d {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}.
+__device__ __forceinline__ void mma_tf32_m16n8k8(float (&d)[4], const std::uint32_t (&a)[4],
+                                                 const std::uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // ---------------------------------------------------------------- cp.async (sm_80+)
