@@ -20,24 +20,10 @@
 #include "minitensor/ops/gemm/detail/launch.h"
 #include "minitensor/ops/gemm/detail/launchers.h"
 #include "minitensor/ops/gemm/simt/loaders.cuh"
+#include "minitensor/runtime/detail/device_primitives.cuh"
 #include "minitensor/runtime/error.h"
 
 namespace mt::detail::gemm {
-
-__device__ __forceinline__ std::uint32_t to_tf32(float x) {
-  std::uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-
-// d += a * b for a 16x8 (row) by 8x8 (col) TF32 tile pair.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)[4],
-                                         const std::uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 constexpr int kMmaPad = 8;  // shared rows of x + 8 floats: fragment reads (8t + g) cover the 32 banks once
 
@@ -110,8 +96,8 @@ __global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, STAGES>::kThreads
         const float x[4] = {a_lo[i * 16], a_lo[i * 16 + 8], a_hi[i * 16], a_hi[i * 16 + 8]};
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          a_big[i][r] = to_tf32(x[r]);
-          if constexpr (X3) a_small[i][r] = to_tf32(x[r] - __uint_as_float(a_big[i][r]));
+          a_big[i][r] = tf32_bits(x[r]);
+          if constexpr (X3) a_small[i][r] = tf32_bits(x[r] - __uint_as_float(a_big[i][r]));
         }
       }
 #pragma unroll
@@ -119,8 +105,8 @@ __global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, STAGES>::kThreads
         const float y[2] = {b_lo[j * 8], b_hi[j * 8]};
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          b_big[j][r] = to_tf32(y[r]);
-          if constexpr (X3) b_small[j][r] = to_tf32(y[r] - __uint_as_float(b_big[j][r]));
+          b_big[j][r] = tf32_bits(y[r]);
+          if constexpr (X3) b_small[j][r] = tf32_bits(y[r] - __uint_as_float(b_big[j][r]));
         }
       }
 #pragma unroll
@@ -129,13 +115,13 @@ __global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, STAGES>::kThreads
         for (int j = 0; j < NI; ++j) {
           if constexpr (X3) {
             float d[4] = {0.f, 0.f, 0.f, 0.f};
-            mma_tf32(d, a_small[i], b_big[j]);
-            mma_tf32(d, a_big[i], b_small[j]);
-            mma_tf32(d, a_big[i], b_big[j]);
+            mma_tf32_m16n8k8(d, a_small[i], b_big[j]);
+            mma_tf32_m16n8k8(d, a_big[i], b_small[j]);
+            mma_tf32_m16n8k8(d, a_big[i], b_big[j]);
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] += d[r];
           } else {
-            mma_tf32(acc[i][j], a_big[i], b_big[j]);
+            mma_tf32_m16n8k8(acc[i][j], a_big[i], b_big[j]);
           }
         }
     }

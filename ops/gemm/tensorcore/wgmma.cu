@@ -204,9 +204,7 @@ __device__ __forceinline__ void wgmma_tf32<256>(float (&d)[128], std::uint64_t d
 }
 
 __device__ __forceinline__ float to_tf32(float x) {
-  std::uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return __uint_as_float(r);
+  return __uint_as_float(tf32_bits(x));
 }
 
 // One 16-byte global store. Written out because the compiler splits a float4 built from cvt results into
