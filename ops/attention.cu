@@ -62,8 +62,14 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
   constexpr float kLog2e = 1.4426950408889634f;
   const float scale2 = p.scale * kLog2e;
 
-  attn_load_rows<D, kLd, kBM, kThreads>(Qs, qb, p.q.st, q0, p.tq, attn_rows16(qb, p.q.st));
+  // Copy groups as in ops/attention_tc.cu: Q with K of tile 0, V of tile 0, then each tile's successor as
+  // soon as the tile is used, so a wait for all but the newest group finds the tile about to be read.
   const bool k_vec = attn_rows16(kb, p.k.st), v_vec = attn_rows16(vb, p.v.st);
+  attn_load_rows<D, kLd, kBM, kThreads>(Qs, qb, p.q.st, q0, p.tq, attn_rows16(qb, p.q.st));
+  attn_load_rows<D, kLd, kBN, kThreads>(Ks, kb, p.k.st, 0, p.tk, k_vec);
+  cp_async_commit();
+  attn_load_rows<D, kLd, kBN, kThreads>(Vs, vb, p.v.st, 0, p.tk, v_vec);
+  cp_async_commit();
 
   float o[4][kDpt];
   float m[4], l[4];
@@ -76,9 +82,8 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
   // Causal: keys past the block's last query are never seen.
   const int k_end = p.causal ? min(p.tk, q0 + kBM) : p.tk;
   for (int k0 = 0; k0 < k_end; k0 += kBN) {
-    __syncthreads();  // the previous tile's K, V and P are consumed
-    attn_load_rows<D, kLd, kBN, kThreads>(Ks, kb, p.k.st, k0, p.tk, k_vec);
-    attn_load_rows<D, kLd, kBN, kThreads>(Vs, vb, p.v.st, k0, p.tk, v_vec);
+    const bool more = k0 + kBN < k_end;
+    cp_async_wait<1>();  // this tile's K (and Q) landed; its V may still be in flight
     __syncthreads();
 
     // s[i][j]: query q0 + 4 ty + i, key k0 + tx + 16 j.
@@ -100,6 +105,10 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
           s[i][j] = fmaf(qv[i].w, kv[j].w, s[i][j]);
         }
     }
+
+    __syncthreads();  // every thread has read this tile's K: the next one may overwrite it
+    if (more) attn_load_rows<D, kLd, kBN, kThreads>(Ks, kb, p.k.st, k0 + kBN, p.tk, k_vec);
+    cp_async_commit();  // empty on the last tile: the count of groups stays uniform
 
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -134,7 +143,8 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
 #pragma unroll
       for (int c = 0; c < kDpt; ++c) o[i][c] *= corr;
     }
-    __syncthreads();  // P complete
+    cp_async_wait<1>();  // this tile's V landed; the next K may still be in flight
+    __syncthreads();     // and P is complete
 
     // o[i][c] += sum_j P[4 ty + i][j] V[j][kDpt tx + c]
 #pragma unroll 1
@@ -153,6 +163,9 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
           for (int c = 0; c < kDpt; ++c) o[i][c] = fmaf(pv[i][u], vv[c], o[i][c]);
       }
     }
+    __syncthreads();  // every thread has read this tile's V and P
+    if (more) attn_load_rows<D, kLd, kBN, kThreads>(Vs, vb, p.v.st, k0 + kBN, p.tk, v_vec);
+    cp_async_commit();
   }
 
 #pragma unroll

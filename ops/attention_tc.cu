@@ -80,8 +80,15 @@ __global__ void __launch_bounds__(kThreads) attention_tc(AttnProblem p) {
   constexpr float kLog2e = 1.4426950408889634f;
   const float scale2 = p.scale * kLog2e;
 
-  attn_load_rows<D, kLd, kBM, kThreads>(Qs, qb, p.q.st, q0, p.tq, attn_rows16(qb, p.q.st));
+  // The pipeline of copy groups: Q with K of tile 0, V of tile 0, then K of tile i + 1 once every warp has
+  // used K of tile i, V of tile i + 1 once V of tile i is used. A wait for all but the newest group thus
+  // always finds the tile about to be read complete.
   const bool k_vec = attn_rows16(kb, p.k.st), v_vec = attn_rows16(vb, p.v.st);
+  attn_load_rows<D, kLd, kBM, kThreads>(Qs, qb, p.q.st, q0, p.tq, attn_rows16(qb, p.q.st));
+  attn_load_rows<D, kLd, kBN, kThreads>(Ks, kb, p.k.st, 0, p.tk, k_vec);
+  cp_async_commit();
+  attn_load_rows<D, kLd, kBN, kThreads>(Vs, vb, p.v.st, 0, p.tk, v_vec);
+  cp_async_commit();
 
   // o[c][.]: rows g, g, g + 8, g + 8 and columns 8c + 2t, 8c + 2t + 1 (the accumulator layout).
   float o[kDt][4];
@@ -90,9 +97,8 @@ __global__ void __launch_bounds__(kThreads) attention_tc(AttnProblem p) {
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int k_end = p.causal ? min(p.tk, q0 + kBM) : p.tk;
   for (int k0 = 0; k0 < k_end; k0 += kBN) {
-    __syncthreads();  // the previous tile's K and V are consumed (and, the first time, Q is stored)
-    attn_load_rows<D, kLd, kBN, kThreads>(Ks, kb, p.k.st, k0, p.tk, k_vec);
-    attn_load_rows<D, kLd, kBN, kThreads>(Vs, vb, p.v.st, k0, p.tk, v_vec);
+    const bool more = k0 + kBN < k_end;
+    cp_async_wait<1>();  // this tile's K (and Q) landed; its V may still be in flight
     __syncthreads();
 
     // s[j]: rows g and g + 8 of the warp's 16, keys k0 + 8j + 2t and + 1.
@@ -116,6 +122,10 @@ __global__ void __launch_bounds__(kThreads) attention_tc(AttnProblem p) {
         product<X3>(s[j], ab, as, bb, bs);
       }
     }
+
+    __syncthreads();  // every warp has read this tile's K: the next one may overwrite it
+    if (more) attn_load_rows<D, kLd, kBN, kThreads>(Ks, kb, p.k.st, k0 + kBN, p.tk, k_vec);
+    cp_async_commit();  // empty on the last tile: the count of groups stays uniform
 
     // The online softmax of the thread's two rows (h = 0: row g, h = 1: row g + 8), in base 2.
 #pragma unroll
@@ -157,6 +167,8 @@ __global__ void __launch_bounds__(kThreads) attention_tc(AttnProblem p) {
     }
 
     // o += P V, one k-step per score tile j: A column t is key 2t, column t + 4 key 2t + 1 (see the header).
+    cp_async_wait<1>();  // this tile's V landed; the next K may still be in flight
+    __syncthreads();
 #pragma unroll
     for (int j = 0; j < kNt; ++j) {
       std::uint32_t ab[4], as[4];
@@ -173,6 +185,9 @@ __global__ void __launch_bounds__(kThreads) attention_tc(AttnProblem p) {
         product<X3>(o[c], ab, as, bb, bs);
       }
     }
+    __syncthreads();  // every warp has read this tile's V
+    if (more) attn_load_rows<D, kLd, kBN, kThreads>(Vs, vb, p.v.st, k0 + kBN, p.tk, v_vec);
+    cp_async_commit();
   }
 
 #pragma unroll
