@@ -200,6 +200,7 @@ struct CompileOptions {
   bool fuse_elementwise = true;    // elementwise chains/trees -> one NVRTC kernel
   bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu/gelu_tanh -> GEMM epilogue
   bool fuse_softmax = true;        // max/sub/exp/sum/div -> softmax
+  bool fold_views = true;          // permutes that attention / GEMMs read with strides are views, not copies
   bool plan_memory = true;         // false: every intermediate gets its own buffer (nothing is reused)
   bool inplace = true;             // elementwise ops may overwrite a dying input of their shape
   bool multi_stream = true;        // false: everything on one stream (debugging)

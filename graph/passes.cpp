@@ -255,6 +255,8 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
     if (changed) count_uses(p);
   }
 
+  fold_views(p, flags.fold_views);
+
   // Elementwise grouping, from the outputs down: a node joins the group of its consumers when all its
   // consumers are in one group, it has the group's shape (no recomputation under broadcasting) and it is not
   // an output.
@@ -291,7 +293,7 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
     if (group[static_cast<size_t>(id)] >= 0) members[group[static_cast<size_t>(id)]].push_back(id);
   for (int id : p.order) {
     const NodeData& nd = p.g.at(id);
-    if (nd.is_leaf() || nd.kind == OpKind::View) continue;
+    if (nd.is_leaf() || nd.kind == OpKind::View || p.folded[static_cast<size_t>(id)]) continue;
     const int gid = group[static_cast<size_t>(id)];
     if (gid >= 0 && gid != id) continue;  // a member: computed by its root's step
     Step s;

@@ -28,18 +28,34 @@ struct Program {
   std::vector<int> replaced_by;  // CSE: node -> the identical node kept (itself when kept)
   std::vector<int> step_of;  // node -> the step that writes it (fused members: their group's); -1 otherwise
   std::vector<Step> steps;
+  // The layout of each node's tensor: element strides, and the element offset from its storage root's first
+  // element (views only). Contiguous unless a view is folded into its consumers (a strided view of its
+  // input's buffer) or a node writes the permuted layout its consumer reads (fold.cpp).
+  std::vector<Shape> strides;
+  std::vector<std::int64_t> view_offset;
+  std::vector<bool> folded;              // a Permute computed by no step: a strided view of its input
   std::vector<std::string> log;          // fusion decisions, one line each
   std::string node_label(int id) const;  // label + op
 };
 
 struct CompileFlags {
   bool fuse_elementwise = true, fuse_gemm_epilogue = true, fuse_softmax = true;
+  bool fold_views = true;
   int max_fused_nodes = 64, max_fused_reads = 24;
 };
 
 // Topological order, CSE, dead-node elimination, pattern fusion (softmax, GEMM epilogue), elementwise
 // grouping.
 Program build_program(const GraphData& graph, const CompileFlags& flags);
+
+// Views folded into their consumers (fold.cpp): sets Program::strides, view_offset and folded. A Permute
+// whose consumers all read strided operands (attention's q, k, v; a GEMM's a and b) becomes a view, and an
+// attention whose one consumer is a permute keeping the head dim last writes that permute's contiguous
+// layout, so the permute is a free view. Graph outputs keep their declared contiguous layout. With
+// `fold` false every node is contiguous.
+void fold_views(Program& p, bool fold);
+// Whether node `id`'s tensor is contiguous from its storage root's first element.
+bool plain_layout(const Program& p, int id);
 
 // Splits a fused step back into one step per member (the NVRTC fallback); keeps step order topological.
 void unfuse_step(Program& p, int step_index);
