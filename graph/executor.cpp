@@ -164,6 +164,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   flags.fuse_gemm_epilogue = options.compile.fuse_gemm_epilogue;
   flags.fuse_softmax = options.compile.fuse_softmax;
   flags.fold_views = options.compile.fold_views;
+  flags.merge_linears = options.compile.merge_linears;
   m_prog = build_program(m_source, flags);
 
   // NVRTC for every fused group; a failure splits the group back into eager ops (and warns).

@@ -1,4 +1,7 @@
-// Views folded into their consumers: a permute (and the reshapes after it) that every consumer can read with
+// Views folded into their consumers, and linears of one input merged into one GEMM whose column slices
+// are their results.
+//
+// Views folded: a permute (and the reshapes after it) that every consumer can read with
 // strides is no step but a strided view of its input's buffer; an attention followed by a permute that keeps
 // the head dim last writes the permuted layout directly, so that permute is a free contiguous view.
 //
@@ -7,8 +10,10 @@
 // any leading dimensions; batch dims must collapse into one stride, else gemm would loop over launches); a
 // Permute step (its strided copy). Fused elementwise kernels, row ops and reductions read contiguous memory.
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <optional>
+#include <tuple>
 
 #include "minitensor/graph/detail/program.h"
 
@@ -105,6 +110,8 @@ struct Folder {
         const auto s = reshape_strides(shape, strides, nc.shape);
         return s && readable(c, *s, offset);
       }
+      case OpKind::Slice:
+        return readable(c, strides, offset + nc.axes[1] * strides[static_cast<int>(nc.axes[0])]);
       default:
         return false;
     }
@@ -131,7 +138,6 @@ void fold_views(Program& p, bool fold) {
   p.view_offset.assign(n, 0);
   p.folded.assign(n, false);
   for (size_t i = 0; i < n; ++i) p.strides[i] = contiguous_strides(p.g.nodes[i].shape);
-  if (!fold) return;
 
   Folder f{p, std::vector<std::vector<int>>(n), {}};
   for (int id : p.order)
@@ -151,6 +157,12 @@ void fold_views(Program& p, bool fold) {
       p.view_offset[i] = p.view_offset[static_cast<size_t>(x)];
       continue;
     }
+    if (nd.kind == OpKind::Slice) {
+      const auto x = static_cast<size_t>(nd.inputs[0]);
+      p.strides[i] = p.strides[x];
+      p.view_offset[i] = p.view_offset[x] + nd.axes[1] * p.strides[x][static_cast<int>(nd.axes[0])];
+      continue;
+    }
     if (nd.kind == OpKind::Permute && p.folded[i]) {
       const int x = nd.inputs[0];
       p.strides[i] = permuted(p.strides[static_cast<size_t>(x)], nd.axes);
@@ -158,6 +170,7 @@ void fold_views(Program& p, bool fold) {
       continue;
     }
     // Attention writes the layout its one consumer, a permute keeping the head dim last, makes contiguous.
+    if (!fold) continue;  // the slices of merged linears (and views of them) keep their layout regardless
     if (nd.kind == OpKind::Attention && nd.shape.rank() <= 4 && single_consumer(id)) {
       const int c = f.consumers[i][0];
       const NodeData& nc = p.g.at(c);
@@ -191,6 +204,129 @@ void fold_views(Program& p, bool fold) {
       p.view_offset[i] = p.view_offset[static_cast<size_t>(x)];
     }
   }
+}
+
+namespace {
+
+// A GEMM by a weight fixed when the executor is built: linear (no softmax) or matmul of a (..., k) by a 2-D
+// parameter or constant, float32.
+bool merge_candidate(const Program& p, const NodeData& n) {
+  const bool lin = (n.kind == OpKind::Linear && !n.gemm.softmax) ||
+                   (n.kind == OpKind::Matmul && p.g.at(n.inputs[0]).shape.rank() >= 2);
+  if (!lin || n.dtype != DType::F32) return false;
+  for (size_t k = 1; k < n.inputs.size(); ++k) {
+    const NodeData& w = p.g.at(n.inputs[k]);
+    if ((w.kind != OpKind::Parameter && w.kind != OpKind::Constant) || w.dtype != DType::F32) return false;
+  }
+  const NodeData& w = p.g.at(n.inputs[1]);
+  return w.shape.rank() == 2 && (n.inputs.size() < 3 || p.g.at(n.inputs[2]).shape.numel() == w.shape[1]);
+}
+
+int append(Program& p, NodeData n) {
+  p.g.nodes.push_back(std::move(n));
+  return static_cast<int>(p.g.nodes.size()) - 1;
+}
+
+}  // namespace
+
+bool merge_linears(Program& p) {
+  const size_t n0 = p.g.nodes.size();
+  Folder f{p, std::vector<std::vector<int>>(n0), {}};
+  for (int id : p.order)
+    for (int in : p.g.at(id).inputs) f.consumers[static_cast<size_t>(in)].push_back(id);
+  // One input, one activation, biases or none, weights on one device.
+  std::map<std::tuple<int, int, bool, std::string>, std::vector<int>> groups;
+  for (int id : p.order) {
+    const NodeData& n = p.g.at(id);
+    if (!merge_candidate(p, n)) continue;
+    const bool bias = n.kind == OpKind::Linear && n.has_bias;
+    groups[{n.inputs[0], static_cast<int>(n.kind == OpKind::Linear ? n.gemm.activation : Activation::None),
+            bias, p.g.at(n.inputs[1]).value.device().str()}]
+        .push_back(id);
+  }
+  bool any = false;
+  for (const auto& [key, ids] : groups) {
+    if (ids.size() < 2) continue;
+    const NodeData first = p.g.at(ids[0]);  // a copy: appending nodes moves the node table
+    const std::int64_t k_in = p.g.at(first.inputs[1]).shape[0];
+    std::vector<int> members;
+    for (int id : ids)
+      if (p.g.at(p.g.at(id).inputs[1]).shape[0] == k_in) members.push_back(id);
+    // Each result as a column slice of the merged (..., n_out) result: all its readers must take it in place.
+    // Dropping one changes the others' row stride, so until none drops.
+    std::int64_t n_out = 0;
+    std::vector<std::int64_t> col;
+    while (members.size() >= 2) {
+      n_out = 0;
+      col.clear();
+      for (int id : members) col.push_back(n_out), n_out += p.g.at(id).shape.back();
+      std::vector<int> keep;
+      for (size_t j = 0; j < members.size(); ++j) {
+        Shape merged = p.g.at(members[j]).shape;
+        merged[merged.rank() - 1] = n_out;
+        f.fold.clear();
+        if (f.readable(members[j], contiguous_strides(merged), col[j])) keep.push_back(members[j]);
+      }
+      if (keep.size() == members.size()) break;
+      members = std::move(keep);
+    }
+    if (members.size() < 2) continue;
+    const bool bias = std::get<2>(key);
+    const Device dev = p.g.at(first.inputs[1]).value.device();
+    Tensor w = empty({k_in, n_out}, DType::F32, dev), b = bias ? empty({n_out}, DType::F32, dev) : Tensor();
+    std::string names;
+    for (size_t j = 0; j < members.size(); ++j) {
+      const NodeData& n = p.g.at(members[j]);
+      const std::int64_t c0 = col[j], c1 = col[j] + n.shape.back();
+      w.slice(1, c0, c1).copy_(p.g.at(n.inputs[1]).value);
+      if (bias) b.slice(0, c0, c1).copy_(p.g.at(n.inputs[2]).value.reshape({n.shape.back()}));
+      names += str(names.empty() ? "" : "+", n.name.empty() ? str("#", members[j]) : n.name);
+    }
+    NodeData nw;
+    nw.kind = OpKind::Constant;
+    nw.shape = w.shape();
+    nw.value = w;
+    nw.name = "weights of " + names;
+    const int w_id = append(p, std::move(nw));
+    int b_id = -1;
+    if (bias) {
+      NodeData nb;
+      nb.kind = OpKind::Constant;
+      nb.shape = b.shape();
+      nb.value = b;
+      nb.name = "biases of " + names;
+      b_id = append(p, std::move(nb));
+    }
+    NodeData m;
+    m.kind = OpKind::Linear;
+    m.inputs = {first.inputs[0], w_id};
+    if (bias) m.inputs.push_back(b_id);
+    m.has_bias = bias;
+    m.gemm.activation = static_cast<Activation>(std::get<1>(key));
+    m.shape = first.shape;
+    m.shape[m.shape.rank() - 1] = n_out;
+    m.name = names;
+    const int m_id = append(p, std::move(m));
+    // Topological: the leaves and the merged GEMM go right before the first former linear.
+    const std::vector<int> placed = bias ? std::vector<int>{w_id, b_id, m_id} : std::vector<int>{w_id, m_id};
+    p.topo.insert(std::find(p.topo.begin(), p.topo.end(), members[0]), placed.begin(), placed.end());
+    std::string merged;
+    for (size_t j = 0; j < members.size(); ++j) {
+      NodeData& n = p.g.at(members[j]);
+      merged += str(j ? " " : "", p.g.label(members[j]));
+      n.kind = OpKind::Slice;
+      n.inputs = {m_id};
+      n.axes = {n.shape.rank() - 1, col[j]};
+      n.has_bias = false;
+      n.gemm = GemmNodeOptions{};
+    }
+    p.log.push_back(str("linears merged: ", merged, " read ", p.g.label(first.inputs[0]), ": one GEMM ",
+                        p.g.label(m_id), " ", node_op_string(p.g.at(m_id)),
+                        " over their concatenated weights (", k_in, " x ", n_out,
+                        "), each a column slice of it"));
+    any = true;
+  }
+  return any;
 }
 
 }  // namespace mt::detail

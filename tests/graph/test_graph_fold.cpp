@@ -146,20 +146,22 @@ TEST(GraphFold, BlockPermutesAreViews) {
   for (const BlockShape& s : kShapes) {
     SCOPED_TRACE(str("block ", s.b, "x", s.t, " heads ", s.h, "x", s.hd));
     Block blk(s.b, s.t, s.h, s.hd);
-    const Program p = detail::build_program(blk.g.data(), CompileFlags{});
+    CompileFlags fold;
+    fold.merge_linears = false;  // q, k and v as three GEMMs (SharedInputLinearsRunAsOneGemm merges them)
+    const Program p = detail::build_program(blk.g.data(), fold);
     EXPECT_EQ(count_kind(p, OpKind::Permute), 0);
     EXPECT_EQ(p.steps.size(), 11u);
     int n_folded = 0;
     for (const auto& line : p.log) n_folded += line.rfind("view folded: ", 0) == 0;
     EXPECT_EQ(n_folded, 4);
-    CompileFlags off;
+    CompileFlags off = fold;
     off.fold_views = false;
     EXPECT_EQ(detail::build_program(blk.g.data(), off).steps.size(), 15u);
 
     const TensorMap in = blk.inputs(7);
     const Tensor ref = run_cpu(blk.g, in).at("y");
     int n_on = 0, n_off = 0;
-    const Tensor on = run_compiled(blk.g, CompileFlags{}, in, &n_on).at("y");
+    const Tensor on = run_compiled(blk.g, fold, in, &n_on).at("y");
     const Tensor unfolded = run_compiled(blk.g, off, in, &n_off).at("y");
     EXPECT_EQ(n_on, 11);
     EXPECT_EQ(n_off, 15);
@@ -172,7 +174,9 @@ TEST(GraphFold, BlockPermutesAreViews) {
 // and the projection reads it as (B * T, d) rows.
 TEST(GraphFold, AttentionWritesItsConsumersLayout) {
   Block blk(2, 5, 3, 32);
-  const Program p = detail::build_program(blk.g.data(), CompileFlags{});
+  CompileFlags fold;
+  fold.merge_linears = false;
+  const Program p = detail::build_program(blk.g.data(), fold);
   for (const detail::Step& s : p.steps) {
     const detail::NodeData& n = p.g.at(s.root);
     if (n.kind != OpKind::Attention) continue;
@@ -230,6 +234,83 @@ TEST(GraphFold, LoggedInTheDecisions) {
   EXPECT_NE(all.find("attention writes"), std::string::npos) << all;
 }
 
+// The block's q, k and v linears read one input: one GEMM over their concatenated weights and biases, whose
+// column slices, reshaped and permuted into heads, attention reads in place. 9 steps: 2 layer_norms, 4
+// GEMMs, attention, 2 residual adds.
+TEST(GraphFold, SharedInputLinearsRunAsOneGemm) {
+  for (const BlockShape& s : kShapes) {
+    SCOPED_TRACE(str("block ", s.b, "x", s.t, " heads ", s.h, "x", s.hd));
+    Block blk(s.b, s.t, s.h, s.hd);
+    const Program p = detail::build_program(blk.g.data(), CompileFlags{});
+    EXPECT_EQ(p.steps.size(), 9u);
+    EXPECT_EQ(count_kind(p, OpKind::Linear), 4);
+    EXPECT_EQ(count_kind(p, OpKind::Permute), 0);
+    int n_merged = 0;
+    for (const auto& line : p.log) n_merged += line.rfind("linears merged: ", 0) == 0;
+    EXPECT_EQ(n_merged, 1);
+    CompileFlags separate;
+    separate.merge_linears = false;
+    CompileFlags neither = separate;
+    neither.fold_views = false;
+    CompileFlags merged_only;
+    merged_only.fold_views = false;
+
+    const TensorMap in = blk.inputs(3);
+    const Tensor ref = run_cpu(blk.g, in).at("y");
+    int n_on = 0, n_sep = 0, n_none = 0, n_merged_only = 0;
+    const Tensor on = run_compiled(blk.g, CompileFlags{}, in, &n_on).at("y");
+    const Tensor sep = run_compiled(blk.g, separate, in, &n_sep).at("y");
+    const Tensor none = run_compiled(blk.g, neither, in, &n_none).at("y");
+    const Tensor mo = run_compiled(blk.g, merged_only, in, &n_merged_only).at("y");
+    EXPECT_EQ(n_on, 9);
+    EXPECT_EQ(n_sep, 11);
+    EXPECT_EQ(n_none, 15);
+    EXPECT_EQ(n_merged_only, 13);  // the merged GEMM, its three slices' head permutes copied
+    for (const Tensor* t : {&on, &sep, &mo}) {
+      EXPECT_LT(max_diff(*t, ref), 1e-5);
+      EXPECT_LT(max_diff(*t, none), 1e-5);
+    }
+  }
+}
+
+// Linears are merged only where every result can be read as a column slice and they share the input and the
+// activation: an output, a result read by an elementwise op, another activation stay separate.
+TEST(GraphFold, MergeOnlyWhereSlicesAreRead) {
+  const std::int64_t n = 6, d = 32;
+  Graph g;
+  auto x = g.input("x", {n, d});
+  auto w = [&](std::uint64_t seed) { return g.parameter(str("w", seed), uniform({d, d}, seed, -0.3, 0.3)); };
+  auto bias = [&](std::uint64_t seed) { return g.parameter(str("b", seed), uniform({d}, seed, -0.3, 0.3)); };
+  auto heads = [&](Node t) { return g.permute(g.reshape(t, {1, n, 2, 16}), {0, 2, 1, 3}); };
+  auto a = g.linear(x, w(1), bias(11));
+  auto b = g.linear(x, w(2), bias(12));
+  auto c = g.linear(x, w(3), bias(13));
+  auto r = g.linear(x, w(4), bias(14), Activation::Relu);      // another activation
+  auto o = g.linear(x, w(5), bias(15));                        // an output
+  auto e = g.linear(x, w(6), bias(16));                        // read by an elementwise op
+  g.output("att", g.attention(heads(a), heads(b), heads(c)));  // a, b, c: merged
+  g.output("r", g.matmul(heads(r), g.transpose(heads(r), -1, -2)));
+  g.output("o", o);
+  g.output("e", g.exp(e));
+  const Program p = detail::build_program(g.data(), CompileFlags{});
+  std::string merged;
+  for (const auto& line : p.log)
+    if (line.rfind("linears merged: ", 0) == 0) merged += line + "\n";
+  EXPECT_NE(merged.find(str("#", a.id(), " ")), std::string::npos) << merged;
+  EXPECT_NE(merged.find(str("#", c.id(), " ")), std::string::npos) << merged;
+  for (Node s : {r, o, e}) EXPECT_EQ(merged.find(str("#", s.id(), " ")), std::string::npos) << merged;
+  CompileFlags off;
+  off.merge_linears = off.fold_views = false;
+  const TensorMap in = {{"x", uniform({n, d}, 9)}};
+  const TensorMap ref = run_cpu(g, in);
+  const TensorMap got = run_compiled(g, CompileFlags{}, in, nullptr);
+  const TensorMap plain = run_compiled(g, off, in, nullptr);
+  for (const char* name : {"att", "r", "o", "e"}) {
+    EXPECT_LT(max_diff(got.at(name), ref.at(name)), 1e-5) << name;
+    EXPECT_LT(max_diff(got.at(name), plain.at(name)), 1e-5) << name;
+  }
+}
+
 // Random graphs (transposes into GEMMs, views, reductions, broadcasting) laid out as the executor lays them
 // out equal the CPU reference, folded or not.
 TEST(GraphFold, RandomGraphsPlannedMatchCpu) {
@@ -257,7 +338,8 @@ TEST(GraphFold, RandomGraphsPlannedMatchCpu) {
   EXPECT_GT(n_run, 50);
 }
 
-// On the GPU: the folded executor (fewer launches, captured) equals the unfolded one and passes check().
+// On the GPU: the folded and merged executor (9 launches, captured) equals the unfolded one and passes
+// check().
 TEST(GraphFold, GpuBlockFoldedMatchesUnfolded) {
   MT_REQUIRE_GPU();
   for (const BlockShape& s : kShapes) {
@@ -267,9 +349,9 @@ TEST(GraphFold, GpuBlockFoldedMatchesUnfolded) {
     ExecOptions o;
     o.device = Device::cuda(0);
     ExecOptions off = o;
-    off.compile.fold_views = false;
+    off.compile.fold_views = off.compile.merge_linears = false;
     Executor folded(blk.g, o), unfolded(blk.g, off);
-    EXPECT_EQ(folded.n_launches(), 11);
+    EXPECT_EQ(folded.n_launches(), 9);
     EXPECT_EQ(unfolded.n_launches(), 15);
     const Tensor ref = run_cpu(blk.g, in).at("y");
     for (int rep = 0; rep < 3; ++rep) {  // plain, captured, replayed
