@@ -357,7 +357,7 @@ TEST(GraphFold, GpuBlockFoldedMatchesUnfolded) {
     for (int rep = 0; rep < 3; ++rep) {  // plain, captured, replayed
       const Tensor a = folded.run(in).at("y").clone();
       const Tensor u = unfolded.run(in).at("y").clone();
-      EXPECT_LT(max_diff(a, u), 1e-5);
+      EXPECT_LT(max_diff(a, u), 2e-5);  // the merged GEMM may sum in another order
       EXPECT_LT(max_diff(a, ref), 2e-5);
     }
     const CheckReport r = check(blk.g, in, o);
