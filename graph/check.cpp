@@ -170,8 +170,9 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
       local[static_cast<size_t>(r)] = exec.value(r).defined() ? exec.value(r).cpu() : Tensor();
     for (int r : s.reads) {
       if (local[static_cast<size_t>(r)].defined()) continue;
-      // A view (or a leaf) of something the step reads: recompute it from the CPU values.
-      local[static_cast<size_t>(r)] = cpu[static_cast<size_t>(r)];
+      // A view (or a leaf) of something the step reads: recompute it from the CPU values (a node the compiler
+      // made has none: the device's value is always kept for those, as a leaf or a view).
+      if (static_cast<size_t>(r) < cpu.size()) local[static_cast<size_t>(r)] = cpu[static_cast<size_t>(r)];
     }
     for (int m : s.members) {
       const NodeData& n = p.g.at(m);

@@ -88,6 +88,10 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
       return permute_copy(ins[0], n.axes);  // a graph's permute materialises (graph.h)
     case OpKind::View:
       return ins[0].reshape(n.shape);
+    case OpKind::Slice:
+      return ins[0]
+          .slice(n.axes[0], n.axes[1], n.axes[1] + n.shape[static_cast<int>(n.axes[0])])
+          .contiguous();
     case OpKind::Matmul:
       return matmul(ins[0], ins[1]);
     case OpKind::Linear: {

@@ -114,10 +114,11 @@ void reduce_middle(ReduceOp op, const float* x, void* out, std::int64_t outer, s
   }
 }
 
-Tensor view_of(const std::shared_ptr<Storage>& storage, std::size_t byte_offset, const NodeData& n) {
+// Node n's planned place: its layout's strides (Program::strides) from byte_offset.
+Tensor view_of(const std::shared_ptr<Storage>& storage, std::size_t byte_offset, const NodeData& n,
+               const Shape& strides) {
   const std::size_t es = dtype_size(n.dtype);
-  return Tensor(storage, n.dtype, n.shape, contiguous_strides(n.shape),
-                static_cast<std::int64_t>(byte_offset / es));
+  return Tensor(storage, n.dtype, n.shape, strides, static_cast<std::int64_t>(byte_offset / es));
 }
 
 // (outer, n, inner) of a reduction over `axes` when they are consecutive; false otherwise.
@@ -162,6 +163,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   flags.fuse_elementwise = options.compile.fuse_elementwise;
   flags.fuse_gemm_epilogue = options.compile.fuse_gemm_epilogue;
   flags.fuse_softmax = options.compile.fuse_softmax;
+  flags.fold_views = options.compile.fold_views;
+  flags.merge_linears = options.compile.merge_linears;
   m_prog = build_program(m_source, flags);
 
   // NVRTC for every fused group; a failure splits the group back into eager ops (and warns).
@@ -240,10 +243,12 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
         if (n.kind != OpKind::Input) m_static[static_cast<size_t>(id)] = n.value.to(m_device).contiguous();
         break;
       case MemoryPlan::Where::Arena:
-        m_static[static_cast<size_t>(id)] = view_of(m_arena, m_mem.offset[static_cast<size_t>(id)], n);
+        m_static[static_cast<size_t>(id)] = view_of(m_arena, m_mem.offset[static_cast<size_t>(id)], n,
+                                                    m_prog.strides[static_cast<size_t>(id)]);
         break;
       case MemoryPlan::Where::Persistent:
-        m_static[static_cast<size_t>(id)] = view_of(m_persistent, m_mem.offset[static_cast<size_t>(id)], n);
+        m_static[static_cast<size_t>(id)] = view_of(m_persistent, m_mem.offset[static_cast<size_t>(id)], n,
+                                                    m_prog.strides[static_cast<size_t>(id)]);
         break;
       default:
         break;
@@ -644,14 +649,15 @@ TensorMap ExecutorImpl::run_device(const TensorMap& inputs) {
     m_copy_ready.wait(origin);
   }
   m_forked.clear();  // the copy stream is joined
-  // Views of inputs follow the inputs.
+  // Views follow their storage root (an input's may move between runs), in their planned layout.
   for (int id : m_prog.order) {
     if (m_mem.where[static_cast<size_t>(id)] != MemoryPlan::Where::Alias) continue;
     const NodeData& n = m_prog.g.at(id);
     const int root = m_mem.alias_of[static_cast<size_t>(id)];
     const Tensor base = node_tensor(root);
     m_bound[static_cast<size_t>(id)] =
-        Tensor(base.storage(), n.dtype, n.shape, contiguous_strides(n.shape), base.offset());
+        Tensor(base.storage(), n.dtype, n.shape, m_prog.strides[static_cast<size_t>(id)],
+               base.offset() + m_prog.view_offset[static_cast<size_t>(id)]);
   }
 
   if (timed) {

@@ -40,6 +40,8 @@ const char* kind_name(OpKind k) {
       return "permute";
     case OpKind::View:
       return "view";
+    case OpKind::Slice:
+      return "slice";
     case OpKind::Matmul:
       return "matmul";
     case OpKind::Linear:
@@ -98,6 +100,10 @@ std::string node_op_string(const NodeData& n) {
     }
     case OpKind::View:
       return n.is_reshape ? "reshape" : "view";
+    case OpKind::Slice: {
+      const std::int64_t axis = n.axes[0], start = n.axes[1];
+      return str("slice(", axis, ", ", start, ":", start + n.shape[static_cast<int>(axis)], ")");
+    }
     case OpKind::Linear:
     case OpKind::Gemm: {
       std::string s = n.kind == OpKind::Linear ? "linear" : "gemm";

@@ -200,6 +200,8 @@ struct CompileOptions {
   bool fuse_elementwise = true;    // elementwise chains/trees -> one NVRTC kernel
   bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu/gelu_tanh -> GEMM epilogue
   bool fuse_softmax = true;        // max/sub/exp/sum/div -> softmax
+  bool fold_views = true;          // permutes that attention / GEMMs read with strides are views, not copies
+  bool merge_linears = true;       // linears of one input and fixed weights -> one GEMM (see below)
   bool plan_memory = true;         // false: every intermediate gets its own buffer (nothing is reused)
   bool inplace = true;             // elementwise ops may overwrite a dying input of their shape
   bool multi_stream = true;        // false: everything on one stream (debugging)
@@ -211,6 +213,10 @@ struct CompileOptions {
   // place afterwards is not seen by those GEMMs (set false to read it at every run, or build a new executor;
   // host parameters are copied to the device when the executor is built either way).
   bool pack_weights = true;
+  // merge_linears: linears of one input with parameter or constant weights (q, k, v) run as one GEMM over
+  // their concatenated weights, each result a column slice of it. The concatenation is a snapshot, as the
+  // packed copies above are: a parameter changed in place afterwards is not seen (set false to read the
+  // parameters at every run).
 };
 
 // What a run does: CUDA graph replay, profiling, the host pipeline, which values it keeps.

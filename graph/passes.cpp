@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 
 #include "minitensor/graph/detail/program.h"
 
@@ -45,7 +46,8 @@ void count_uses(Program& p) {
     p.is_output[static_cast<size_t>(o.second)] = true;
     ++p.n_uses[static_cast<size_t>(o.second)];
   }
-  for (int id = n - 1; id >= 0; --id) {
+  for (auto it = p.topo.rbegin(); it != p.topo.rend(); ++it) {
+    const int id = *it;
     if (!p.live[static_cast<size_t>(id)]) continue;
     for (int in : p.g.at(id).inputs) {
       p.live[static_cast<size_t>(in)] = true;
@@ -53,7 +55,7 @@ void count_uses(Program& p) {
     }
   }
   p.order.clear();
-  for (int id = 0; id < n; ++id)
+  for (int id : p.topo)
     if (p.live[static_cast<size_t>(id)]) p.order.push_back(id);
 }
 
@@ -214,7 +216,9 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
   Program p;
   p.g.nodes = graph.nodes;
   p.g.outputs = graph.outputs;
-  const int n = static_cast<int>(p.g.nodes.size());
+  int n = static_cast<int>(p.g.nodes.size());
+  p.topo.resize(static_cast<size_t>(n));
+  std::iota(p.topo.begin(), p.topo.end(), 0);
 
   // CSE over the nodes reachable from the outputs (leaves are never merged: two parameters are two tensors).
   count_uses(p);
@@ -255,6 +259,13 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
     if (changed) count_uses(p);
   }
 
+  if (flags.merge_linears && merge_linears(p)) {
+    n = static_cast<int>(p.g.nodes.size());
+    for (int id = static_cast<int>(p.replaced_by.size()); id < n; ++id) p.replaced_by.push_back(id);
+    count_uses(p);
+  }
+  fold_views(p, flags.fold_views);
+
   // Elementwise grouping, from the outputs down: a node joins the group of its consumers when all its
   // consumers are in one group, it has the group's shape (no recomputation under broadcasting) and it is not
   // an output.
@@ -291,7 +302,9 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
     if (group[static_cast<size_t>(id)] >= 0) members[group[static_cast<size_t>(id)]].push_back(id);
   for (int id : p.order) {
     const NodeData& nd = p.g.at(id);
-    if (nd.is_leaf() || nd.kind == OpKind::View) continue;
+    if (nd.is_leaf() || nd.kind == OpKind::View || nd.kind == OpKind::Slice ||
+        p.folded[static_cast<size_t>(id)])
+      continue;
     const int gid = group[static_cast<size_t>(id)];
     if (gid >= 0 && gid != id) continue;  // a member: computed by its root's step
     Step s;

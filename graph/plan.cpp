@@ -59,7 +59,7 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace, const std::ve
     const NodeData& nd = p.g.at(id);
     if (nd.is_leaf()) {
       m.where[static_cast<size_t>(id)] = MemoryPlan::Where::Leaf;
-    } else if (nd.kind == OpKind::View) {
+    } else if (nd.kind == OpKind::View || nd.kind == OpKind::Slice || p.folded[static_cast<size_t>(id)]) {
       m.where[static_cast<size_t>(id)] = MemoryPlan::Where::Alias;
       m.alias_of[static_cast<size_t>(id)] = storage_root(nd.inputs[0]);
     } else {
@@ -119,8 +119,10 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace, const std::ve
       if (!placed && inplace && p.g.at(r).is_elementwise()) {
         for (int x : s.reads) {
           const int rx = storage_root(x);
+          // In place only over memory read element for element as written (no strided view).
           if (m.where[static_cast<size_t>(rx)] != MemoryPlan::Where::Arena ||
               taken[static_cast<size_t>(rx)] || last[static_cast<size_t>(rx)] != i || bytes_of(rx) != size ||
+              !plain_layout(p, x) || !plain_layout(p, rx) ||
               p.g.at(x).shape.numel() != p.g.at(r).shape.numel() || p.g.at(x).dtype != p.g.at(r).dtype ||
               !same_stream(i, users[static_cast<size_t>(rx)]))
             continue;

@@ -120,10 +120,15 @@ Tensor& attention_out(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
     mask = o.mask.expand(score_shape);
   }
   out.check_defined(kOp);
+  // A strided out (rank <= 4, contiguous along the head dim) is written in place: a graph lays the heads out
+  // as its next consumer reads them.
+  bool out_rows = out.dim() >= 1 && out.dim() <= 4 && out.stride(-1) == 1;
+  for (int d = 0; out_rows && d < out.dim(); ++d) out_rows = out.size(d) == 1 || out.stride(d) > 0;
   MT_CHECK(out.dtype() == DType::F32 && out.device() == q.device() && out.shape() == out_shape &&
-               out.is_contiguous(),
-           InvalidArgument, kOp, ": out must be a contiguous float32 ", out_shape, " on ", q.device(),
-           ", got ", out.dtype(), " ", out.shape(), " on ", out.device());
+               (out.is_contiguous() || out_rows),
+           InvalidArgument, kOp, ": out must be a float32 ", out_shape, " on ", q.device(),
+           ", contiguous (or of rank <= 4 with unit stride along the last dim), got ", out.dtype(), " ",
+           out.shape(), " with strides ", out.strides(), " on ", out.device());
   if (q.numel() == 0 || v.numel() == 0 || tq == 0) return out.numel() ? out.fill_(0.0) : out;
   if (q.is_cpu()) {
     out.copy_(detail::cpu_attention(q, k, v, mask, o.causal, scale));
@@ -147,7 +152,8 @@ Tensor& attention_out(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
     p.mask = m4.data<float>(), p.m0 = m4.stride(0), p.m1 = m4.stride(1), p.mi = m4.stride(2),
     p.mj = m4.stride(3);
   }
-  p.out = out.data<float>();
+  const Tensor o4 = as_4d(out);  // rank <= 4 or contiguous: a view
+  p.out = out.data<float>(), p.o0 = o4.stride(0), p.o1 = o4.stride(1), p.ot = o4.stride(2);
   p.scale = static_cast<float>(scale);
   p.causal = o.causal;
   p.math = o.math.value_or(default_math_mode());

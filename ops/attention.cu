@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
     const int qi = q0 + 4 * ty + i;
     if (qi >= p.tq) continue;
     const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;  // a fully masked row: zeros
-    float* dst = p.out + (static_cast<std::int64_t>(bh) * p.tq + qi) * D;
+    float* dst = p.out + b0 * p.o0 + b1 * p.o1 + static_cast<std::int64_t>(qi) * p.ot;
 #pragma unroll
     for (int c = 0; c < kDpt; ++c) dst[out_col(tx, c)] = o[i][c] * inv;
   }

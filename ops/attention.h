@@ -30,7 +30,8 @@ struct AttentionOptions {
 // matmul and softmax.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
-// The same written into `out` (float32, the result's shape, contiguous, on q's device); returns out. With the
+// The same written into `out` (float32, the result's shape, on q's device; contiguous, or of rank <= 4 with
+// unit stride along the last dim, e.g. a permuted view of a (B, T, H, D) buffer); returns out. With the
 // fused kernel nothing is allocated (a CUDA graph may capture it).
 Tensor& attention_out(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                       const AttentionOptions& options = {});

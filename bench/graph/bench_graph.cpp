@@ -12,6 +12,8 @@
 //   Block/d<d>/<batch>x<tokens>/{fp32,tf32x3}  a GPT-2 style transformer block (d / 64 heads) through the
 //                                         executor, fused and replayed as a CUDA graph (bench/graph/
 //                                         torch_block.py: the same block in PyTorch)
+//   Block/d<d>/<batch>x<tokens>/fp32_unfolded  the same with view folding and linear merging off (head
+//                                         permutes copied, q / k / v as three GEMMs)
 //   HostAdd/<n>/{ideal_h2d,ideal_d2h,serial,pipelined}: c = a + b over pinned host arrays, back to the host
 //   HostAdd/<n>/ideal_both                the H2D and D2H copies at once on two streams, no compute: the
 //                                         link with both directions busy (on hosts where they share
@@ -283,8 +285,10 @@ struct BlockSetup {
   }
 };
 
+// unfolded: the permutes materialised and the q, k, v linears separate (the compiler's view folding and
+// linear merging off), the same binary's baseline for them.
 void bm_block(benchmark::State& state, std::int64_t b, std::int64_t t, std::int64_t d, std::int64_t h,
-              bool tf32x3) {
+              bool tf32x3, bool unfolded = false) {
   if (!cuda_available()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -294,10 +298,11 @@ void bm_block(benchmark::State& state, std::int64_t b, std::int64_t t, std::int6
   o.device = Device::cuda(0);
   o.run.cuda_graph = true;
   if (tf32x3) o.compile.math = MathMode::TF32x3;
+  if (unfolded) o.compile.fold_views = o.compile.merge_linears = false;
   Executor exec(m.g, o);
   const TensorMap in = {{"x", m.x}};
   const Tensor y = exec.run(in).at("y");
-  if (const char* dir = std::getenv("MT_BLOCK_DUMP"); dir && !tf32x3) {
+  if (const char* dir = std::getenv("MT_BLOCK_DUMP"); dir && !tf32x3 && !unfolded) {
     const std::string base = std::string(dir) + "/block_" + std::to_string(b) + "x" + std::to_string(t) +
                              "_" + std::to_string(d) + "_";
     save_npy(base + "x.npy", m.x.cpu());
@@ -334,6 +339,16 @@ void register_all() {
             ->Unit(benchmark::kMicrosecond)
             ->Iterations(10);
       }
+  for (auto [d, h] : {std::pair<std::int64_t, std::int64_t>{768, 12}, {1024, 16}})
+    for (const auto& bt : block_shapes) {
+      const std::string name = "Block/d" + std::to_string(d) + "/" + std::to_string(bt[0]) + "x" +
+                               std::to_string(bt[1]) + "/fp32_unfolded";
+      benchmark::RegisterBenchmark(
+          name.c_str(), [=](benchmark::State& st) { bm_block(st, bt[0], bt[1], d, h, false, true); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(10);
+    }
   for (int m = 0; m < 5; ++m) {
     const auto mode = static_cast<HostMode>(m);
     const std::string name = std::string("HostAdd/100M/") + kHostModeNames[m];

@@ -30,6 +30,7 @@ enum class OpKind : std::uint8_t {
   LayerNorm,  // x, [weight], [bias]: eps in `scalar`
   RmsNorm,    // x, [weight]: eps in `scalar`
   Attention,  // q, k, v, [mask]: scale in `scalar`, causal
+  Slice,      // made by the compiler only: [start, start + extent) of one axis, a view (axes: {axis, start})
 };
 const char* kind_name(OpKind k);
 

@@ -20,7 +20,8 @@ struct Step {
 };
 
 struct Program {
-  GraphData g;             // the rewritten graph (ids unchanged; rewritten nodes changed in place)
+  GraphData g;  // the rewritten graph (ids unchanged; rewritten nodes changed in place, new ones appended)
+  std::vector<int> topo;  // every node, topological: creation order, appended nodes before their first reader
   std::vector<int> order;  // live nodes, topological
   std::vector<bool> live;
   std::vector<int> n_uses;  // consumers among live nodes (an output counts as a use)
@@ -28,18 +29,38 @@ struct Program {
   std::vector<int> replaced_by;  // CSE: node -> the identical node kept (itself when kept)
   std::vector<int> step_of;  // node -> the step that writes it (fused members: their group's); -1 otherwise
   std::vector<Step> steps;
+  // The layout of each node's tensor: element strides, and the element offset from its storage root's first
+  // element (views only). Contiguous unless a view is folded into its consumers (a strided view of its
+  // input's buffer) or a node writes the permuted layout its consumer reads (fold.cpp).
+  std::vector<Shape> strides;
+  std::vector<std::int64_t> view_offset;
+  std::vector<bool> folded;              // a Permute computed by no step: a strided view of its input
   std::vector<std::string> log;          // fusion decisions, one line each
   std::string node_label(int id) const;  // label + op
 };
 
 struct CompileFlags {
   bool fuse_elementwise = true, fuse_gemm_epilogue = true, fuse_softmax = true;
+  bool fold_views = true, merge_linears = true;
   int max_fused_nodes = 64, max_fused_reads = 24;
 };
 
 // Topological order, CSE, dead-node elimination, pattern fusion (softmax, GEMM epilogue), elementwise
 // grouping.
 Program build_program(const GraphData& graph, const CompileFlags& flags);
+
+// Views folded into their consumers (fold.cpp): sets Program::strides, view_offset and folded. A Permute
+// whose consumers all read strided operands (attention's q, k, v; a GEMM's a and b) becomes a view, and an
+// attention whose one consumer is a permute keeping the head dim last writes that permute's contiguous
+// layout, so the permute is a free view. Graph outputs keep their declared contiguous layout. With
+// `fold` false only slices (merge_linears) and the views of them have a layout of their own.
+void fold_views(Program& p, bool fold);
+// Linears (and matmuls by a 2-D weight) of one input, one activation and parameter or constant weights,
+// whose results can all be read as column slices, become one GEMM over the concatenated weights and biases
+// (a snapshot taken here); each former linear is a Slice view of its columns. Returns whether any merged.
+bool merge_linears(Program& p);
+// Whether node `id`'s tensor is contiguous from its storage root's first element.
+bool plain_layout(const Program& p, int id);
 
 // Splits a fused step back into one step per member (the NVRTC fallback); keeps step order topological.
 void unfuse_step(Program& p, int step_index);

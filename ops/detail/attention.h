@@ -21,7 +21,8 @@ struct AttnProblem {
   AttnOperand q, k, v;
   const float* mask = nullptr;  // (b0, b1, tq, tk) by strides, any of them 0; nullptr: none
   std::int64_t m0 = 0, m1 = 0, mi = 0, mj = 0;
-  float* out = nullptr;  // (b0, b1, tq, d) contiguous
+  float* out = nullptr;  // (b0, b1, tq, d) by element strides, contiguous along d
+  std::int64_t o0 = 0, o1 = 0, ot = 0;
   float scale = 1.f;
   bool causal = false;
   MathMode math = MathMode::FP32;  // FP32: the CUDA-core kernel; TF32, TF32x3: the tensor-core one

@@ -8,6 +8,7 @@
 
 #include "minitensor/ops/attention.h"
 #include "minitensor/ops/elementwise.h"
+#include "minitensor/ops/reduce.h"
 #include "tests/common/gpu.h"
 #include "tests/common/op_harness.h"
 
@@ -76,6 +77,33 @@ TEST(Attention, PermutedHeads) {
                      o);
   };
   test::run_case(c);
+}
+
+// The result written straight into a (B, T, H, D) buffer through its (B, H, T, D) permuted view, at T not a
+// multiple of the tile and batch 1; an out not contiguous along D is refused.
+TEST(Attention, PermutedOut) {
+  const Tensor q = rand({1, 2, 5, 32}, 1);
+  Tensor bad = empty({1, 2, 32, 5}).transpose(-1, -2);
+  EXPECT_THROW(attention_out(q, q, q, bad), InvalidArgument);
+  const Tensor buf = full({1, 5, 2, 32}, 7.0);
+  Tensor out = buf.permute({0, 2, 1, 3});
+  attention_out(q, q, q, out);
+  EXPECT_EQ(max(abs(buf.permute({0, 2, 1, 3}) - attention(q, q, q))).item<float>(), 0.f);
+  for (std::int64_t d : {32, 64, 128}) {
+    OpCase c;
+    c.name = "attention into permuted out, head dim " + std::to_string(d);
+    c.inputs = {InputSpec{{1, 3, 37, d}}, InputSpec{{1, 3, 37, d}}, InputSpec{{1, 3, 37, d}}};
+    c.tol = Tolerance::close(2e-5, 1e-4);
+    c.run = [d](const std::vector<Tensor>& in) {
+      AttentionOptions o;
+      o.causal = true;
+      const Tensor buf = full({1, 37, 3, d}, 7.0, DType::F32, in[0].device());
+      Tensor out = buf.permute({0, 2, 1, 3});
+      attention_out(in[0], in[1], in[2], out, o);
+      return buf.permute({0, 2, 1, 3});
+    };
+    test::run_case(c);
+  }
 }
 
 // A row whose keys are all masked out gives zeros (no NaN); the other rows are untouched by it.
