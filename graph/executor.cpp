@@ -420,7 +420,6 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
         c = out.view(cs);
       }
       GemmOptions o;
-      o.math = m_opt.compile.math;
       o.packed_b = m_packed_b[static_cast<size_t>(i)];  // set for a 2-D constant b only
       mt::gemm(a, b, c, false, false, o);
       break;

@@ -2,13 +2,14 @@
 // queries of one (batch, head), keeps them in shared memory, and streams K and V in tiles of 64 keys. For
 // each tile it forms the 64 x 64 scores (4 x 4 per thread), updates each row's running max and sum (the
 // online softmax: earlier partial outputs are rescaled by exp(m_old - m_new)), and adds P V into the output
-// held in registers. Nothing of size Tq x Tk reaches memory; each K and V tile is read once per query block.
+// held in registers. Nothing of size Tq x Tk reaches memory; each K and V tile is read once per query block,
+// by cp.async copies issued as soon as the previous tile is used, so they land while it is still computed on.
 // Scores are kept in base 2 (scale * log2(e) folded in), so each exponential is one exp2.
 #include <cmath>
 #include <cstdint>
 
 #include "minitensor/ops/detail/attention.h"
-#include "minitensor/ops/detail/attention_tile.cuh"
+#include "minitensor/runtime/detail/device_primitives.cuh"
 #include "minitensor/runtime/error.h"
 #include "minitensor/runtime/launch.h"
 
@@ -24,6 +25,42 @@ struct AttnSmem {
   static constexpr int kLdP = kBN + 4;
   static constexpr std::size_t kBytes = sizeof(float) * (3 * kBM * kLd + kBM * kLdP);
 };
+
+// Whether a (b, h) slice's rows start 16-byte aligned (row stride a multiple of 4 floats): 16-byte copies.
+__device__ __forceinline__ bool attn_rows16(const float* p, std::int64_t st) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0 && st % 4 == 0;
+}
+
+// Issues cp.async copies of rows [row0, row0 + ROWS) of one operand (rows t < t_len; zeros past the end) into
+// shared memory rows of LD floats: 16-byte copies where the rows are 16-byte aligned (`vec`), else 4-byte
+// ones. Every one of the block's THREADS calls it; the caller commits and waits. A zero-filled copy still
+// names a readable source (the slice's first row), as compute-sanitizer checks its address.
+template <int D, int LD, int ROWS, int THREADS>
+__device__ __forceinline__ void attn_load_rows(float* dst, const float* src, std::int64_t st, int row0,
+                                               int t_len, bool vec) {
+  static_assert(ROWS * D % (4 * THREADS) == 0 && THREADS % (D / 4) == 0,
+                "every thread copies the same column of rows a fixed step apart");
+  if (vec) {
+    // Thread x copies columns 4 (x % (D / 4)) .. + 3 of rows x / (D / 4) + i * kStep.
+    constexpr int kStep = THREADS / (D / 4);
+    const int r = threadIdx.x / (D / 4), c = 4 * (threadIdx.x % (D / 4));
+    const float* from = src + (row0 + r) * st + c;
+    float* to = dst + r * LD + c;
+#pragma unroll
+    for (int i = 0; i < ROWS / kStep; ++i) {
+      const bool in = row0 + r + i * kStep < t_len;
+      cp_async16(to + i * kStep * LD, in ? from + i * kStep * st : src, in ? 16 : 0);
+    }
+    return;
+  }
+#pragma unroll 4
+  for (int i = 0; i < ROWS * D / THREADS; ++i) {
+    const int e = threadIdx.x + i * THREADS;
+    const int r = e / D, c = e % D;
+    const bool in = row0 + r < t_len;
+    cp_async4(dst + r * LD + c, in ? src + (row0 + r) * st + c : src, in ? 4 : 0);
+  }
+}
 
 template <int N>
 __device__ __forceinline__ void load_vec(const float* src, float* dst) {
@@ -62,8 +99,9 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
   constexpr float kLog2e = 1.4426950408889634f;
   const float scale2 = p.scale * kLog2e;
 
-  // Copy groups as in ops/attention_tc.cu: Q with K of tile 0, V of tile 0, then each tile's successor as
-  // soon as the tile is used, so a wait for all but the newest group finds the tile about to be read.
+  // The pipeline of copy groups: Q with K of tile 0, V of tile 0, then K of tile i + 1 once every thread has
+  // used K of tile i, V of tile i + 1 once V (and P) of tile i are used. A wait for all but the newest group
+  // thus always finds the tile about to be read complete.
   const bool k_vec = attn_rows16(kb, p.k.st), v_vec = attn_rows16(vb, p.v.st);
   attn_load_rows<D, kLd, kBM, kThreads>(Qs, qb, p.q.st, q0, p.tq, attn_rows16(qb, p.q.st));
   attn_load_rows<D, kLd, kBN, kThreads>(Ks, kb, p.k.st, 0, p.tk, k_vec);

@@ -5,8 +5,7 @@
     python3 bench/ops/torch_attention.py [--mt-json bench_ops.json]
 
 With --mt-json (bench_ops' --benchmark_out) it also prints PyTorch's time over minitensor's (> 1: minitensor
-faster) for each row: the float32 kernel (BM_attention) and the TF32x3 tensor-core kernel (BM_attention_tf32x3,
-float32-class accuracy), both against PyTorch's float32.
+faster) for each row.
 """
 import argparse
 import json
@@ -40,24 +39,19 @@ def main():
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    mt, x3 = {}, {}
+    mt = {}
     if args.mt_json:
         for b in json.load(open(args.mt_json))["benchmarks"]:
             if b["name"].startswith("BM_attention/"):
                 mt[b["name"].split("/")[1]] = b.get("median_us")
-            if b["name"].startswith("BM_attention_tf32x3/"):
-                x3[b["name"].split("/")[1]] = b.get("median_us")
-    print(f"{'row':16s} {'torch SDPA us':>14s} {'mt fp32 us':>11s} {'torch/mt':>9s} {'mt tf32x3 us':>13s} "
-          f"{'torch/x3':>9s}")
+    print(f"{'row':16s} {'torch SDPA us':>14s} {'minitensor us':>14s} {'torch/mt':>9s}")
     for name, batch, t, causal in ROWS:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(batch, 12, t, 64, device="cuda", generator=g) for _ in range(3))
         us = median_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-        ours, tc = mt.get(name), x3.get(name)
-        ratio = f"{us / ours:9.3f}" if ours else " " * 9
-        ratio3 = f"{us / tc:9.3f}" if tc else ""
-        print(f"{name:16s} {us:14.1f} {ours if ours else float('nan'):11.1f} {ratio} "
-              f"{tc if tc else float('nan'):13.1f} {ratio3}")
+        ours = mt.get(name)
+        ratio = f"{us / ours:9.3f}" if ours else ""
+        print(f"{name:16s} {us:14.1f} {ours if ours else float('nan'):14.1f} {ratio}")
 
 
 if __name__ == "__main__":
