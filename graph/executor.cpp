@@ -420,6 +420,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
         c = out.view(cs);
       }
       GemmOptions o;
+      o.math = m_opt.compile.math;
       o.packed_b = m_packed_b[static_cast<size_t>(i)];  // set for a 2-D constant b only
       mt::gemm(a, b, c, false, false, o);
       break;
@@ -475,7 +476,6 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       o.causal = n.causal;
       o.scale = n.scalar;
       if (n.has_mask) o.mask = in(3);
-      o.math = m_opt.compile.math;
       attention_out(in(0), in(1), in(2), out, o);
       break;
     }
