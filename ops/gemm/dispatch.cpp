@@ -80,6 +80,11 @@ bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model
   if (cfg.kernel == Kernel::Gemv)
     return (p.m == 1 || p.n == 1) && cfg.split_k == 1 && cfg.staging == Staging::Registers;
   const KernelInfo& info = kernel_info(cfg.kernel);
+  // The short-K kernels: any layout and math mode (fp32 arithmetic), unsplit; tiles raster-ordered in a 1-D
+  // grid.
+  if (info.family == KernelFamily::SmallK)
+    return cfg.split_k == 1 && cfg.staging == Staging::Registers &&
+           std::ceil(p.m / double(info.tile.bm)) * std::ceil(p.n / double(info.tile.bn)) < 2147483647.0;
   // mma.sync kernels add split K with the second kernel only, wgmma in a cluster only; clusters need sm_90.
   if (cfg.split_k > 1 && cfg.reduce == SplitReduce::Cluster &&
       ((is_tensor(cfg.kernel) && cfg.kernel != Kernel::Wgmma) || cfg.split_k > kMaxClusterSplit ||
@@ -114,6 +119,10 @@ bool can_implement(const Problem& p, const Config& cfg) {
 std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceModel& model) {
   std::vector<Config> out;
   if (can_implement(p, Config{Kernel::Gemv, 1, math}, model)) out.push_back(Config{Kernel::Gemv, 1, math});
+  // The short-K kernels, where K is short enough for one block to hold it in a few rounds.
+  if (p.k <= kSmallKCandidateMax)
+    for (Kernel k : small_k_kernels())
+      if (can_implement(p, Config{k, 1, math}, model)) out.push_back(Config{k, 1, math});
   const std::vector<Kernel> kernels = math == MathMode::FP32 ? simt_kernels() : tensor_kernels();
   const int sms = model.sm_count;
   for (Kernel k : kernels) {
@@ -148,6 +157,16 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
   // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
   if (p.m == 1 || p.n == 1) return Config{Kernel::Gemv, 1, math};
+  // A short K in fp32: the product is bound by writing C, which the short-K kernel does in one pass: its
+  // 8x8 tile where 128x128 tiles give every SM two blocks and lie at least 3/4 inside C, else the 4x4 tile
+  // (four times the blocks, a quarter of the edge waste). The TF32 modes keep their kernels (wgmma takes a
+  // short K in one k tile).
+  if (math == MathMode::FP32 && p.k <= kSmallKMax) {
+    const double tiles128 = std::ceil(p.m / 128.0) * std::ceil(p.n / 128.0) * p.batch;
+    const double inside128 = double(p.m) * p.n * p.batch / (tiles128 * 128.0 * 128.0);
+    const bool wide = tiles128 >= 2.0 * model.sm_count && inside128 >= 0.75;
+    return Config{wide ? Kernel::SmallK128x128 : Kernel::SmallK64x64, 1, math};
+  }
   if (math == MathMode::FP32 && needs_pack(p)) {
     // Operands without whole 16-byte runs are copied once into aligned scratch where each copied element
     // feeds enough FMAs for the copy to pay (the kernel then takes 16-byte loads instead of 4 scalar ones):

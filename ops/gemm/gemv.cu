@@ -134,7 +134,7 @@ void launch_gemv(const Problem& p, const Config&, cudaStream_t stream) {
   const std::int64_t blocks_x = (static_cast<std::int64_t>(g.len) * G + kThreads - 1) / kThreads;
   // Split K while the blocks fill under 4 per SM, keeping enough K per split to outweigh the reduce launch
   // (a group's row, or a thread's column, long enough to keep its loads in flight).
-  const int min_k = dot ? 2048 : 128;
+  const int min_k = dot ? 2048 : 32;
   int split = 1;
   while (blocks_x * p.batch * split * 2 <= 4LL * sms && p.k / (split * 2) >= min_k && split < 64) split *= 2;
   g.k_per_split = (p.k + split - 1) / split;

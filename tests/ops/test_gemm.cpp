@@ -722,6 +722,99 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
   EXPECT_EQ(ran, 7 * 6 * 2 * 2);  // shapes x (unsplit, 2 and 3 either way, 8 in a cluster) x beta x kernel
 }
 
+// The short-K kernels, launched directly: K = 1, 2, 7, 31, 64, 65, 127 (one round of 32, several, a partial
+// last one); M and N prime (edge tiles both ways); A and B each plain, transposed, at offset 1 or strided
+// (every loader order, no 16-byte runs); C in aligned rows (float4 stores) and in odd rows at offset 1
+// (scalar stores); beta = -1.5 with bias and relu, beta = 0 over a NaN-filled C with gelu; then batched with
+// B broadcast, and through the dispatcher (which takes them for a short K in fp32 and runs them in the TF32
+// modes' candidates too). Guard bands intact.
+TEST(Gemm, F32_SmallK_AwkwardShapes) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const std::int64_t mn[][2] = {{37, 131}, {257, 127}, {2, 3}};
+  int ran = 0;
+  for (const auto& s : mn)
+    for (std::int64_t k : {1, 2, 7, 31, 64, 65, 127})
+      for (int layout = 0; layout < 4; ++layout) {
+        const std::int64_t m = s[0], n = s[1];
+        // 0: plain; 1: both transposed; 2: offset 1; 3: strided (stride 2 along k for A, along n for B).
+        const bool trans = layout == 1;
+        const Layout l = layout == 2 ? Layout::Offset1 : layout == 3 ? Layout::Strided : Layout::Contiguous;
+        const Tensor a0 = test::make_input(InputSpec{trans ? Shape{k, m} : Shape{m, k}, l}, 51, d);
+        const Tensor b0 = test::make_input(InputSpec{trans ? Shape{n, k} : Shape{k, n}, l}, 52, d);
+        const Tensor a = trans ? a0.t() : a0, b = trans ? b0.t() : b0;
+        const Tensor bias = test::make_input(InputSpec{Shape{n}}, 53, d);
+        const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 54, d);
+        const MatD ad = to_double(a), bd = to_double(b), cd = to_double(c0);
+        const std::vector<float> bv = bias.to_vector<float>();
+        for (bool odd_c : {false, true})
+          for (float beta : {0.f, -1.5f})
+            for (Kernel kernel : small_k_kernels()) {
+              const Config cfg{kernel, 1, MathMode::FP32};
+              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                           config_name(cfg) + " layout " + std::to_string(layout) + " odd_c " +
+                           std::to_string(odd_c) + " beta " + std::to_string(beta));
+              // C: its own buffer, or a view at offset 1 into rows of n + 3 (columns around it guarded).
+              Guarded g(Shape{m, odd_c ? n + 3 : n}, DType::F32, d);
+              g.view().fill_(std::numeric_limits<double>::quiet_NaN());
+              Tensor c = odd_c ? g.view().narrow(1, 1, n) : g.view();
+              if (beta != 0.f) c.copy_(c0);
+              Problem p = problem_2d(a, b, c);
+              p.bias = bias.data<float>();
+              p.alpha = 0.75f, p.beta = beta, p.act = beta != 0.f ? Activation::Relu : Activation::Gelu;
+              ASSERT_TRUE(can_implement(p, cfg));
+              launch(p, cfg, detail::stream_for(d));
+              EXPECT_EQ(g.check(), "");
+              ErrorStats st;
+              double e2 = 0, s2 = 0;
+              accumulate_errors(to_double(c), ad, bd, &cd, &bv, p.alpha, p.beta, p.act, 1.0, st, e2, s2);
+              EXPECT_EQ(st.n_bad, 0) << st.str();
+              if (odd_c) {  // the columns beside the view are untouched (still NaN)
+                const std::vector<float> row = g.view().select(0, 0).cpu().to_vector<float>();
+                EXPECT_TRUE(std::isnan(row[0]) && std::isnan(row[static_cast<size_t>(n) + 1]));
+              }
+              ++ran;
+            }
+      }
+  EXPECT_EQ(ran, 3 * 7 * 4 * 2 * 2 * 2);
+  // A batch with B broadcast (a 3-D a times a 2-D b as one batched launch), and the same through gemm().
+  for (Kernel kernel : small_k_kernels()) {
+    const Tensor a = randn({5, 67, 9}, 55, d), b = randn({9, 131}, 56, d);
+    Tensor c = zeros({5, 67, 131}, DType::F32, d);
+    c.fill_(std::numeric_limits<double>::quiet_NaN());
+    Problem p;
+    p.m = 67, p.n = 131, p.k = 9, p.batch = 5;
+    p.a = a.data<float>(), p.a_sm = 9, p.a_sk = 1, p.a_sb = 67 * 9;
+    p.b = b.data<float>(), p.b_sk = 131, p.b_sn = 1, p.b_sb = 0;
+    p.c = c.data<float>(), p.c_sm = 131, p.c_sn = 1, p.c_sb = 67 * 131;
+    launch(p, Config{kernel, 1, MathMode::FP32}, detail::stream_for(d));
+    for (std::int64_t e : {0, 2, 4})
+      expect_product(to_double(c.select(0, e)), to_double(a.select(0, e)), to_double(b),
+                     std::string(kernel_name(kernel)) + " entry " + std::to_string(e) + ": ");
+  }
+  for (std::int64_t k : {1, 7, 64}) {
+    run_gemm_case(GemmCase(349, 1001, k), d);
+    GemmCase t(300, 257, k, true, true);
+    t.alpha = -1.f, t.beta = 0.5f, t.bias = true, t.act = Activation::GeluTanh;
+    run_gemm_case(t, d);
+    // TF32x3 without a whole 128x128 tile runs the fp32 picks, here the short-K kernel: the fp32 bound holds.
+    GemmCase x3(127, 131, k);
+    x3.math = MathMode::TF32x3;
+    run_gemm_case(x3, d);
+    // In a TF32 mode (the tuner's candidates) they compute in fp32 as well.
+    for (Kernel kernel : small_k_kernels()) {
+      const Tensor a = randn({129, k}, 57, d), b = randn({k, 131}, 58, d);
+      Tensor c = zeros({129, 131}, DType::F32, d);
+      const Config cfg{kernel, 1, MathMode::TF32};
+      Problem p = problem_2d(a, b, c);
+      ASSERT_TRUE(can_implement(p, cfg));
+      launch(p, cfg, detail::stream_for(d));
+      expect_product(to_double(c), to_double(a), to_double(b), config_name(cfg) + ": ");
+    }
+  }
+}
+
 // The TMA kernels over a batch (the tensor maps' third dimension): A's entries in padded rows a padded batch
 // stride apart with B broadcast, then A broadcast with B's entries contiguous; edge tiles along m and n, a K
 // that is no multiple of the 32-deep tile; unsplit, split 2 in a cluster and split 3 through the second
