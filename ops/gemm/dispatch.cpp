@@ -208,6 +208,10 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       if (s <= max_split && nblocks * s <= target && p.k / s >= min_k) split = s;
     return split;
   };
+  // The share of the area of bm x bn tiles covering C that lies inside C (the rest is edge waste).
+  auto inside = [&](int bm, int bn) {
+    return double(p.m) * p.n * batch / (double(blocks(bm, bn)) * bm * bn);
+  };
   // The waves `b` blocks take where `slots` of them run at once.
   auto waves = [](std::int64_t b, std::int64_t slots) { return (b + slots - 1) / slots; };
   // The share of its waves' slots that `b` blocks fill, `per_sm` resident per SM.
@@ -246,9 +250,10 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // Small M: the cp.async ring (its deeper prefetch hides more of a short K range's latency than register
     // staging).
     c.staging = Staging::CpAsync;
-    if (blocks(32, 128) < 32) {
-      // Few output tiles (MLP-sized problems): the 64-thread 32x64 tile, K split to about two blocks per SM;
-      // the 16-byte ring where A runs along k and B along n in aligned rows.
+    if (blocks(32, 128) < 32 || (p.n <= 64 && p.batch > 1)) {
+      // Few output tiles (MLP-sized problems), or a batch of products at most 64 wide (a 32x128 tile would
+      // lie mostly outside C): the 64-thread 32x64 tile, K split to about two blocks per SM; the 16-byte
+      // ring where A runs along k and B along n in aligned rows.
       c.kernel = Kernel::Simt32x64;
       c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
       if (ring16_ready(p)) c.staging = Staging::CpAsync16;
@@ -271,6 +276,9 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     } else {
       c.kernel = Kernel::Simt32x128;
       c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
+      // Still under one block per SM (the projections of a few dozen tokens at K of 256-1024): split down to
+      // 128 of K per block, so the blocks fill the card.
+      if (blocks(32, 128) * c.split_k < sms) c.split_k = split_for(blocks(32, 128), 4 * sms, 128);
     }
   } else if (blocks(64, 64) < sms) {
     if (runs16 && p.k >= 512 && p.m >= 128 && p.n >= 128) {
@@ -391,6 +399,11 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // Short K over many tiles with edge tiles or a K under 256: 64x256 tiles of 16x8 threads, two blocks per
     // SM, so each SM holds 8 warps of the fewest shared-memory reads per FMA.
     c.kernel = Kernel::Simt64x256;
+  } else if (p.batch > 1 && inside(64, 64) >= inside(128, 128) + 0.15 && blocks(64, 64) >= sms) {
+    // A batch of small products whose 128x128 tiles lie largely outside C (edge waste the 64x64 tile avoids):
+    // 64x64 tiles, four blocks per SM, K split to about four blocks per SM down to 128 of K.
+    c.kernel = Kernel::Simt64x64;
+    c.split_k = split_for(blocks(64, 64), 4 * sms, 128);
   } else if (runs16 && blocks(128, 128) < sms) {
     // Under one wave of 128x128 tiles with K under 512: the 16-deep tile with K split in a cluster.
     c.kernel = Kernel::Simt128x128k16;

@@ -324,6 +324,27 @@ TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
   EXPECT_EQ(pick(dense_rows(4096, 1, 7)).kernel, Kernel::Gemv);
 }
 
+// Small-M projections at a modest K (64 tokens x 3072 x 768, B an nn.Linear weight): 32x128 tiles with K
+// split to 128 per block where 256 per block leaves SMs without a block. A batch of products at most 64 wide
+// under a small M: 32x64 tiles. A batch whose 128x128 tiles lie largely outside C (150 on a side): 64x64.
+TEST_P(GemmDispatchHopper, F32_SmallMProjectionsAndSmallBatches) {
+  const int sms = model().sm_count;
+  Problem qkv = dense_rows(64, 3072, 768);
+  qkv.b_sk = 1, qkv.b_sn = 768;  // B transposed
+  for (const Problem& p : {qkv, dense_rows(64, 3072, 768)}) {
+    const Config c = pick(p);
+    EXPECT_EQ(c.kernel, Kernel::Simt32x128) << config_name(c);
+    EXPECT_EQ(c.split_k, 4) << config_name(c);
+    EXPECT_GE(2 * 24 * c.split_k, sms);
+  }
+  EXPECT_EQ(pick(dense_rows(64, 3072, 2048 - 16)).split_k, 4);  // 256 of K per split already fills
+  const Config narrow = pick(dense(40, 50, 300, 100));
+  EXPECT_EQ(narrow.kernel, Kernel::Simt32x64) << config_name(narrow);
+  const Config mid = pick(dense(150, 150, 256, 32));
+  EXPECT_EQ(mid.kernel, Kernel::Simt64x64) << config_name(mid);
+  EXPECT_EQ(mid.split_k, 1) << config_name(mid);
+}
+
 INSTANTIATE_TEST_SUITE_P(Hopper, GemmDispatchHopper, ::testing::Values("H100", "H200"),
                          [](const auto& info) { return info.param; });
 
