@@ -210,6 +210,9 @@ struct CompileOptions {
   // place afterwards is not seen by those GEMMs (set false to read it at every run, or build a new executor;
   // host parameters are copied to the device when the executor is built either way).
   bool pack_weights = true;
+  // The GEMMs tune their kernel choice (GemmOptions::tune): in the executor's first run, which runs plainly
+  // before any CUDA graph capture.
+  bool tune_gemm = false;
 };
 
 // What a run does: CUDA graph replay, profiling, the host pipeline, which values it keeps.

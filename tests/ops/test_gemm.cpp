@@ -6,6 +6,7 @@
 // classic bound on a float32 dot product of length K (eps = 2^-23); any NaN or Inf where the reference is
 // finite fails.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -20,6 +22,7 @@
 #include "minitensor/ops/functors.h"
 #include "minitensor/ops/gemm.h"
 #include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/tune.h"
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "minitensor/runtime/launch.h"
 #include "minitensor/runtime/stream.h"
@@ -395,6 +398,102 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
               EXPECT_EQ(s.n_bad, 0) << s.str();
             }
           }
+}
+
+// Every configuration the autotuner may time and keep (tune_candidates on this device) against float64:
+// shapes of each class (edge tiles with and without 16-byte runs, a short K, a small-M projection, a vector
+// operand), both operands plain or transposed and aligned or at offset 1, alpha/beta with bias and relu,
+// beta = 0 over a NaN-filled C; fp32 and TF32 (the TF32 bound for the latter). Guard bands intact.
+TEST(Gemm, F32_TuneCandidates_PassTheMatrix) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const std::int64_t shapes[][3] = {
+      {127, 129, 255}, {132, 136, 260}, {349, 517, 7}, {64, 1536, 768}, {300, 1, 777}};
+  int ran = 0;
+  for (const auto& mnk : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
+          const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+          const Tensor a0 = test::make_input(InputSpec{ta ? Shape{k, m} : Shape{m, k}, la}, 61, d);
+          const Tensor b0 = test::make_input(InputSpec{tb ? Shape{n, k} : Shape{k, n}}, 62, d);
+          const Tensor a = ta ? a0.t() : a0, b = tb ? b0.t() : b0;
+          const Tensor bias = test::make_input(InputSpec{Shape{n}}, 63, d);
+          const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 64, d);
+          const MatD ad = to_double(a), bd = to_double(b), cd = to_double(c0);
+          const std::vector<float> bv = bias.to_vector<float>();
+          for (MathMode math : {MathMode::FP32, MathMode::TF32})
+            for (float beta : {0.f, 1.f}) {
+              Guarded g(Shape{m, n}, DType::F32, d);
+              Problem p = problem_2d(a, b, g.view());
+              p.bias = bias.data<float>();
+              p.alpha = -1.5f, p.beta = beta, p.act = Activation::Relu;
+              for (const Config& cfg : tune_candidates(p, math, DeviceModel::current())) {
+                SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                             config_name(cfg) + (ta ? " trans_a" : "") + (tb ? " trans_b" : "") +
+                             " a=" + test::layout_name(la) + " beta " + std::to_string(beta));
+                if (beta != 0.f)
+                  g.view().copy_(c0);
+                else
+                  g.view().fill_(std::numeric_limits<double>::quiet_NaN());
+                ASSERT_TRUE(can_implement(p, cfg));
+                launch(p, cfg, detail::stream_for(d));
+                EXPECT_EQ(g.check(), "");
+                ErrorStats st;
+                double e2 = 0, s2 = 0;
+                const double cf =
+                    math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
+                accumulate_errors(to_double(g.view()), ad, bd, &cd, &bv, p.alpha, p.beta, p.act, cf, st, e2,
+                                  s2);
+                EXPECT_EQ(st.n_bad, 0) << st.str();
+                ++ran;
+              }
+            }
+        }
+  EXPECT_GT(ran, 5 * 8 * 2 * 2);  // more than one candidate per case on average
+}
+
+// GemmOptions::tune: the first call times the shortlist and records the winner in the file
+// ($MT_GEMM_TUNE_FILE), the result is the product either way, a second call takes the recorded choice (the
+// same bits); inside a CUDA graph capture the dispatcher's pick is returned and nothing is recorded.
+TEST(Gemm, F32_Tune_OptionRecordsTheWinner) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const std::string path =
+      std::filesystem::temp_directory_path() / ("mt_gemm_tune_test_" + std::to_string(::getpid()) + ".json");
+  std::filesystem::remove(path);
+  ::setenv("MT_GEMM_TUNE_FILE", path.c_str(), 1);  // read when the process's cache is first made: here
+  const Device d = Device::cuda(0);
+  for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{349, 517, 7}, {64, 1536, 768}}) {
+    const Tensor a = randn({m, k}, 71, d), b = randn({k, n}, 72, d);
+    Tensor c1 = zeros({m, n}, DType::F32, d), c2 = zeros({m, n}, DType::F32, d);
+    GemmOptions o;
+    o.tune = true;
+    gemm(a, b, c1, false, false, o);
+    expect_product(to_double(c1), to_double(a), to_double(b));
+    gemm(a, b, c2, false, false, o);
+    EXPECT_EQ(c1.cpu().to_vector<float>(), c2.cpu().to_vector<float>());
+    Problem p = problem_2d(a, b, c1);
+    TuneCache file(path, TuneDevice::current());
+    const std::optional<Config> rec = file.find(tune_key(p, MathMode::FP32));
+    ASSERT_TRUE(rec) << path;
+    EXPECT_TRUE(can_implement(p, *rec));
+    EXPECT_EQ(file.warnings(), 0);
+  }
+  // Inside a capture: the dispatcher's pick, nothing timed or recorded.
+  const Tensor a = randn({200, 9}, 73, d), b = randn({9, 300}, 74, d);
+  Tensor c = zeros({200, 300}, DType::F32, d);
+  const Problem p = problem_2d(a, b, c);
+  const cudaStream_t stream = detail::stream_for(d);
+  MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  const Config got = tuned_choice(p, MathMode::FP32, stream);
+  cudaGraph_t graph = nullptr;
+  MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  if (graph) MT_CUDA_CHECK(cudaGraphDestroy(graph));
+  EXPECT_EQ(config_name(got), config_name(choose(p, MathMode::FP32)));
+  EXPECT_FALSE(TuneCache(path, TuneDevice::current()).find(tune_key(p, MathMode::FP32)));
+  std::filesystem::remove(path);
 }
 
 // C in rows without float4 runs (a view at offset 1 into rows of n + 3) and C transposed (rows of stride 1)
