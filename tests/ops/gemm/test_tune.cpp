@@ -59,6 +59,13 @@ void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
 }
 
+// "<prefix><i>" (appended, not `prefix + std::to_string(i)`, which GCC 12 misreads as an overlapping copy).
+std::string key_of(const std::string& prefix, int i) {
+  std::string k = prefix;
+  k += std::to_string(i);
+  return k;
+}
+
 bool same_config(const Config& x, const Config& y) {
   return x.kernel == y.kernel && x.split_k == y.split_k && x.math == y.math && x.reduce == y.reduce &&
          x.staging == y.staging && x.pack == y.pack;
@@ -229,7 +236,7 @@ TEST(GemmTune, Cache_TwoThreadsWritingAtOnce) {
   auto writer = [&](int id) {
     TuneCache cache(dir.file(), h100_device());
     for (int i = 0; i < kKeys; ++i)
-      cache.put("t" + std::to_string(id) + "_" + std::to_string(i), Config{Kernel::Simt64x64, 1 + id}, i);
+      cache.put(key_of(key_of("t", id) + "_", i), Config{Kernel::Simt64x64, 1 + id}, i);
   };
   std::thread t0(writer, 0), t1(writer, 1);
   t0.join();
@@ -237,7 +244,7 @@ TEST(GemmTune, Cache_TwoThreadsWritingAtOnce) {
   TuneCache all(dir.file(), h100_device());
   for (int id : {0, 1})
     for (int i = 0; i < kKeys; ++i) {
-      const std::optional<Config> c = all.find("t" + std::to_string(id) + "_" + std::to_string(i));
+      const std::optional<Config> c = all.find(key_of(key_of("t", id) + "_", i));
       ASSERT_TRUE(c) << id << " " << i;
       EXPECT_EQ(c->split_k, 1 + id);
     }
@@ -252,7 +259,7 @@ TEST(GemmTune, Cache_TwoProcessesWritingAtOnce) {
   constexpr int kKeys = 40;
   auto write_keys = [&](const char* prefix) {
     TuneCache cache(dir.file(), h100_device());
-    for (int i = 0; i < kKeys; ++i) cache.put(prefix + std::to_string(i), Config{Kernel::Simt32x64}, i);
+    for (int i = 0; i < kKeys; ++i) cache.put(key_of(prefix, i), Config{Kernel::Simt32x64}, i);
   };
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -266,7 +273,7 @@ TEST(GemmTune, Cache_TwoProcessesWritingAtOnce) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   TuneCache all(dir.file(), h100_device());
   for (const char* prefix : {"child_", "parent_"})
-    for (int i = 0; i < kKeys; ++i) EXPECT_TRUE(all.find(prefix + std::to_string(i))) << prefix << i;
+    for (int i = 0; i < kKeys; ++i) EXPECT_TRUE(all.find(key_of(prefix, i))) << prefix << i;
   EXPECT_EQ(all.size(), 2u * kKeys);
   EXPECT_EQ(all.warnings(), 0);
   EXPECT_TRUE(dir.leftovers().empty());
