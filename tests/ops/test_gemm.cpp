@@ -485,8 +485,9 @@ TEST(Gemm, F32_Tune_OptionRecordsTheWinner) {
   const Tensor a = randn({200, 9}, 73, d), b = randn({9, 300}, 74, d);
   Tensor c = zeros({200, 300}, DType::F32, d);
   const Problem p = problem_2d(a, b, c);
-  const cudaStream_t stream = detail::stream_for(d);
-  MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  const Stream stream(0);  // a stream of its own (the legacy default stream cannot be captured)
+  const StreamGuard on_stream(stream, 0);
+  MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   const Config got = tuned_choice(p, MathMode::FP32, stream);
   cudaGraph_t graph = nullptr;
   MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
