@@ -421,6 +421,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       }
       GemmOptions o;
       o.math = m_opt.compile.math;
+      o.tune = m_opt.compile.tune_gemm;
       o.packed_b = m_packed_b[static_cast<size_t>(i)];  // set for a 2-D constant b only
       mt::gemm(a, b, c, false, false, o);
       break;
@@ -434,6 +435,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       o.activation = n.gemm.activation;
       o.softmax = n.gemm.softmax;
       o.math = m_opt.compile.math;
+      o.tune = m_opt.compile.tune_gemm;
       o.packed_b = m_packed_b[static_cast<size_t>(i)];
       mt::gemm(x2, w, c, false, false, o, bias);
       break;
@@ -445,6 +447,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       o.activation = n.gemm.activation;
       o.softmax = n.gemm.softmax;
       o.math = m_opt.compile.math;
+      o.tune = m_opt.compile.tune_gemm;
       if (n.has_c) {
         const Tensor c = in(2).expand(n.shape);
         launch_copy_strided(out.data_ptr(), out.layout(), c.data_ptr(), c.layout(), 4, c.numel(), stream);

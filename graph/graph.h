@@ -216,6 +216,9 @@ struct CompileOptions {
   // their concatenated weights, each result a column slice of it. The concatenation is a snapshot, as the
   // packed copies above are: a parameter changed in place afterwards is not seen (set false to read the
   // parameters at every run).
+  // The GEMMs tune their kernel choice (GemmOptions::tune): in the executor's first run, which runs plainly
+  // before any CUDA graph capture.
+  bool tune_gemm = false;
 };
 
 // What a run does: CUDA graph replay, profiling, the host pipeline, which values it keeps.

@@ -43,6 +43,12 @@ struct GemmOptions {
   // op(b) packed ahead of time (pack_b, from this very b): the TF32 modes' Hopper kernels then pack only a.
   // Ignored where the launch does not use it (another math mode or kernel, another tile width).
   std::shared_ptr<const PackedOperand> packed_b;
+  // CUDA: the first call for a (shape, layout, math mode, device) times the dispatcher's pick and a few
+  // alternatives on the call's stream and keeps the fastest, in memory and in ~/.cache/minitensor/
+  // gemm_tune.json ($MT_GEMM_TUNE_FILE); later calls, and other processes on the same device, take it. Inside
+  // a CUDA graph capture the dispatcher's pick runs and a later call tunes. MT_GEMM_TUNE=1 sets it for every
+  // call.
+  bool tune = false;
 };
 
 // a: (..., m, k), b: (..., k, n) -> (..., m, n); NumPy matmul semantics for the batch dims (broadcast); 1-D

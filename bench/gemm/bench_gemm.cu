@@ -11,7 +11,7 @@
 //                                                row is printed as it is timed, then all of them ranked
 //   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch
 //   table)
-//   bench_gemm --space[=N] [--seed=S] [--math=…] [--json=PATH]
+//   bench_gemm --space[=N] [--seed=S] [--math=…] [--json=PATH] [--tune]
 //                                                N random shapes users bring (space.cu), each against cuBLAS
 //
 // Method: inputs N(0,1); every kernel's result is validated against cuBLAS before it is timed; 2 warm-up

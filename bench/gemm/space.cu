@@ -2,7 +2,10 @@
 // then timed interleaved with cuBLAS, summarised as the distribution of the ratios (cuBLAS time over ours,
 // > 1: minitensor faster).
 //
-//   bench_gemm --space[=N] [--seed=S] [--math=fp32|tf32|tf32x3] [--json=PATH]
+//   bench_gemm --space[=N] [--seed=S] [--math=fp32|tf32|tf32x3] [--json=PATH] [--tune]
+//
+// --tune adds a column: the autotuner's choice (detail/tune.h; its cache file as MT_GEMM_TUNE_FILE says),
+// tuned before the timing, validated and timed in the same interleaved samples.
 //
 // The sample (N shapes, 300 by default; the seed is printed and reproduces the set):
 //   random       M, N, K log-uniform in [1, 16384] with M*N*K <= 2^37; two thirds rounded to multiples of 16,
@@ -28,6 +31,7 @@
 #include "harness.h"
 #include "minitensor/ops/gemm.h"
 #include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/tune.h"
 #include "minitensor/runtime/device.h"
 #include "minitensor/tensor/tensor.h"
 
@@ -140,8 +144,9 @@ void cublas_gemm(cublasHandle_t h, const SpaceShape& s, const Problem& p) {
 
 struct Result {
   SpaceShape s;
-  std::string config;
+  std::string config, tuned_config;
   double cublas_ms = 0, mt_ms = 0, ratio = 0, err = 0;
+  double tuned_ms = 0, tuned_ratio = 0;  // --tune
   bool valid = false;
 };
 
@@ -154,11 +159,13 @@ double percentile(std::vector<double> v, double q) {
   return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
-void summarise(const char* label, const std::vector<Result>& rs) {
+void summarise(const char* label, const std::vector<Result>& rs, bool tuned = false) {
   std::vector<double> r;
   double log_sum = 0;
-  for (const Result& x : rs)
-    if (x.valid) r.push_back(x.ratio), log_sum += std::log(x.ratio);
+  for (const Result& x : rs) {
+    const double ratio = tuned ? x.tuned_ratio : x.ratio;
+    if (x.valid) r.push_back(ratio), log_sum += std::log(ratio);
+  }
   if (r.empty()) return;
   std::printf("%-12s %4zu shapes  geomean %.3f  p10 %.3f  median %.3f  worst %.3f  (under 0.9: %ld)\n", label,
               r.size(), std::exp(log_sum / static_cast<double>(r.size())), percentile(r, 0.1),
@@ -182,8 +189,10 @@ int run_space(int argc, char** argv) {
   std::uint64_t seed = std::random_device{}();
   MathMode math = MathMode::FP32;
   std::string json;
+  bool tune = false;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
+    if (!std::strcmp(a, "--tune")) tune = true;
     if (!std::strncmp(a, "--space=", 8)) count = std::atoi(a + 8);
     if (!std::strncmp(a, "--seed=", 7)) seed = std::strtoull(a + 7, nullptr, 10);
     if (!std::strncmp(a, "--json=", 7)) json = a + 7;
@@ -212,50 +221,69 @@ int run_space(int argc, char** argv) {
   const std::vector<SpaceShape> shapes = draw(count, seed);
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const SpaceShape& s = shapes[i];
-    Result r{s};
+    Result r;
+    r.s = s;
     SpaceOperands o(s);
     const Problem p0 = o.at(0);
     const Config cfg = choose(p0, math);
     r.config = config_name(cfg);
+    const Config tuned = tune ? tuned_choice(p0, math, handles().stream) : cfg;
+    r.tuned_config = config_name(tuned);
     auto ours = [&](const Problem& p) { launch(p, cfg, handles().stream); };
+    auto ours_tuned = [&](const Problem& p) { launch(p, tuned, handles().stream); };
     auto theirs = [&](const Problem& p) { cublas_gemm(baseline, s, p); };
-    // Validate: ours over a NaN-filled C, against cuBLAS pedantic fp32.
-    MT_CUDA_CHECK(cudaMemsetAsync(o.c.data<float>(), 0xFF, o.c_elems * 4, handles().stream));
-    ours(p0);
     cublas_gemm(handles().pedantic, s, o.at(0, o.ref.data<float>()));
-    const std::vector<float> got = o.c.select(0, 0).to_vector<float>(), ref = o.ref.to_vector<float>();
-    const std::size_t used = static_cast<std::size_t>(std::int64_t(s.m) * s.n * s.batch);
-    double max_err = 0, max_ref = 0;
-    bool finite = true;
-    for (std::size_t e = 0; e < used; ++e) {
-      finite = finite && std::isfinite(got[e]);
-      max_err = std::max(max_err, double(std::fabs(got[e] - ref[e])));
-      max_ref = std::max(max_ref, double(std::fabs(ref[e])));
-    }
-    r.err = !finite ? INFINITY : max_ref > 0 ? max_err / max_ref : max_err;
+    const std::vector<float> ref = o.ref.to_vector<float>();
+    // Validate: `fn` over a NaN-filled C, against cuBLAS pedantic fp32.
+    auto error_of = [&](const std::function<void(const Problem&)>& fn) {
+      MT_CUDA_CHECK(cudaMemsetAsync(o.c.data<float>(), 0xFF, o.c_elems * 4, handles().stream));
+      fn(p0);
+      const std::vector<float> got = o.c.select(0, 0).to_vector<float>();
+      const std::size_t used = static_cast<std::size_t>(std::int64_t(s.m) * s.n * s.batch);
+      double max_err = 0, max_ref = 0;
+      bool finite = true;
+      for (std::size_t e = 0; e < used; ++e) {
+        finite = finite && std::isfinite(got[e]);
+        max_err = std::max(max_err, double(std::fabs(got[e] - ref[e])));
+        max_ref = std::max(max_ref, double(std::fabs(ref[e])));
+      }
+      return !finite ? INFINITY : max_ref > 0 ? max_err / max_ref : max_err;
+    };
+    r.err = error_of(ours);
+    if (tune) r.err = std::max(r.err, error_of(ours_tuned));
     r.valid = r.err <= tol;
     if (r.valid) {
       const double est_ms = s.flops() / 30e12 * 1e3;
       const int iters = static_cast<int>(std::clamp(100.0 / std::max(est_ms, 1e-3), 5.0, 30.0));
-      const std::vector<double> ms =
-          time_interleaved(iters, o.copies, [&](int copy) { return o.at(copy); }, {theirs, ours});
+      std::vector<std::function<void(const Problem&)>> fns = {theirs, ours};
+      if (tune) fns.push_back(ours_tuned);
+      const std::vector<double> ms = time_interleaved(
+          iters, o.copies, [&](int copy) { return o.at(copy); }, fns);
       r.cublas_ms = ms[0], r.mt_ms = ms[1], r.ratio = ms[0] / ms[1];
+      r.tuned_ms = tune ? ms[2] : ms[1], r.tuned_ratio = ms[0] / r.tuned_ms;
     }
     std::printf("  [%3zu/%zu] %-11s %-26s %9.4f ms  cuBLAS %9.4f ms  %6.3fx  %s%s\n", i + 1, shapes.size(),
                 s.part.c_str(), s.name().c_str(), r.mt_ms, r.cublas_ms, r.ratio, r.config.c_str(),
                 r.valid ? "" : ("  INVALID (err " + std::to_string(r.err) + ")").c_str());
+    if (tune && r.valid)
+      std::printf("  %9s tuned %9.4f ms  %6.3fx  %s\n", "", r.tuned_ms, r.tuned_ratio,
+                  r.tuned_config.c_str());
     std::fflush(stdout);
     results.push_back(r);
   }
 
   std::printf("\nspace summary (seed %llu, %s, %s):\n", static_cast<unsigned long long>(seed),
               math_mode_name(math), device_properties(0).name.c_str());
-  summarise("all", results);
-  for (const char* part : {"random", "transformer", "batched"}) {
-    std::vector<Result> sub;
-    for (const Result& r : results)
-      if (r.s.part == part) sub.push_back(r);
-    summarise(part, sub);
+  for (bool tuned : {false, true}) {
+    if (tuned && !tune) break;
+    std::printf("%s:\n", tuned ? "tuned (autotuner's choice)" : "dispatcher");
+    summarise("all", results, tuned);
+    for (const char* part : {"random", "transformer", "batched"}) {
+      std::vector<Result> sub;
+      for (const Result& r : results)
+        if (r.s.part == part) sub.push_back(r);
+      summarise(part, sub, tuned);
+    }
   }
   const long invalid =
       std::count_if(results.begin(), results.end(), [](const Result& r) { return !r.valid; });
@@ -269,6 +297,15 @@ int run_space(int argc, char** argv) {
     std::printf("  %6.3fx  %-11s %-26s %9.4f ms (cuBLAS %9.4f)  %s\n", sorted[i].ratio,
                 sorted[i].s.part.c_str(), sorted[i].s.name().c_str(), sorted[i].mt_ms, sorted[i].cublas_ms,
                 sorted[i].config.c_str());
+  if (tune) {
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Result& a, const Result& b) { return a.tuned_ratio < b.tuned_ratio; });
+    std::printf("10 worst, tuned:\n");
+    for (std::size_t i = 0; i < std::min<std::size_t>(10, sorted.size()); ++i)
+      std::printf("  %6.3fx  %-11s %-26s %9.4f ms (cuBLAS %9.4f)  %s\n", sorted[i].tuned_ratio,
+                  sorted[i].s.part.c_str(), sorted[i].s.name().c_str(), sorted[i].tuned_ms,
+                  sorted[i].cublas_ms, sorted[i].tuned_config.c_str());
+  }
 
   std::ofstream f(json);
   f << "{\"seed\":" << seed << ",\"math\":\"" << math_mode_name(math) << "\",\"device\":\""
@@ -279,7 +316,11 @@ int run_space(int argc, char** argv) {
       << ",\"k\":" << r.s.k << ",\"batch\":" << r.s.batch << ",\"trans_a\":" << (r.s.ta ? "true" : "false")
       << ",\"trans_b\":" << (r.s.tb ? "true" : "false") << ",\"config\":\"" << json_escape(r.config)
       << "\",\"valid\":" << (r.valid ? "true" : "false") << ",\"mt_ms\":" << r.mt_ms
-      << ",\"cublas_ms\":" << r.cublas_ms << ",\"ratio\":" << r.ratio << "}";
+      << ",\"cublas_ms\":" << r.cublas_ms << ",\"ratio\":" << r.ratio;
+    if (tune)
+      f << ",\"tuned_config\":\"" << json_escape(r.tuned_config) << "\",\"tuned_ms\":" << r.tuned_ms
+        << ",\"tuned_ratio\":" << r.tuned_ratio;
+    f << "}";
   }
   f << "]}\n";
   std::printf("wrote %s\n", json.c_str());

@@ -9,6 +9,7 @@
 
 #include "minitensor/ops/gemm.h"
 #include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/tune.h"
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "minitensor/runtime/device.h"
 #include "minitensor/runtime/error.h"
@@ -144,11 +145,19 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
   cudaStream_t stream = nullptr;
   detail::gemm::Config cfg;
   std::optional<DeviceGuard> guard;
+  const bool tune = c.is_cuda() && (o.tune || detail::gemm::tune_from_env());
   if (c.is_cuda()) {
     guard.emplace(c.device());
     stream = detail::stream_for(c.device());
     for (const Tensor* t : {&a, &b, static_cast<const Tensor*>(&c), &bias}) detail::record_stream(*t, stream);
-    cfg = detail::gemm::choose(p, math);
+    if (tune) {
+      // Tuned on the first launch's operands (their alignment is part of the key).
+      Problem lead = p;
+      lead.a = a0, lead.b = b0, lead.c = c0;
+      cfg = detail::gemm::tuned_choice(lead, math, stream);
+    } else {
+      cfg = detail::gemm::choose(p, math);
+    }
   }
   for (std::int64_t o_i = 0; o_i < outer; ++o_i) {
     std::int64_t rem = o_i, offa = 0, offb = 0, offc = 0;
@@ -159,7 +168,9 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
     }
     Problem q = p;
     q.a = a0 + offa, q.b = b0 + offb, q.c = c0 + offc;
-    if (c.is_cuda())
+    if (tune && !detail::gemm::can_implement(q, cfg))  // an entry aligned unlike the first
+      detail::gemm::launch(q, detail::gemm::choose(q, math), stream);
+    else if (c.is_cuda())
       detail::gemm::launch(q, cfg, stream);
     else
       detail::gemm::cpu_gemm(q);
@@ -173,7 +184,8 @@ std::vector<std::int64_t> broadcast_batch(const Tensor& a, const Tensor& b, cons
   try {
     return broadcast_shapes(sa, sb, op).vec();
   } catch (const ShapeError&) {
-    MT_THROW(ShapeError, op, ": batch dimensions of a ", a.shape(), " and b ", b.shape(), " do not broadcast");
+    MT_THROW(ShapeError, op, ": batch dimensions of a ", a.shape(), " and b ", b.shape(),
+             " do not broadcast");
   }
 }
 

@@ -80,6 +80,11 @@ bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model
   if (cfg.kernel == Kernel::Gemv)
     return (p.m == 1 || p.n == 1) && cfg.split_k == 1 && cfg.staging == Staging::Registers;
   const KernelInfo& info = kernel_info(cfg.kernel);
+  // The short-K kernels: any layout and math mode (fp32 arithmetic), unsplit; tiles raster-ordered in a 1-D
+  // grid.
+  if (info.family == KernelFamily::SmallK)
+    return cfg.split_k == 1 && cfg.staging == Staging::Registers &&
+           std::ceil(p.m / double(info.tile.bm)) * std::ceil(p.n / double(info.tile.bn)) < 2147483647.0;
   // mma.sync kernels add split K with the second kernel only, wgmma in a cluster only; clusters need sm_90.
   if (cfg.split_k > 1 && cfg.reduce == SplitReduce::Cluster &&
       ((is_tensor(cfg.kernel) && cfg.kernel != Kernel::Wgmma) || cfg.split_k > kMaxClusterSplit ||
@@ -114,6 +119,10 @@ bool can_implement(const Problem& p, const Config& cfg) {
 std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceModel& model) {
   std::vector<Config> out;
   if (can_implement(p, Config{Kernel::Gemv, 1, math}, model)) out.push_back(Config{Kernel::Gemv, 1, math});
+  // The short-K kernels, where K is short enough for one block to hold it in a few rounds.
+  if (p.k <= kSmallKCandidateMax)
+    for (Kernel k : small_k_kernels())
+      if (can_implement(p, Config{k, 1, math}, model)) out.push_back(Config{k, 1, math});
   const std::vector<Kernel> kernels = math == MathMode::FP32 ? simt_kernels() : tensor_kernels();
   const int sms = model.sm_count;
   for (Kernel k : kernels) {
@@ -148,6 +157,16 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
   // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
   if (p.m == 1 || p.n == 1) return Config{Kernel::Gemv, 1, math};
+  // A short K in fp32: the product is bound by writing C, which the short-K kernel does in one pass: its
+  // 8x8 tile where 128x128 tiles give every SM two blocks and lie at least 3/4 inside C, else the 4x4 tile
+  // (four times the blocks, a quarter of the edge waste). The TF32 modes keep their kernels (wgmma takes a
+  // short K in one k tile).
+  if (math == MathMode::FP32 && p.k <= kSmallKMax) {
+    const double tiles128 = std::ceil(p.m / 128.0) * std::ceil(p.n / 128.0) * p.batch;
+    const double inside128 = double(p.m) * p.n * p.batch / (tiles128 * 128.0 * 128.0);
+    const bool wide = tiles128 >= 2.0 * model.sm_count && inside128 >= 0.75;
+    return Config{wide ? Kernel::SmallK128x128 : Kernel::SmallK64x64, 1, math};
+  }
   if (math == MathMode::FP32 && needs_pack(p)) {
     // Operands without whole 16-byte runs are copied once into aligned scratch where each copied element
     // feeds enough FMAs for the copy to pay (the kernel then takes 16-byte loads instead of 4 scalar ones):
@@ -189,6 +208,10 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       if (s <= max_split && nblocks * s <= target && p.k / s >= min_k) split = s;
     return split;
   };
+  // The share of the area of bm x bn tiles covering C that lies inside C (the rest is edge waste).
+  auto inside = [&](int bm, int bn) {
+    return double(p.m) * p.n * batch / (double(blocks(bm, bn)) * bm * bn);
+  };
   // The waves `b` blocks take where `slots` of them run at once.
   auto waves = [](std::int64_t b, std::int64_t slots) { return (b + slots - 1) / slots; };
   // The share of its waves' slots that `b` blocks fill, `per_sm` resident per SM.
@@ -227,9 +250,10 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // Small M: the cp.async ring (its deeper prefetch hides more of a short K range's latency than register
     // staging).
     c.staging = Staging::CpAsync;
-    if (blocks(32, 128) < 32) {
-      // Few output tiles (MLP-sized problems): the 64-thread 32x64 tile, K split to about two blocks per SM;
-      // the 16-byte ring where A runs along k and B along n in aligned rows.
+    if (blocks(32, 128) < 32 || (p.n <= 64 && p.batch > 1)) {
+      // Few output tiles (MLP-sized problems), or a batch of products at most 64 wide (a 32x128 tile would
+      // lie mostly outside C): the 64-thread 32x64 tile, K split to about two blocks per SM; the 16-byte
+      // ring where A runs along k and B along n in aligned rows.
       c.kernel = Kernel::Simt32x64;
       c.split_k = split_for(blocks(32, 64), 2 * sms, 64);
       if (ring16_ready(p)) c.staging = Staging::CpAsync16;
@@ -252,6 +276,9 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     } else {
       c.kernel = Kernel::Simt32x128;
       c.split_k = split_for(blocks(32, 128), 4 * sms, 256);
+      // Still under one block per SM (the projections of a few dozen tokens at K of 256-1024): split down to
+      // 128 of K per block, so the blocks fill the card.
+      if (blocks(32, 128) * c.split_k < sms) c.split_k = split_for(blocks(32, 128), 4 * sms, 128);
     }
   } else if (blocks(64, 64) < sms) {
     if (runs16 && p.k >= 512 && p.m >= 128 && p.n >= 128) {
@@ -372,6 +399,11 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // Short K over many tiles with edge tiles or a K under 256: 64x256 tiles of 16x8 threads, two blocks per
     // SM, so each SM holds 8 warps of the fewest shared-memory reads per FMA.
     c.kernel = Kernel::Simt64x256;
+  } else if (p.batch > 1 && inside(64, 64) >= inside(128, 128) + 0.15 && blocks(64, 64) >= sms) {
+    // A batch of small products whose 128x128 tiles lie largely outside C (edge waste the 64x64 tile avoids):
+    // 64x64 tiles, four blocks per SM, K split to about four blocks per SM down to 128 of K.
+    c.kernel = Kernel::Simt64x64;
+    c.split_k = split_for(blocks(64, 64), 4 * sms, 128);
   } else if (runs16 && blocks(128, 128) < sms) {
     // Under one wave of 128x128 tiles with K under 512: the 16-deep tile with K split in a cluster.
     c.kernel = Kernel::Simt128x128k16;

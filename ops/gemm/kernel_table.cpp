@@ -55,6 +55,10 @@ constexpr KernelInfo kTable[] = {
     {Kernel::Tensor64x64, "mma_64x64x16_w32x32_s4", F::Tensor, {64, 64, 16}, false, false, false, false,
      launch_tensor},
     {Kernel::Wgmma, "wgmma", F::Tensor, {128, 128, 32}, false, false, false, false, launch_wgmma_kernel},
+    {Kernel::SmallK128x128, "small_k_128x128_t8x8", F::SmallK, {128, 128, 32}, false, false, false, false,
+     launch_small_k_128x128},
+    {Kernel::SmallK64x64, "small_k_64x64_t4x4", F::SmallK, {64, 64, 32}, false, false, false, false,
+     launch_small_k_64x64},
     {Kernel::Gemv, "gemv", F::Vector, {1, 1, 4}, false, false, false, false, launch_gemv},
 };
 // clang-format on
@@ -93,6 +97,9 @@ std::vector<Kernel> simt_kernels() {
 }
 std::vector<Kernel> tensor_kernels() {
   return of_family(KernelFamily::Tensor);
+}
+std::vector<Kernel> small_k_kernels() {
+  return of_family(KernelFamily::SmallK);
 }
 
 std::string config_name(const Config& c) {

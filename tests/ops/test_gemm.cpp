@@ -6,6 +6,7 @@
 // classic bound on a float32 dot product of length K (eps = 2^-23); any NaN or Inf where the reference is
 // finite fails.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -20,6 +22,7 @@
 #include "minitensor/ops/functors.h"
 #include "minitensor/ops/gemm.h"
 #include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/tune.h"
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "minitensor/runtime/launch.h"
 #include "minitensor/runtime/stream.h"
@@ -397,6 +400,103 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
           }
 }
 
+// Every configuration the autotuner may time and keep (tune_candidates on this device) against float64:
+// shapes of each class (edge tiles with and without 16-byte runs, a short K, a small-M projection, a vector
+// operand), both operands plain or transposed and aligned or at offset 1, alpha/beta with bias and relu,
+// beta = 0 over a NaN-filled C; fp32 and TF32 (the TF32 bound for the latter). Guard bands intact.
+TEST(Gemm, F32_TuneCandidates_PassTheMatrix) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const std::int64_t shapes[][3] = {
+      {127, 129, 255}, {132, 136, 260}, {349, 517, 7}, {64, 1536, 768}, {300, 1, 777}};
+  int ran = 0;
+  for (const auto& mnk : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
+          const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+          const Tensor a0 = test::make_input(InputSpec{ta ? Shape{k, m} : Shape{m, k}, la}, 61, d);
+          const Tensor b0 = test::make_input(InputSpec{tb ? Shape{n, k} : Shape{k, n}}, 62, d);
+          const Tensor a = ta ? a0.t() : a0, b = tb ? b0.t() : b0;
+          const Tensor bias = test::make_input(InputSpec{Shape{n}}, 63, d);
+          const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 64, d);
+          const MatD ad = to_double(a), bd = to_double(b), cd = to_double(c0);
+          const std::vector<float> bv = bias.to_vector<float>();
+          for (MathMode math : {MathMode::FP32, MathMode::TF32})
+            for (float beta : {0.f, 1.f}) {
+              Guarded g(Shape{m, n}, DType::F32, d);
+              Problem p = problem_2d(a, b, g.view());
+              p.bias = bias.data<float>();
+              p.alpha = -1.5f, p.beta = beta, p.act = Activation::Relu;
+              for (const Config& cfg : tune_candidates(p, math, DeviceModel::current())) {
+                SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                             config_name(cfg) + (ta ? " trans_a" : "") + (tb ? " trans_b" : "") +
+                             " a=" + test::layout_name(la) + " beta " + std::to_string(beta));
+                if (beta != 0.f)
+                  g.view().copy_(c0);
+                else
+                  g.view().fill_(std::numeric_limits<double>::quiet_NaN());
+                ASSERT_TRUE(can_implement(p, cfg));
+                launch(p, cfg, detail::stream_for(d));
+                EXPECT_EQ(g.check(), "");
+                ErrorStats st;
+                double e2 = 0, s2 = 0;
+                const double cf =
+                    math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
+                accumulate_errors(to_double(g.view()), ad, bd, &cd, &bv, p.alpha, p.beta, p.act, cf, st, e2,
+                                  s2);
+                EXPECT_EQ(st.n_bad, 0) << st.str();
+                ++ran;
+              }
+            }
+        }
+  EXPECT_GT(ran, 5 * 8 * 2 * 2);  // more than one candidate per case on average
+}
+
+// GemmOptions::tune: the first call times the shortlist and records the winner in the file
+// ($MT_GEMM_TUNE_FILE), the result is the product either way, a second call takes the recorded choice (the
+// same bits); inside a CUDA graph capture the dispatcher's pick is returned and nothing is recorded.
+TEST(Gemm, F32_Tune_OptionRecordsTheWinner) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const std::string path =
+      std::filesystem::temp_directory_path() / ("mt_gemm_tune_test_" + std::to_string(::getpid()) + ".json");
+  std::filesystem::remove(path);
+  ::setenv("MT_GEMM_TUNE_FILE", path.c_str(), 1);  // read when the process's cache is first made: here
+  const Device d = Device::cuda(0);
+  for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{349, 517, 7}, {64, 1536, 768}}) {
+    const Tensor a = randn({m, k}, 71, d), b = randn({k, n}, 72, d);
+    Tensor c1 = zeros({m, n}, DType::F32, d), c2 = zeros({m, n}, DType::F32, d);
+    GemmOptions o;
+    o.tune = true;
+    gemm(a, b, c1, false, false, o);
+    expect_product(to_double(c1), to_double(a), to_double(b));
+    gemm(a, b, c2, false, false, o);
+    EXPECT_EQ(c1.cpu().to_vector<float>(), c2.cpu().to_vector<float>());
+    Problem p = problem_2d(a, b, c1);
+    TuneCache file(path, TuneDevice::current());
+    const std::optional<Config> rec = file.find(tune_key(p, MathMode::FP32));
+    ASSERT_TRUE(rec) << path;
+    EXPECT_TRUE(can_implement(p, *rec));
+    EXPECT_EQ(file.warnings(), 0);
+  }
+  // Inside a capture: the dispatcher's pick, nothing timed or recorded.
+  const Tensor a = randn({200, 9}, 73, d), b = randn({9, 300}, 74, d);
+  Tensor c = zeros({200, 300}, DType::F32, d);
+  const Problem p = problem_2d(a, b, c);
+  const Stream stream(0);  // a stream of its own (the legacy default stream cannot be captured)
+  const StreamGuard on_stream(stream, 0);
+  MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Config got = tuned_choice(p, MathMode::FP32, stream);
+  cudaGraph_t graph = nullptr;
+  MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  if (graph) MT_CUDA_CHECK(cudaGraphDestroy(graph));
+  EXPECT_EQ(config_name(got), config_name(choose(p, MathMode::FP32)));
+  EXPECT_FALSE(TuneCache(path, TuneDevice::current()).find(tune_key(p, MathMode::FP32)));
+  std::filesystem::remove(path);
+}
+
 // C in rows without float4 runs (a view at offset 1 into rows of n + 3) and C transposed (rows of stride 1)
 // through every SIMT kernel, unsplit (the compact epilogue's scalar stores on interior tiles) and split, with
 // B aligned or not (the cp.async ring's scalar-B variant). 300x260x40 leaves interior and edge tiles for
@@ -720,6 +820,99 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
       }
   }
   EXPECT_EQ(ran, 7 * 6 * 2 * 2);  // shapes x (unsplit, 2 and 3 either way, 8 in a cluster) x beta x kernel
+}
+
+// The short-K kernels, launched directly: K = 1, 2, 7, 31, 64, 65, 127 (one round of 32, several, a partial
+// last one); M and N prime (edge tiles both ways); A and B each plain, transposed, at offset 1 or strided
+// (every loader order, no 16-byte runs); C in aligned rows (float4 stores) and in odd rows at offset 1
+// (scalar stores); beta = -1.5 with bias and relu, beta = 0 over a NaN-filled C with gelu; then batched with
+// B broadcast, and through the dispatcher (which takes them for a short K in fp32 and runs them in the TF32
+// modes' candidates too). Guard bands intact.
+TEST(Gemm, F32_SmallK_AwkwardShapes) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const std::int64_t mn[][2] = {{37, 131}, {257, 127}, {2, 3}};
+  int ran = 0;
+  for (const auto& s : mn)
+    for (std::int64_t k : {1, 2, 7, 31, 64, 65, 127})
+      for (int layout = 0; layout < 4; ++layout) {
+        const std::int64_t m = s[0], n = s[1];
+        // 0: plain; 1: both transposed; 2: offset 1; 3: strided (stride 2 along k for A, along n for B).
+        const bool trans = layout == 1;
+        const Layout l = layout == 2 ? Layout::Offset1 : layout == 3 ? Layout::Strided : Layout::Contiguous;
+        const Tensor a0 = test::make_input(InputSpec{trans ? Shape{k, m} : Shape{m, k}, l}, 51, d);
+        const Tensor b0 = test::make_input(InputSpec{trans ? Shape{n, k} : Shape{k, n}, l}, 52, d);
+        const Tensor a = trans ? a0.t() : a0, b = trans ? b0.t() : b0;
+        const Tensor bias = test::make_input(InputSpec{Shape{n}}, 53, d);
+        const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 54, d);
+        const MatD ad = to_double(a), bd = to_double(b), cd = to_double(c0);
+        const std::vector<float> bv = bias.to_vector<float>();
+        for (bool odd_c : {false, true})
+          for (float beta : {0.f, -1.5f})
+            for (Kernel kernel : small_k_kernels()) {
+              const Config cfg{kernel, 1, MathMode::FP32};
+              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                           config_name(cfg) + " layout " + std::to_string(layout) + " odd_c " +
+                           std::to_string(odd_c) + " beta " + std::to_string(beta));
+              // C: its own buffer, or a view at offset 1 into rows of n + 3 (columns around it guarded).
+              Guarded g(Shape{m, odd_c ? n + 3 : n}, DType::F32, d);
+              g.view().fill_(std::numeric_limits<double>::quiet_NaN());
+              Tensor c = odd_c ? g.view().narrow(1, 1, n) : g.view();
+              if (beta != 0.f) c.copy_(c0);
+              Problem p = problem_2d(a, b, c);
+              p.bias = bias.data<float>();
+              p.alpha = 0.75f, p.beta = beta, p.act = beta != 0.f ? Activation::Relu : Activation::Gelu;
+              ASSERT_TRUE(can_implement(p, cfg));
+              launch(p, cfg, detail::stream_for(d));
+              EXPECT_EQ(g.check(), "");
+              ErrorStats st;
+              double e2 = 0, s2 = 0;
+              accumulate_errors(to_double(c), ad, bd, &cd, &bv, p.alpha, p.beta, p.act, 1.0, st, e2, s2);
+              EXPECT_EQ(st.n_bad, 0) << st.str();
+              if (odd_c) {  // the columns beside the view are untouched (still NaN)
+                const std::vector<float> row = g.view().select(0, 0).cpu().to_vector<float>();
+                EXPECT_TRUE(std::isnan(row[0]) && std::isnan(row[static_cast<size_t>(n) + 1]));
+              }
+              ++ran;
+            }
+      }
+  EXPECT_EQ(ran, 3 * 7 * 4 * 2 * 2 * 2);
+  // A batch with B broadcast (a 3-D a times a 2-D b as one batched launch), and the same through gemm().
+  for (Kernel kernel : small_k_kernels()) {
+    const Tensor a = randn({5, 67, 9}, 55, d), b = randn({9, 131}, 56, d);
+    Tensor c = zeros({5, 67, 131}, DType::F32, d);
+    c.fill_(std::numeric_limits<double>::quiet_NaN());
+    Problem p;
+    p.m = 67, p.n = 131, p.k = 9, p.batch = 5;
+    p.a = a.data<float>(), p.a_sm = 9, p.a_sk = 1, p.a_sb = 67 * 9;
+    p.b = b.data<float>(), p.b_sk = 131, p.b_sn = 1, p.b_sb = 0;
+    p.c = c.data<float>(), p.c_sm = 131, p.c_sn = 1, p.c_sb = 67 * 131;
+    launch(p, Config{kernel, 1, MathMode::FP32}, detail::stream_for(d));
+    for (std::int64_t e : {0, 2, 4})
+      expect_product(to_double(c.select(0, e)), to_double(a.select(0, e)), to_double(b),
+                     std::string(kernel_name(kernel)) + " entry " + std::to_string(e) + ": ");
+  }
+  for (std::int64_t k : {1, 7, 64}) {
+    run_gemm_case(GemmCase(349, 1001, k), d);
+    GemmCase t(300, 257, k, true, true);
+    t.alpha = -1.f, t.beta = 0.5f, t.bias = true, t.act = Activation::GeluTanh;
+    run_gemm_case(t, d);
+    // TF32x3 without a whole 128x128 tile runs the fp32 picks, here the short-K kernel: the fp32 bound holds.
+    GemmCase x3(127, 131, k);
+    x3.math = MathMode::TF32x3;
+    run_gemm_case(x3, d);
+    // In a TF32 mode (the tuner's candidates) they compute in fp32 as well.
+    for (Kernel kernel : small_k_kernels()) {
+      const Tensor a = randn({129, k}, 57, d), b = randn({k, 131}, 58, d);
+      Tensor c = zeros({129, 131}, DType::F32, d);
+      const Config cfg{kernel, 1, MathMode::TF32};
+      Problem p = problem_2d(a, b, c);
+      ASSERT_TRUE(can_implement(p, cfg));
+      launch(p, cfg, detail::stream_for(d));
+      expect_product(to_double(c), to_double(a), to_double(b), config_name(cfg) + ": ");
+    }
+  }
 }
 
 // The TMA kernels over a batch (the tensor maps' third dimension): A's entries in padded rows a padded batch

@@ -13,6 +13,11 @@
 
 namespace mt::detail::gemm {
 
+// K up to which choose() takes the short-K kernels in fp32 (bound by writing C there), and up to which
+// candidates() offers them (the tuner may find them faster a little further).
+constexpr int kSmallKMax = 64;
+constexpr int kSmallKCandidateMax = 128;
+
 // What dispatch needs to know about a device.
 struct DeviceModel {
   int sm_count = 0;

@@ -40,7 +40,11 @@ enum class Kernel {
   Tensor128x64,
   Tensor64x64,
   Wgmma,  // Hopper wgmma (sm_90a), TF32 modes: pack pass + warp-specialised kernel (tensorcore/wgmma.cu)
-  Gemv,   // matrix-vector (M == 1 or N == 1, any math mode, computed in fp32): one streaming pass (gemv.cu)
+  // Short K (any math mode, computed in fp32): bound by writing C; a block stages its rows of A and columns
+  // of B for the whole K and each thread writes its register block (simt/small_k.cu).
+  SmallK128x128,  // 8x8 per thread: many tiles
+  SmallK64x64,    // 4x4 per thread: four times the blocks where tiles are few
+  Gemv,  // matrix-vector (M == 1 or N == 1, any math mode, computed in fp32): one streaming pass (gemv.cu)
 };
 
 // How the partial sums of split K are added (deterministic either way: splits added in split order).
@@ -83,6 +87,7 @@ enum class KernelFamily {
   Simt,    // production FP32 (ops/gemm/simt/)
   Tensor,  // tensor cores, TF32 modes (ops/gemm/tensorcore/)
   Vector,  // memory-bound products with a vector operand, every math mode (ops/gemm/gemv.cu)
+  SmallK,  // products bound by writing C (a short K), every math mode (ops/gemm/simt/small_k.cu)
 };
 struct TileInfo {
   int bm, bn, bk;
@@ -126,11 +131,15 @@ inline bool is_tensor(Kernel k) {
 inline bool is_tma_kernel(Kernel k) {
   return kernel_info(k).is_tma;
 }
+inline bool is_small_k(Kernel k) {
+  return kernel_info(k).family == KernelFamily::SmallK;
+}
 inline bool has_ring16(Kernel k) {
   return kernel_info(k).has_ring16;
 }
-std::vector<Kernel> rung_kernels();    // the teaching ladder, slowest first
-std::vector<Kernel> simt_kernels();    // the production FP32 configurations
-std::vector<Kernel> tensor_kernels();  // the production tensor-core configurations
+std::vector<Kernel> rung_kernels();     // the teaching ladder, slowest first
+std::vector<Kernel> simt_kernels();     // the production FP32 configurations
+std::vector<Kernel> tensor_kernels();   // the production tensor-core configurations
+std::vector<Kernel> small_k_kernels();  // the short-K kernels (every math mode)
 
 }  // namespace mt::detail::gemm

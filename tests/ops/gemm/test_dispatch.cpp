@@ -294,6 +294,57 @@ TEST_P(GemmDispatchHopper, Wgmma_SplitsFewTiles) {
   }
 }
 
+// A short K in fp32 (up to kSmallKMax): the short-K kernel, whatever the layout (transposed, unaligned,
+// batched), unsplit; the 8x8 tile where 128x128 tiles give every SM two blocks, else the 4x4 tile. Past
+// kSmallKMax the tiled kernels as before; the TF32 modes keep theirs.
+TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
+  const int sms = model().sm_count;
+  for (int k : {1, 2, 7, 31, 64}) {
+    SCOPED_TRACE("k " + std::to_string(k));
+    const Config big = pick(dense_rows(349, 5842, k));  // 3 x 46 = 138 tiles of 128x128: under 2 per SM
+    EXPECT_EQ(big.kernel, Kernel::SmallK64x64) << config_name(big);
+    EXPECT_EQ(big.split_k, 1);
+    EXPECT_FALSE(big.pack);
+    EXPECT_EQ(pick(dense_rows(4096, 4096, k)).kernel, Kernel::SmallK128x128);  // 1024 tiles
+    Problem t = rows(4095, 4097, k, 4095, 4097);
+    t.a_sm = 1, t.a_sk = 4095;  // A transposed, rows of odd length: read in place, no pack
+    const Config tc = pick(t);
+    EXPECT_EQ(tc.kernel, Kernel::SmallK128x128) << config_name(tc);
+    EXPECT_FALSE(tc.pack);
+    EXPECT_TRUE(can_implement(t, tc, model()));
+    EXPECT_EQ(pick(dense(64, 64, k, 2 * sms)).kernel, Kernel::SmallK64x64);  // a batch of one-tile products
+    EXPECT_EQ(pick(dense(128, 128, k, 2 * sms)).kernel, Kernel::SmallK128x128);
+  }
+  EXPECT_FALSE(is_small_k(pick(dense_rows(4096, 4096, kSmallKMax + 1)).kernel));
+  EXPECT_FALSE(is_small_k(pick(dense_rows(349, 5842, kSmallKMax + 1)).kernel));
+  EXPECT_EQ(pick(dense_rows(256, 1024, 32), MathMode::TF32).kernel, Kernel::Wgmma);
+  EXPECT_FALSE(is_small_k(pick(dense_rows(64, 512, 32), MathMode::TF32).kernel));
+  // A vector operand stays on the vector kernel.
+  EXPECT_EQ(pick(dense_rows(1, 4096, 7)).kernel, Kernel::Gemv);
+  EXPECT_EQ(pick(dense_rows(4096, 1, 7)).kernel, Kernel::Gemv);
+}
+
+// Small-M projections at a modest K (64 tokens x 3072 x 768, B an nn.Linear weight): 32x128 tiles with K
+// split to 128 per block where 256 per block leaves SMs without a block. A batch of products at most 64 wide
+// under a small M: 32x64 tiles. A batch whose 128x128 tiles lie largely outside C (150 on a side): 64x64.
+TEST_P(GemmDispatchHopper, F32_SmallMProjectionsAndSmallBatches) {
+  const int sms = model().sm_count;
+  Problem qkv = dense_rows(64, 3072, 768);
+  qkv.b_sk = 1, qkv.b_sn = 768;  // B transposed
+  for (const Problem& p : {qkv, dense_rows(64, 3072, 768)}) {
+    const Config c = pick(p);
+    EXPECT_EQ(c.kernel, Kernel::Simt32x128) << config_name(c);
+    EXPECT_EQ(c.split_k, 4) << config_name(c);
+    EXPECT_GE(2 * 24 * c.split_k, sms);
+  }
+  EXPECT_EQ(pick(dense_rows(64, 3072, 2048 - 16)).split_k, 4);  // 256 of K per split already fills
+  const Config narrow = pick(dense(40, 50, 300, 100));
+  EXPECT_EQ(narrow.kernel, Kernel::Simt32x64) << config_name(narrow);
+  const Config mid = pick(dense(150, 150, 256, 32));
+  EXPECT_EQ(mid.kernel, Kernel::Simt64x64) << config_name(mid);
+  EXPECT_EQ(mid.split_k, 1) << config_name(mid);
+}
+
 INSTANTIATE_TEST_SUITE_P(Hopper, GemmDispatchHopper, ::testing::Values("H100", "H200"),
                          [](const auto& info) { return info.param; });
 
@@ -385,6 +436,31 @@ TEST(GemmDispatch, VectorOperandTakesTheVectorKernel) {
       }
   EXPECT_FALSE(can_implement(dense_rows(2, 3, 4), Config{Kernel::Gemv}, DeviceModel::h100()));
   EXPECT_FALSE(can_implement(dense_rows(1, 3, 4), Config{Kernel::Gemv, 2}, DeviceModel::h100()));
+}
+
+// The short-K kernels take any layout and math mode, unsplit only, and are among the candidates up to
+// kSmallKCandidateMax of K.
+TEST(GemmDispatch, SmallK_CanImplementAndCandidates) {
+  const DeviceModel h = DeviceModel::h100();
+  EXPECT_EQ(small_k_kernels(), (std::vector<Kernel>{Kernel::SmallK128x128, Kernel::SmallK64x64}));
+  Problem odd = rows(127, 129, 7, 7, 129);
+  odd.b_sk = 1, odd.b_sn = 7;    // B transposed
+  odd.a_sm = 3, odd.a_sk = 500;  // A strided both ways
+  for (Kernel k : small_k_kernels())
+    for (MathMode math : {MathMode::FP32, MathMode::TF32, MathMode::TF32x3}) {
+      SCOPED_TRACE(std::string(kernel_name(k)) + " " + math_mode_name(math));
+      EXPECT_TRUE(can_implement(odd, Config{k, 1, math}, h));
+      EXPECT_TRUE(can_implement(odd, Config{k, 1, math}, DeviceModel::a100()));
+      EXPECT_FALSE(can_implement(odd, Config{k, 2, math}, h));
+      EXPECT_FALSE(can_implement(odd, Config{k, 1, math, SplitReduce::Kernel, Staging::CpAsync}, h));
+      EXPECT_FALSE(can_implement(odd, Config{k, 1, math, SplitReduce::Kernel, Staging::Registers, true}, h));
+    }
+  auto has_small_k = [&](const Problem& p) {
+    const std::vector<Config> all = candidates(p, MathMode::FP32, h);
+    return std::any_of(all.begin(), all.end(), [](const Config& c) { return is_small_k(c.kernel); });
+  };
+  EXPECT_TRUE(has_small_k(dense_rows(1000, 1000, kSmallKCandidateMax)));
+  EXPECT_FALSE(has_small_k(dense_rows(1000, 1000, kSmallKCandidateMax + 1)));
 }
 
 // One row per kernel, in Kernel order; the ladder's rungs are never among the production lists.

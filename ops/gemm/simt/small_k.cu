@@ -1,0 +1,151 @@
+// Products with a short K (up to a few dozen): bound by writing C, not by the math. Each element of C costs
+// 2K FLOPs against the 4 bytes it writes (8 with beta != 0), so below K of about 40 an H100 or H200 (about
+// 60 TFLOP/s fp32 against 3.3-4.8 TB/s) is held by the store of C; a tiled k-loop built for reuse spends
+// itself on a pipeline that never fills there. Here each block owns one BM x BN tile of C, stages its rows of
+// A and columns of B for KC of K at a time (the whole K in one round up to KC) in shared memory, each thread
+// computes a TM x TN register block over the whole K and writes it in float4 runs where C takes them.
+// Reads per tile: (BM + BN) * K floats, mostly from L2 (A's rows are read by every column of tiles, B's
+// columns by every row), against BM * BN floats written.
+//
+// Any strides (each operand is read in the order its contiguous dimension gives), alpha/beta, bias and the
+// activation (store_run: C is not read when beta == 0). Plain fp32 FMAs over k in order: exact fp32, so it
+// serves every math mode.
+#include <cstdint>
+
+#include "minitensor/ops/gemm/detail/device.cuh"
+#include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/runtime/error.h"
+
+namespace mt::detail::gemm {
+
+namespace {
+
+// A named configuration of gemm_small_k.
+struct SmallKShape {
+  int BM, BN;  // block tile of C
+  int TM, TN;  // thread tile: TM / 4 runs of 4 rows x TN / 4 runs of 4 columns
+  int KC;      // K staged in shared memory per round
+};
+constexpr int kSmallKThreads = 256;
+
+// Shape::value is the SmallKShape (a wrapper type, as simt/kernel.cuh's configurations).
+template <class Shape>
+__global__ void __launch_bounds__(kSmallKThreads) gemm_small_k(Problem p, bool c_vec) {
+  constexpr SmallKShape S = Shape::value;
+  constexpr int TX = S.BN / S.TN, TY = S.BM / S.TM;  // threads along n and along m
+  static_assert(TX * TY == kSmallKThreads, "one thread per TM x TN block of the tile");
+  static_assert(S.TM % 4 == 0 && S.TN % 4 == 0, "thread tiles are whole float4 runs of shared memory and C");
+  // k-major stages, rows padded by 4 floats (16-byte aligned float4 reads; a transposing store of A's rows
+  // spreads over banks).
+  __shared__ __align__(16) float As[S.KC][S.BM + 4];
+  __shared__ __align__(16) float Bs[S.KC][S.BN + 4];
+
+  const int tiles_n = (p.n + S.BN - 1) / S.BN;
+  // Consecutive blocks take consecutive tiles along n, so the stores of blocks running together are close.
+  const int m0 = static_cast<int>(blockIdx.x / tiles_n) * S.BM;
+  const int n0 = static_cast<int>(blockIdx.x % tiles_n) * S.BN;
+  const int b = blockIdx.y;
+  const float* A = a_batch(p, b);
+  const float* B = b_batch(p, b);
+  const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+  // Loads walk each operand along its contiguous dimension (coalesced): k for A with a_sk == 1, else m; n
+  // for B with b_sn == 1 (or strided both ways), else k.
+  const bool a_k_fast = p.a_sk == 1;
+  const bool b_k_fast = p.b_sk == 1 && p.b_sn != 1;
+
+  float acc[S.TM][S.TN];
+#pragma unroll
+  for (int i = 0; i < S.TM; ++i)
+#pragma unroll
+    for (int j = 0; j < S.TN; ++j) acc[i][j] = 0.f;
+
+  for (int k0 = 0; k0 < p.k; k0 += S.KC) {
+    const int kc = ::min(S.KC, p.k - k0);
+    if (k0 > 0) __syncthreads();  // the previous round's reads are done
+    for (int e = tid; e < S.BM * kc; e += kSmallKThreads) {
+      int i, q;
+      if (a_k_fast)
+        i = e / kc, q = e - i * kc;
+      else
+        q = e / S.BM, i = e - q * S.BM;
+      const int gi = m0 + i;
+      As[q][i] =
+          gi < p.m
+              ? __ldg(A + static_cast<std::int64_t>(gi) * p.a_sm + static_cast<std::int64_t>(k0 + q) * p.a_sk)
+              : 0.f;
+    }
+    for (int e = tid; e < S.BN * kc; e += kSmallKThreads) {
+      int j, q;
+      if (b_k_fast)
+        j = e / kc, q = e - j * kc;
+      else
+        q = e / S.BN, j = e - q * S.BN;
+      const int gj = n0 + j;
+      Bs[q][j] =
+          gj < p.n
+              ? __ldg(B + static_cast<std::int64_t>(k0 + q) * p.b_sk + static_cast<std::int64_t>(gj) * p.b_sn)
+              : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int q = 0; q < kc; ++q) {
+      float a[S.TM], bv[S.TN];
+#pragma unroll
+      for (int r = 0; r < S.TM / 4; ++r) {
+        const float4 v = *reinterpret_cast<const float4*>(&As[q][r * TY * 4 + ty * 4]);
+        a[4 * r] = v.x, a[4 * r + 1] = v.y, a[4 * r + 2] = v.z, a[4 * r + 3] = v.w;
+      }
+#pragma unroll
+      for (int r = 0; r < S.TN / 4; ++r) {
+        const float4 v = *reinterpret_cast<const float4*>(&Bs[q][r * TX * 4 + tx * 4]);
+        bv[4 * r] = v.x, bv[4 * r + 1] = v.y, bv[4 * r + 2] = v.z, bv[4 * r + 3] = v.w;
+      }
+#pragma unroll
+      for (int i = 0; i < S.TM; ++i)
+#pragma unroll
+        for (int j = 0; j < S.TN; ++j) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
+    }
+  }
+
+  // Row i of the thread tile is row (i / 4) * TY * 4 + ty * 4 + i % 4 of the block tile, run r of columns
+  // starts at r * TX * 4 + tx * 4: a warp's store covers 16 x 16 contiguous bytes of each of its rows.
+  float* C = c_batch(p, b);
+#pragma unroll
+  for (int i = 0; i < S.TM; ++i) {
+    const int row = m0 + (i / 4) * TY * 4 + ty * 4 + i % 4;
+#pragma unroll
+    for (int r = 0; r < S.TN / 4; ++r)
+      store_run<4>(p, C, row, n0 + r * TX * 4 + tx * 4, &acc[i][4 * r], c_vec);
+  }
+}
+
+template <class Shape>
+void launch_small_k(const Problem& p, cudaStream_t stream) {
+  constexpr SmallKShape S = Shape::value;
+  const std::int64_t tiles = static_cast<std::int64_t>((p.m + S.BM - 1) / S.BM) * ((p.n + S.BN - 1) / S.BN);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.batch));
+  gemm_small_k<Shape><<<grid, kSmallKThreads, 0, stream>>>(p, c_vectorisable(p));
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+// 128x128: 8x8 per thread, the fewest shared-memory and L2 reads per element of C (many tiles); 64x64: 4x4
+// per thread, four times the blocks for problems of few tiles.
+// clang-format off
+struct SmallK128x128 {
+  static constexpr SmallKShape value{.BM = 128, .BN = 128, .TM = 8, .TN = 8, .KC = 32};
+};
+struct SmallK64x64 {
+  static constexpr SmallKShape value{.BM = 64, .BN = 64, .TM = 4, .TN = 4, .KC = 32};
+};
+// clang-format on
+
+}  // namespace
+
+void launch_small_k_128x128(const Problem& p, const Config&, cudaStream_t stream) {
+  launch_small_k<SmallK128x128>(p, stream);
+}
+void launch_small_k_64x64(const Problem& p, const Config&, cudaStream_t stream) {
+  launch_small_k<SmallK64x64>(p, stream);
+}
+
+}  // namespace mt::detail::gemm
