@@ -142,6 +142,8 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
   const float* a0 = a.data<float>();
   const float* b0 = b.data<float>();
   float* c0 = c.data<float>();
+  // The choice sees the first entry's operands: their alignment decides packing and the vector loaders.
+  p.a = a0, p.b = b0, p.c = c0;
   cudaStream_t stream = nullptr;
   detail::gemm::Config cfg;
   std::optional<DeviceGuard> guard;
@@ -152,9 +154,7 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
     for (const Tensor* t : {&a, &b, static_cast<const Tensor*>(&c), &bias}) detail::record_stream(*t, stream);
     if (tune) {
       // Tuned on the first launch's operands (their alignment is part of the key).
-      Problem lead = p;
-      lead.a = a0, lead.b = b0, lead.c = c0;
-      cfg = detail::gemm::tuned_choice(lead, math, stream);
+      cfg = detail::gemm::tuned_choice(p, math, stream);
     } else {
       cfg = detail::gemm::choose(p, math);
     }
@@ -168,7 +168,7 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
     }
     Problem q = p;
     q.a = a0 + offa, q.b = b0 + offb, q.c = c0 + offc;
-    if (tune && !detail::gemm::can_implement(q, cfg))  // an entry aligned unlike the first
+    if (c.is_cuda() && !detail::gemm::can_implement(q, cfg))  // an entry aligned unlike the first
       detail::gemm::launch(q, detail::gemm::choose(q, math), stream);
     else if (c.is_cuda())
       detail::gemm::launch(q, cfg, stream);
