@@ -4,6 +4,7 @@
 #include <atomic>
 #include <iostream>
 
+#include "minitensor/graph/detail/collective.h"
 #include "minitensor/graph/detail/internal.h"
 #include "minitensor/ops/ops.h"
 
@@ -121,6 +122,12 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
       if (n.has_mask) o.mask = ins[3];
       return attention(ins[0], ins[1], ins[2], o);
     }
+    case OpKind::Slice:
+    case OpKind::Concat:
+    case OpKind::AllReduce:
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+      return eval_layout_or_collective(n, ins);
   }
   MT_THROW(InvalidArgument, "eval_node: unknown op");
 }

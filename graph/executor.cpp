@@ -10,6 +10,7 @@
 #include <iostream>
 #include <numeric>
 
+#include "minitensor/graph/detail/collective.h"
 #include "minitensor/graph/detail/executor_impl.h"
 #include "minitensor/ops/detail/kernels.h"
 #include "minitensor/ops/detail/norm.h"
@@ -154,6 +155,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   m_source.nodes = graph.nodes;
   m_source.outputs = graph.outputs;
   require_outputs(m_source, "Executor");
+  check_collectives(m_source, m_device, options.comm, "Executor");
   if (m_device.is_cpu()) return;
   check_device(m_device);
   DeviceGuard device_guard(m_device);
@@ -205,7 +207,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
         (n.kind == OpKind::Reduce && !split_axes(x, n.axes, a, b, c)) ||
         ((n.kind == OpKind::LayerNorm || n.kind == OpKind::RmsNorm) && !row_norm_is_fused(x.back())) ||
         (n.kind == OpKind::Attention &&
-         !attention_is_fused(x.back(), n.shape.back(), m_prog.g.at(n.inputs[1]).shape[x.rank() - 2]));
+         !attention_is_fused(x.back(), n.shape.back(), m_prog.g.at(n.inputs[1]).shape[x.rank() - 2])) ||
+        collective_allocates(n);
     if (eager) {
       m_eager_step[i] = true;
       m_capturable = false;
@@ -218,7 +221,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   // Streams from the data dependencies first, then memory that never makes one stream wait for another.
   const int max_streams =
       options.compile.multi_stream ? std::min(options.compile.max_streams, kStreamPoolSize) : 1;
-  const Schedule data_only = schedule_streams(m_prog, plan_memory(m_prog, false, false), max_streams);
+  Schedule data_only = schedule_streams(m_prog, plan_memory(m_prog, false, false), max_streams);
+  pin_collective_streams(m_prog, data_only.stream);
   m_mem = plan_memory(m_prog, reuse, reuse && options.compile.inplace, &data_only.stream);
   m_sched = schedule_streams(m_prog, m_mem, max_streams, &data_only.stream);
   m_plan_stats.arena_bytes = m_mem.arena_bytes;
@@ -472,6 +476,16 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       o.scale = n.scalar;
       if (n.has_mask) o.mask = in(3);
       attention_out(in(0), in(1), in(2), out, o);
+      break;
+    }
+    case OpKind::Slice:
+    case OpKind::Concat:
+    case OpKind::AllReduce:
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter: {
+      std::vector<Tensor> ins;
+      for (size_t k = 0; k < n.inputs.size(); ++k) ins.push_back(in(static_cast<int>(k)));
+      launch_layout_or_collective(n, ins, out, m_opt.comm, stream);
       break;
     }
     default:

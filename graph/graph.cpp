@@ -52,6 +52,16 @@ const char* kind_name(OpKind k) {
       return "rms_norm";
     case OpKind::Attention:
       return "attention";
+    case OpKind::Slice:
+      return "slice";
+    case OpKind::Concat:
+      return "concat";
+    case OpKind::AllReduce:
+      return "all_reduce";
+    case OpKind::AllGather:
+      return "all_gather";
+    case OpKind::ReduceScatter:
+      return "reduce_scatter";
   }
   return "?";
 }
@@ -108,6 +118,18 @@ std::string node_op_string(const NodeData& n) {
       if (n.gemm.softmax) s += "+softmax";
       return s;
     }
+    case OpKind::Slice:
+      return str("slice(", n.axes[0], ", ", n.start, ":", n.start + n.shape[static_cast<int>(n.axes[0])],
+                 ")");
+    case OpKind::Concat:
+      return str("concat(", n.axes[0], ")");
+    case OpKind::AllReduce:
+      return str("all_reduce(", dist::reduce_op_name(n.dist_op), ", world ", n.world, ")");
+    case OpKind::AllGather:
+      return str("all_gather(", n.axes[0], ", world ", n.world, ")");
+    case OpKind::ReduceScatter:
+      return str("reduce_scatter(", dist::reduce_op_name(n.dist_op), ", ", n.axes[0], ", world ", n.world,
+                 ")");
     default:
       return kind_name(n.kind);
   }

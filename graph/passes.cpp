@@ -30,7 +30,7 @@ std::string cse_key(const NodeData& n) {
           n.has_bias, "|", n.gemm.trans_a, n.gemm.trans_b, bits(n.gemm.alpha), bits(n.gemm.beta),
           static_cast<int>(n.gemm.activation), "|", n.gemm.softmax, "|", n.shape.str(), "|");
   for (auto a : n.axes) k += str(a, ",");
-  k += "|";
+  k += str("|", n.start, "|", static_cast<int>(n.dist_op), "|", n.world, "|");
   for (int in : n.inputs) k += str(in, ",");
   return k;
 }
