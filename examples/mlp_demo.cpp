@@ -171,6 +171,13 @@ Tensor uniform(const Shape& s, std::uint64_t seed, double lo, double hi) {
   return from_vector(v, s);
 }
 
+ExecOptions on(Device device, dist::Communicator* comm = nullptr) {
+  ExecOptions o;
+  o.device = device;
+  o.comm = comm;
+  return o;
+}
+
 double now_us() {
   using namespace std::chrono;
   return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
@@ -275,7 +282,7 @@ int run_tensor_parallel(const Args& args) {
   const int reps = d >= 4096 ? 5 : 50;
   double one_us = 0;
   {
-    Executor one(ref, {.device = Device::cuda(0)});
+    Executor one(ref, on(Device::cuda(0)));
     const Tensor x0 = x.cuda(0);
     one_us = us_per_run([&] { (void)one.run({{"x", x0}}); }, Device::cuda(0), reps);
   }
@@ -295,7 +302,7 @@ int run_tensor_parallel(const Args& args) {
         Graph g;
         g.set_world_size(n);
         g.output("y", megatron_mlp(g, g.input("x", {batch, d}), w, r, {.chunks = chunks}));
-        const ExecOptions o{.device = Device::cuda(r), .comm = &comms[static_cast<size_t>(r)]};
+        const ExecOptions o = on(Device::cuda(r), &comms[static_cast<size_t>(r)]);
         const Tensor xr = x.cuda(r);
         const CheckReport report = check_parallel(g, {{"x", xr}}, ref, {{"x", x}}, o);
         tables[static_cast<size_t>(r)] = report.table();

@@ -9,7 +9,10 @@
 //   g.set_world_size(comm.size());
 //   auto x = g.input("x", {tokens, d});
 //   g.output("y", mt::megatron_mlp(g, x, weights, comm.rank(), {.chunks = 4}));
-//   mt::Executor exec(g, {.device = mt::Device::cuda(comm.device()), .comm = &comm});
+//   mt::ExecOptions options;
+//   options.device = mt::Device::cuda(comm.device());
+//   options.comm = &comm;
+//   mt::Executor exec(g, options);
 //
 // The outputs of megatron_mlp and row_parallel_linear (and column_parallel_linear with gather_output) are the
 // whole result on every rank; mlp() builds the unsplit reference they equal (check_parallel compares them).

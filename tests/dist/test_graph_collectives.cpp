@@ -16,6 +16,13 @@ using dist::Communicator;
 using dist::ReduceOp;
 using test::on_each_rank;
 
+ExecOptions on(Device device, dist::Communicator* comm = nullptr) {
+  ExecOptions o;
+  o.device = device;
+  o.comm = comm;
+  return o;
+}
+
 std::vector<float> host(const Tensor& t) {
   return t.cpu().contiguous().to_vector<float>();
 }
@@ -51,7 +58,7 @@ TEST_P(GraphDist, CollectiveNodes_MatchTheHost_InAndOutOfCapture) {
     g.output("gathered", g.all_gather(x, 0));
     g.output("scattered", g.reduce_scatter(x, 0));
     Communicator& comm = comms[static_cast<size_t>(r)];
-    Executor exec(g, {.device = Device::cuda(r), .comm = &comm});
+    Executor exec(g, on(Device::cuda(r), &comm));
     const Tensor xv = from_vector(test::values(r, rows * cols), Shape{rows, cols}, Device::cuda(r));
     for (int run = 0; run < 3; ++run) {
       const TensorMap out = exec.run({{"x", xv}});
@@ -85,7 +92,7 @@ TEST_P(GraphDist, GatherAndScatterAlongTheLastDim) {
     Node x = g.input("x", {rows, cols});
     g.output("gathered", g.all_gather(x, -1));
     g.output("scattered", g.reduce_scatter(x, 1));
-    Executor exec(g, {.device = Device::cuda(r), .comm = &comms[static_cast<size_t>(r)]});
+    Executor exec(g, on(Device::cuda(r), &comms[static_cast<size_t>(r)]));
     const Tensor xv = from_vector(test::values(r, rows * cols), Shape{rows, cols}, Device::cuda(r));
     for (int run = 0; run < 2; ++run) {
       const TensorMap out = exec.run({{"x", xv}});
@@ -113,11 +120,11 @@ TEST_P(GraphDist, CommunicatorOfAnotherSize_IsInvalidArgument) {
   Graph g;
   g.set_world_size(n + 1);
   g.output("y", g.all_reduce(g.input("x", {4})));
-  EXPECT_THROW(Executor(g, {.device = Device::cuda(0), .comm = &comms[0]}), InvalidArgument);
+  EXPECT_THROW(Executor(g, on(Device::cuda(0), &comms[0])), InvalidArgument);
   Graph h;
   h.set_world_size(n);
   h.output("y", h.all_reduce(h.input("x", {4})));
-  EXPECT_THROW(Executor(h, {.device = Device::cuda(1), .comm = &comms[0]}), DeviceError);
+  EXPECT_THROW(Executor(h, on(Device::cuda(1), &comms[0])), DeviceError);
 }
 
 MlpWeights mlp_weights(std::int64_t d, std::int64_t ffn, std::int64_t d_out) {
@@ -142,7 +149,7 @@ TEST_P(GraphDist, MegatronMlp_EqualsTheSingleGpuExecutor) {
   ref.output("y", mlp(ref, ref.input("x", {tokens, d}), w));
   std::vector<float> want;
   {
-    Executor one(ref, {.device = Device::cuda(0)});
+    Executor one(ref, on(Device::cuda(0)));
     want = host(one.run({{"x", x.cuda(0)}}).at("y"));
   }
   auto comms = Communicator::local(test::first_devices(n));
@@ -152,7 +159,7 @@ TEST_P(GraphDist, MegatronMlp_EqualsTheSingleGpuExecutor) {
       g.set_world_size(n);
       g.output("y", megatron_mlp(g, g.input("x", {tokens, d}), w, r, {.chunks = chunks}));
       Communicator& comm = comms[static_cast<size_t>(r)];
-      const ExecOptions o{.device = Device::cuda(r), .comm = &comm};
+      const ExecOptions o = on(Device::cuda(r), &comm);
       Executor exec(g, o);
       const Tensor xr = x.cuda(r);
       for (int run = 0; run < 3; ++run)
@@ -188,7 +195,7 @@ TEST_P(GraphDist, ColumnAndRowParallel_EqualTheUnsplitLayers) {
     g.output("h_shard", shard);
     g.output("y", row_parallel_linear(g, shard, w.w2, w.b2, r));
     g.output("c", tensor_parallel_matmul(g, gx, w.w1, r));
-    const ExecOptions o{.device = Device::cuda(r), .comm = &comms[static_cast<size_t>(r)]};
+    const ExecOptions o = on(Device::cuda(r), &comms[static_cast<size_t>(r)]);
     const CheckReport report = check_parallel(g, {{"x", x.cuda(r)}}, ref, {{"x", x}}, o);
     EXPECT_TRUE(report.ok) << report.table();
     EXPECT_EQ(report.rows.size(), 4u);
@@ -206,7 +213,7 @@ TEST_P(GraphDist, DataParallelMlp_EqualsOneGpu) {
   Graph whole;
   whole.output("y", mlp(whole, whole.input("x", {batch * n, d}), w));
   const Tensor x = randn({batch * n, d}, 9);
-  Executor one(whole, {.device = Device::cuda(0)});
+  Executor one(whole, on(Device::cuda(0)));
   const std::vector<float> want = host(one.run({{"x", x.cuda(0)}}).at("y"));
   DataParallel dp(replica, test::first_devices(n));
   EXPECT_EQ(dp.size(), n);

@@ -15,6 +15,13 @@ namespace {
 
 using detail::OpKind;
 
+ExecOptions on(Device device, dist::Communicator* comm = nullptr) {
+  ExecOptions o;
+  o.device = device;
+  o.comm = comm;
+  return o;
+}
+
 template <class E, class F>
 std::string message_of(F f) {
   try {
@@ -112,7 +119,7 @@ TEST(GraphCollectives, CpuExecutor_IsAWorldOfOne) {
   g.output("ag", g.all_gather(x, 1));
   g.output("rs", g.reduce_scatter(x, 0));
   const Tensor xv = randn({4, 6}, 7);
-  Executor e(g, {.device = Device::cpu()});
+  Executor e(g, on(Device::cpu()));
   const TensorMap out = e.run({{"x", xv}});
   for (const char* name : {"ar", "ag", "rs"}) EXPECT_EQ(host(out.at(name)), host(xv)) << name;
   const TensorMap ref = run_cpu(g, {{"x", xv}});
@@ -124,7 +131,7 @@ TEST(GraphCollectives, CpuExecutor_LargerWorld_IsInvalidArgumentNamingTheNode) {
   g.set_world_size(2);
   Node x = g.input("x", {4});
   g.output("y", g.all_gather(x, 0, "gathered"));
-  const std::string msg = message_of<InvalidArgument>([&] { Executor e(g, {.device = Device::cpu()}); });
+  const std::string msg = message_of<InvalidArgument>([&] { Executor e(g, on(Device::cpu())); });
   EXPECT_NE(msg.find("'gathered'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("world of one"), std::string::npos) << msg;
   EXPECT_THROW(run_cpu(g, {{"x", randn({4}, 1)}}), InvalidArgument);
@@ -245,7 +252,7 @@ TEST(ParallelRecipes, WorldOfOne_EqualsTheUnsplitGraph_OnTheCpu) {
   for (int chunks : {1, 3, 7, 9}) {
     Graph g;
     g.output("y", megatron_mlp(g, g.input("x", {7, 8}), w, 0, {.chunks = chunks}));
-    const CheckReport r = check_parallel(g, {{"x", xv}}, ref, {{"x", xv}}, {.device = Device::cpu()});
+    const CheckReport r = check_parallel(g, {{"x", xv}}, ref, {{"x", xv}}, on(Device::cpu()));
     EXPECT_TRUE(r.ok) << "chunks " << chunks << "\n" << r.table();
   }
   Graph tp;
@@ -253,7 +260,7 @@ TEST(ParallelRecipes, WorldOfOne_EqualsTheUnsplitGraph_OnTheCpu) {
   tp.output("y", tensor_parallel_matmul(tp, a, w.w1, 0));
   Graph tp_ref;
   tp_ref.output("y", tp_ref.matmul(tp_ref.input("x", {7, 8}), tp_ref.parameter("b", w.w1)));
-  EXPECT_TRUE(check_parallel(tp, {{"x", xv}}, tp_ref, {{"x", xv}}, {.device = Device::cpu()}).ok);
+  EXPECT_TRUE(check_parallel(tp, {{"x", xv}}, tp_ref, {{"x", xv}}, on(Device::cpu())).ok);
 }
 
 TEST(DataParallelTest, NoDevices_IsInvalidArgument) {
