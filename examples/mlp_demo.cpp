@@ -263,8 +263,10 @@ int run_tensor_parallel(const Args& args) {
   const int found = cuda_available() ? cuda_device_count() : 0;
   if (found < n) {
     std::cerr << "mlp_demo: --gpus " << n << " needs " << n << " CUDA devices, but "
-              << (found == 0 ? no_gpu_reason() : std::to_string(found) + " are present") << " (try --gpus "
-              << std::max(found, 1) << (found == 0 ? " on a GPU machine" : "") << ")\n";
+              << (found == 0 ? "there is none (" + cuda_unavailable_reason() + ")"
+                             : "only " + std::to_string(found) + " are present (try --gpus " +
+                                   std::to_string(found) + ")")
+              << "\n";
     return 1;
   }
   const std::int64_t batch = args.batch, d = args.hidden, ffn = 4 * args.hidden;
