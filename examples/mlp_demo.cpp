@@ -4,7 +4,11 @@
 // wall-clock timings and a Chrome trace of the eager ops. Either way the graph goes to a Graphviz file (and a
 // PNG where `dot` is installed).
 //
-//   mlp_demo [--batch N] [--hidden N] [--out-dir DIR] [--trace PATH] [--dot PATH] [--cpu]
+// With --gpus N: the tensor-parallel (Megatron) MLP y = gelu(x W1 + b1) W2 + b2 (FFN 4 x hidden) on N GPUs of
+// this process, one thread per rank, with each rank's check table against the unsplit MLP on the CPU and its
+// time next to the single-GPU executor's.
+//
+//   mlp_demo [--batch N] [--hidden N] [--out-dir DIR] [--trace PATH] [--dot PATH] [--cpu] [--gpus N]
 //   mlp_demo [batch] [hidden] [trace.json]          (the positional form)
 //
 // Exit status: 0 ok, 1 runtime error, 2 usage error, 3 the check against the Eigen reference failed.
@@ -23,9 +27,11 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "minitensor/graph/graph.h"
+#include "minitensor/graph/parallel.h"
 #include "minitensor/minitensor.h"
 
 using namespace mt;
@@ -36,9 +42,11 @@ namespace {
 constexpr std::int64_t kMaxBatch = std::int64_t(1) << 20;
 constexpr std::int64_t kMaxHidden = 16384;
 constexpr std::int64_t kMaxActivations = std::int64_t(1) << 28;
+constexpr std::int64_t kMaxGpus = 64;
 
 constexpr const char* kSynopsis =
-    "usage: mlp_demo [--batch N] [--hidden N] [--out-dir DIR] [--trace PATH] [--dot PATH] [--cpu]\n"
+    "usage: mlp_demo [--batch N] [--hidden N] [--out-dir DIR] [--trace PATH] [--dot PATH] [--cpu] "
+    "[--gpus N]\n"
     "       mlp_demo [batch] [hidden] [trace.json]\n";
 constexpr const char* kOptions =
     "\n"
@@ -52,6 +60,8 @@ constexpr const char* kOptions =
     "  --trace PATH   the Chrome trace (default DIR/mt_trace.json; open in https://ui.perfetto.dev)\n"
     "  --dot PATH     the graph in Graphviz DOT (default DIR/mt_graph.dot; a PNG beside it if `dot` exists)\n"
     "  --cpu          run on the CPU even when a CUDA device is present\n"
+    "  --gpus N       the tensor-parallel MLP (FFN 4 x hidden, GELU) on the first N GPUs, with each rank's\n"
+    "                 check against the unsplit MLP and the time next to one GPU's (N divides 4 x hidden)\n"
     "  -h, --help     this text\n"
     "\n"
     "Exit status: 0 ok, 1 runtime error, 2 usage error, 3 the check against the Eigen reference failed.\n";
@@ -63,6 +73,7 @@ struct UsageError : std::runtime_error {
 struct Args {
   std::int64_t batch = 256, hidden = 1024;
   std::string out_dir = ".", trace, dot;
+  std::int64_t gpus = 0;  // 0: the single-device demo
   bool cpu = false, help = false;
 };
 
@@ -108,6 +119,8 @@ Args parse_args(int argc, char** argv) {
         a.cpu = true;
       } else if (name == "--batch") {
         a.batch = parse_count("--batch", take_value(), kMaxBatch);
+      } else if (name == "--gpus") {
+        a.gpus = parse_count("--gpus", take_value(), kMaxGpus);
       } else if (name == "--hidden") {
         a.hidden = parse_count("--hidden", take_value(), kMaxHidden);
       } else if (name == "--out-dir" || name == "--trace" || name == "--dot") {
@@ -137,6 +150,10 @@ Args parse_args(int argc, char** argv) {
   if (a.batch * a.hidden > kMaxActivations)
     throw UsageError("batch x hidden = " + std::to_string(a.batch * a.hidden) + " is too large (at most " +
                      std::to_string(kMaxActivations) + ")");
+  if (a.gpus > 0 && a.cpu) throw UsageError("--gpus and --cpu exclude each other");
+  if (a.gpus > 0 && (4 * a.hidden) % a.gpus != 0)
+    throw UsageError("--gpus " + std::to_string(a.gpus) + " does not divide the FFN width 4 x " +
+                     std::to_string(a.hidden));
   const std::filesystem::path dir = a.out_dir;
   if (a.trace.empty()) a.trace = (dir / "mt_trace.json").string();
   if (a.dot.empty()) a.dot = (dir / "mt_graph.dot").string();
@@ -152,6 +169,13 @@ Tensor uniform(const Shape& s, std::uint64_t seed, double lo, double hi) {
   std::vector<float> v = rand(s, seed).to_vector<float>();
   for (float& f : v) f = static_cast<float>(lo + (hi - lo) * f);
   return from_vector(v, s);
+}
+
+ExecOptions on(Device device, dist::Communicator* comm = nullptr) {
+  ExecOptions o;
+  o.device = device;
+  o.comm = comm;
+  return o;
 }
 
 double now_us() {
@@ -233,6 +257,84 @@ double row0_sum(const Tensor& y, std::int64_t hidden) {
   return s;
 }
 
+// --gpus N: the Megatron MLP on N GPUs, one thread per rank. Returns the exit status.
+int run_tensor_parallel(const Args& args) {
+  const int n = static_cast<int>(args.gpus);
+  const int found = cuda_available() ? cuda_device_count() : 0;
+  if (found < n) {
+    std::cerr << "mlp_demo: --gpus " << n << " needs " << n << " CUDA devices, but "
+              << (found == 0 ? "there is none (" + cuda_unavailable_reason() + ")"
+                             : "only " + std::to_string(found) + " are present (try --gpus " +
+                                   std::to_string(found) + ")")
+              << "\n";
+    return 1;
+  }
+  const std::int64_t batch = args.batch, d = args.hidden, ffn = 4 * args.hidden;
+  std::cout << "== tensor-parallel MLP on " << n << " GPU(s): x (" << batch << ", " << d << "), W1 (" << d
+            << ", " << ffn << ") split by columns, W2 (" << ffn << ", " << d
+            << ") split by rows, one all-reduce per chunk\n";
+  MlpWeights w;
+  w.w1 = uniform({d, ffn}, 2, -1 / std::sqrt(double(d)), 1 / std::sqrt(double(d)));
+  w.b1 = uniform({ffn}, 3, -0.1, 0.1);
+  w.w2 = uniform({ffn, d}, 4, -1 / std::sqrt(double(ffn)), 1 / std::sqrt(double(ffn)));
+  w.b2 = uniform({d}, 5, -0.1, 0.1);
+  const Tensor x = uniform({batch, d}, 1, -1, 1);
+  Graph ref;
+  ref.output("y", mlp(ref, ref.input("x", {batch, d}), w));
+  const int reps = d >= 4096 ? 5 : 50;
+  double one_us = 0;
+  {
+    Executor one(ref, on(Device::cuda(0)));
+    const Tensor x0 = x.cuda(0);
+    one_us = us_per_run([&] { (void)one.run({{"x", x0}}); }, Device::cuda(0), reps);
+  }
+  std::vector<int> devices;
+  for (int r = 0; r < n; ++r) devices.push_back(r);
+  std::vector<dist::Communicator> comms = dist::Communicator::local(devices);
+  const int chunks = batch >= 1024 ? 4 : 1;
+  std::vector<std::string> tables(static_cast<size_t>(n));
+  std::vector<double> us(static_cast<size_t>(n));
+  std::vector<char> ok(static_cast<size_t>(n), 0);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        DeviceGuard guard(r);
+        Graph g;
+        g.set_world_size(n);
+        g.output("y", megatron_mlp(g, g.input("x", {batch, d}), w, r, {.chunks = chunks}));
+        const ExecOptions o = on(Device::cuda(r), &comms[static_cast<size_t>(r)]);
+        const Tensor xr = x.cuda(r);
+        const CheckReport report = check_parallel(g, {{"x", xr}}, ref, {{"x", x}}, o);
+        tables[static_cast<size_t>(r)] = report.table();
+        ok[static_cast<size_t>(r)] = report.ok;
+        Executor exec(g, o);
+        us[static_cast<size_t>(r)] = us_per_run([&] { (void)exec.run({{"x", xr}}); }, Device::cuda(r), reps);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  bool all_ok = true;
+  for (int r = 0; r < n; ++r) {
+    if (!errors[static_cast<size_t>(r)].empty()) {
+      std::cerr << "mlp_demo: rank " << r << ": " << errors[static_cast<size_t>(r)] << "\n";
+      return 1;
+    }
+    std::cout << "\n== rank " << r << " (cuda:" << r << ") against the unsplit MLP on the CPU\n"
+              << tables[static_cast<size_t>(r)];
+    all_ok = all_ok && ok[static_cast<size_t>(r)];
+  }
+  const double tn = *std::max_element(us.begin(), us.end());
+  std::cout << "\n== timing (us per run, " << device_properties(0).name << ", chunks " << chunks << ")\n";
+  std::printf("%-34s %12.1f\n", "1 GPU, unsplit MLP", one_us);
+  std::printf("%-34s %12.1f   speed-up %.2fx, efficiency %.2f\n",
+              (std::to_string(n) + " GPU(s), tensor parallel").c_str(), tn, one_us / tn, one_us / (n * tn));
+  return all_ok ? 0 : 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,6 +350,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::int64_t batch = args.batch, hidden = args.hidden;
+  if (args.gpus > 0) {
+    try {
+      return run_tensor_parallel(args);
+    } catch (const std::exception& e) {
+      std::cerr << "mlp_demo: " << e.what() << "\n";
+      return 1;
+    }
+  }
   try {
     for (const std::string& p : {args.trace, args.dot}) {
       const std::filesystem::path parent = std::filesystem::path(p).parent_path();

@@ -14,12 +14,6 @@
 
 namespace mt {
 namespace detail {
-namespace {
-
-struct Diff {
-  double max_abs = 0, max_rel = 0, nmse = 0, max_ref = 0;
-  bool pattern_ok = true;
-};
 
 std::vector<double> as_doubles(const Tensor& t) {
   std::vector<double> v;
@@ -45,7 +39,7 @@ double max_abs_of(const Tensor& t) {
   return m;
 }
 
-Diff diff(const Tensor& got, const Tensor& ref) {
+Diff diff_tensors(const Tensor& got, const Tensor& ref) {
   Diff d;
   const std::vector<double> g = as_doubles(got), r = as_doubles(ref);
   double num = 0, den = 0;
@@ -69,6 +63,8 @@ Diff diff(const Tensor& got, const Tensor& ref) {
   d.pattern_ok = d.pattern_ok && g.size() == r.size();
   return d;
 }
+
+namespace {
 
 // The per-op tolerance (relative to scale) and what the scale is.
 double local_scale(const Program& p, const NodeData& n, const std::vector<Tensor>& ins, double max_ref) {
@@ -192,7 +188,7 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     }
     const Tensor& ref = local[static_cast<size_t>(s.root)];
     const Tensor got = exec.value(s.root);
-    const Diff d = diff(got, ref);
+    const Diff d = diff_tensors(got, ref);
     row.max_abs = d.max_abs;
     row.max_rel = d.max_rel;
     row.nmse = d.nmse;
@@ -212,7 +208,7 @@ CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions optio
     row.op = node_op_string(n);
     row.shape = n.shape.str();
     const Tensor& ref = cpu[static_cast<size_t>(id0)];
-    const Diff d = diff(out.at(name), ref);
+    const Diff d = diff_tensors(out.at(name), ref);
     row.max_abs = d.max_abs;
     row.max_rel = d.max_rel;
     row.nmse = d.nmse;

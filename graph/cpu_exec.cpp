@@ -4,6 +4,7 @@
 #include <atomic>
 #include <iostream>
 
+#include "minitensor/graph/detail/collective.h"
 #include "minitensor/graph/detail/internal.h"
 #include "minitensor/ops/ops.h"
 
@@ -88,7 +89,7 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
       return permute_copy(ins[0], n.axes);  // a graph's permute materialises (graph.h)
     case OpKind::View:
       return ins[0].reshape(n.shape);
-    case OpKind::Slice:
+    case OpKind::SliceView:
       return ins[0]
           .slice(n.axes[0], n.axes[1], n.axes[1] + n.shape[static_cast<int>(n.axes[0])])
           .contiguous();
@@ -125,6 +126,12 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins) {
       if (n.has_mask) o.mask = ins[3];
       return attention(ins[0], ins[1], ins[2], o);
     }
+    case OpKind::Slice:
+    case OpKind::Concat:
+    case OpKind::AllReduce:
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+      return eval_layout_or_collective(n, ins);
   }
   MT_THROW(InvalidArgument, "eval_node: unknown op");
 }

@@ -8,8 +8,11 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <numeric>
+#include <tuple>
 
+#include "minitensor/graph/detail/collective.h"
 #include "minitensor/graph/detail/executor_impl.h"
 #include "minitensor/ops/detail/kernels.h"
 #include "minitensor/ops/detail/norm.h"
@@ -155,6 +158,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   m_source.nodes = graph.nodes;
   m_source.outputs = graph.outputs;
   require_outputs(m_source, "Executor");
+  check_collectives(m_source, m_device, options.comm, "Executor");
   if (m_device.is_cpu()) return;
   check_device(m_device);
   DeviceGuard device_guard(m_device);
@@ -208,7 +212,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
         (n.kind == OpKind::Reduce && !split_axes(x, n.axes, a, b, c)) ||
         ((n.kind == OpKind::LayerNorm || n.kind == OpKind::RmsNorm) && !row_norm_is_fused(x.back())) ||
         (n.kind == OpKind::Attention &&
-         !attention_is_fused(x.back(), n.shape.back(), m_prog.g.at(n.inputs[1]).shape[x.rank() - 2]));
+         !attention_is_fused(x.back(), n.shape.back(), m_prog.g.at(n.inputs[1]).shape[x.rank() - 2])) ||
+        collective_allocates(n);
     if (eager) {
       m_eager_step[i] = true;
       m_capturable = false;
@@ -221,7 +226,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   // Streams from the data dependencies first, then memory that never makes one stream wait for another.
   const int max_streams =
       options.compile.multi_stream ? std::min(options.compile.max_streams, kStreamPoolSize) : 1;
-  const Schedule data_only = schedule_streams(m_prog, plan_memory(m_prog, false, false), max_streams);
+  Schedule data_only = schedule_streams(m_prog, plan_memory(m_prog, false, false), max_streams);
+  pin_collective_streams(m_prog, data_only.stream);
   m_mem = plan_memory(m_prog, reuse, reuse && options.compile.inplace, &data_only.stream);
   m_sched = schedule_streams(m_prog, m_mem, max_streams, &data_only.stream);
   m_plan_stats.arena_bytes = m_mem.arena_bytes;
@@ -256,6 +262,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   }
   // TF32 modes: the constant B of each GEMM (a parameter or constant matrix: the weights) packed once, here.
   m_packed_b.assign(m_prog.steps.size(), nullptr);
+  // GEMMs of one weight and one row count (the chunks of a chunked tensor-parallel MLP) share one copy.
+  std::map<std::tuple<int, std::int64_t, bool>, std::shared_ptr<const PackedOperand>> packed;
   const MathMode math = m_opt.compile.math.value_or(default_math_mode());
   for (size_t i = 0; m_opt.compile.pack_weights && math != MathMode::FP32 && i < m_prog.steps.size(); ++i) {
     const Step& s = m_prog.steps[i];
@@ -271,7 +279,9 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
     // Rows of one product: a Gemm's batch dims stay a batch, Linear and Matmul fold them into rows.
     const std::int64_t m = n.kind == OpKind::Gemm ? n.shape[n.shape.rank() - 2]
                                                   : n.shape.numel() / std::max<std::int64_t>(1, b.size(1));
-    m_packed_b[i] = pack_b(b, m, math);
+    auto& shared = packed[{b_id, m, n.kind == OpKind::Gemm && n.gemm.trans_b}];
+    if (!shared) shared = pack_b(b, m, math);
+    m_packed_b[i] = shared;
   }
   synchronize_stream(origin);  // parameters are on the device before any other stream reads them
   m_bound.assign(n_nodes, Tensor());
@@ -480,6 +490,16 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       o.scale = n.scalar;
       if (n.has_mask) o.mask = in(3);
       attention_out(in(0), in(1), in(2), out, o);
+      break;
+    }
+    case OpKind::Slice:
+    case OpKind::Concat:
+    case OpKind::AllReduce:
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter: {
+      std::vector<Tensor> ins;
+      for (size_t k = 0; k < n.inputs.size(); ++k) ins.push_back(in(static_cast<int>(k)));
+      launch_layout_or_collective(n, ins, out, m_opt.comm, stream);
       break;
     }
     default:

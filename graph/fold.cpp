@@ -110,7 +110,7 @@ struct Folder {
         const auto s = reshape_strides(shape, strides, nc.shape);
         return s && readable(c, *s, offset);
       }
-      case OpKind::Slice:
+      case OpKind::SliceView:
         return readable(c, strides, offset + nc.axes[1] * strides[static_cast<int>(nc.axes[0])]);
       default:
         return false;
@@ -157,7 +157,7 @@ void fold_views(Program& p, bool fold) {
       p.view_offset[i] = p.view_offset[static_cast<size_t>(x)];
       continue;
     }
-    if (nd.kind == OpKind::Slice) {
+    if (nd.kind == OpKind::SliceView) {
       const auto x = static_cast<size_t>(nd.inputs[0]);
       p.strides[i] = p.strides[x];
       p.view_offset[i] = p.view_offset[x] + nd.axes[1] * p.strides[x][static_cast<int>(nd.axes[0])];
@@ -314,7 +314,7 @@ bool merge_linears(Program& p) {
     for (size_t j = 0; j < members.size(); ++j) {
       NodeData& n = p.g.at(members[j]);
       merged += str(j ? " " : "", p.g.label(members[j]));
-      n.kind = OpKind::Slice;
+      n.kind = OpKind::SliceView;
       n.inputs = {m_id};
       n.axes = {n.shape.rank() - 1, col[j]};
       n.has_bias = false;

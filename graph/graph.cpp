@@ -40,8 +40,8 @@ const char* kind_name(OpKind k) {
       return "permute";
     case OpKind::View:
       return "view";
-    case OpKind::Slice:
-      return "slice";
+    case OpKind::SliceView:
+      return "slice_view";
     case OpKind::Matmul:
       return "matmul";
     case OpKind::Linear:
@@ -54,6 +54,16 @@ const char* kind_name(OpKind k) {
       return "rms_norm";
     case OpKind::Attention:
       return "attention";
+    case OpKind::Slice:
+      return "slice";
+    case OpKind::Concat:
+      return "concat";
+    case OpKind::AllReduce:
+      return "all_reduce";
+    case OpKind::AllGather:
+      return "all_gather";
+    case OpKind::ReduceScatter:
+      return "reduce_scatter";
   }
   return "?";
 }
@@ -100,7 +110,7 @@ std::string node_op_string(const NodeData& n) {
     }
     case OpKind::View:
       return n.is_reshape ? "reshape" : "view";
-    case OpKind::Slice: {
+    case OpKind::SliceView: {
       const std::int64_t axis = n.axes[0], start = n.axes[1];
       return str("slice(", axis, ", ", start, ":", start + n.shape[static_cast<int>(axis)], ")");
     }
@@ -114,6 +124,18 @@ std::string node_op_string(const NodeData& n) {
       if (n.gemm.softmax) s += "+softmax";
       return s;
     }
+    case OpKind::Slice:
+      return str("slice(", n.axes[0], ", ", n.start, ":", n.start + n.shape[static_cast<int>(n.axes[0])],
+                 ")");
+    case OpKind::Concat:
+      return str("concat(", n.axes[0], ")");
+    case OpKind::AllReduce:
+      return str("all_reduce(", dist::reduce_op_name(n.dist_op), ", world ", n.world, ")");
+    case OpKind::AllGather:
+      return str("all_gather(", n.axes[0], ", world ", n.world, ")");
+    case OpKind::ReduceScatter:
+      return str("reduce_scatter(", dist::reduce_op_name(n.dist_op), ", ", n.axes[0], ", world ", n.world,
+                 ")");
     default:
       return kind_name(n.kind);
   }

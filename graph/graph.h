@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "minitensor/dist/collectives.h"
 #include "minitensor/ops/elementwise.h"
 #include "minitensor/ops/gemm.h"
 #include "minitensor/ops/norm.h"
@@ -158,6 +159,23 @@ class Graph {
   Node attention(Node q, Node k, Node v, Node mask = Node(), bool causal = false,
                  std::optional<double> scale = std::nullopt, const std::string& name = "");
 
+  // --- slices and concatenation (both materialise: the result is a new contiguous buffer)
+  Node slice(Node x, std::int64_t dim, std::int64_t start, std::int64_t end, const std::string& name = "");
+  Node concat(const std::vector<Node>& xs, std::int64_t dim = 0, const std::string& name = "");
+
+  // --- collectives (graph/collective.cpp; recipes built on them: graph/parallel.h). Every rank builds the
+  // same graph (its own shards as parameters) and runs it on its communicator (ExecOptions::comm). Shapes are
+  // inferred when the node is added, from the graph's world size, which is therefore set first
+  // (set_world_size; default 1). An executor checks the communicator's size against it.
+  //   all_reduce: x's shape; all_gather: x with x[dim] * world; reduce_scatter: x with x[dim] / world
+  //   (ShapeError when world does not divide it). dim may be negative.
+  void set_world_size(int world_size);  // InvalidArgument below 1, or once a collective node uses another
+  int world_size() const;
+  Node all_reduce(Node x, dist::ReduceOp op = dist::ReduceOp::Sum, const std::string& name = "");
+  Node all_gather(Node x, std::int64_t dim = 0, const std::string& name = "");
+  Node reduce_scatter(Node x, std::int64_t dim = 0, dist::ReduceOp op = dist::ReduceOp::Sum,
+                      const std::string& name = "");
+
   // --- outputs: what run() returns, by name
   void output(const std::string& name, Node node);
 
@@ -242,6 +260,15 @@ struct ExecOptions {
   CompileOptions compile;
   RunOptions run;
   std::string kernel_cache_dir{};  // empty: $MT_KERNEL_CACHE_DIR, else ~/.cache/minitensor/kernels
+  // The communicator the graph's collective nodes run on (not owned; it must outlive the executor and be on
+  // the executor's device, of the graph's world size). A GPU executor of a graph with collective nodes and no
+  // communicator is an InvalidArgument at its construction, naming the node (DistUnavailable in a build
+  // without NCCL). The CPU executor (and run_cpu) is a world of one: it runs collective nodes of a world size
+  // 1 graph as the identity and refuses (InvalidArgument, naming the node) a graph of a larger world.
+  // Collectives run in the graph's step order on one of the executor's streams, also inside CUDA-graph
+  // capture; every rank's executor must therefore be built from the same graph with the same options, and run
+  // from its own thread (or process).
+  dist::Communicator* comm = nullptr;
 };
 
 // Bytes of the memory plan (intermediates only: inputs, parameters, constants and outputs are not planned).
@@ -355,7 +382,8 @@ std::string to_json(const CheckReport& report);
 // notice of ExecOptions::device, and nothing is compared) and on the CPU; compares every materialised node.
 // Each node is checked locally (the CPU op fed with the device's inputs of that node; fused groups as one op)
 // and every output end to end (independent CPU run). A row passes when max_abs <= tolerance * scale, NaN/Inf
-// matching.
+// matching. A graph of a world size above 1 has no CPU reference of its own: check_parallel (graph/parallel.h)
+// compares each rank with the unsplit graph.
 CheckReport check(const Graph& graph, const TensorMap& inputs, ExecOptions options = {});
 
 }  // namespace mt

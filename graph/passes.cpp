@@ -31,7 +31,7 @@ std::string cse_key(const NodeData& n) {
           n.has_bias, "|", n.gemm.trans_a, n.gemm.trans_b, bits(n.gemm.alpha), bits(n.gemm.beta),
           static_cast<int>(n.gemm.activation), "|", n.gemm.softmax, "|", n.shape.str(), "|");
   for (auto a : n.axes) k += str(a, ",");
-  k += "|";
+  k += str("|", n.start, "|", static_cast<int>(n.dist_op), "|", n.world, "|");
   for (int in : n.inputs) k += str(in, ",");
   return k;
 }
@@ -302,7 +302,7 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
     if (group[static_cast<size_t>(id)] >= 0) members[group[static_cast<size_t>(id)]].push_back(id);
   for (int id : p.order) {
     const NodeData& nd = p.g.at(id);
-    if (nd.is_leaf() || nd.kind == OpKind::View || nd.kind == OpKind::Slice ||
+    if (nd.is_leaf() || nd.kind == OpKind::View || nd.kind == OpKind::SliceView ||
         p.folded[static_cast<size_t>(id)])
       continue;
     const int gid = group[static_cast<size_t>(id)];

@@ -59,7 +59,7 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace, const std::ve
     const NodeData& nd = p.g.at(id);
     if (nd.is_leaf()) {
       m.where[static_cast<size_t>(id)] = MemoryPlan::Where::Leaf;
-    } else if (nd.kind == OpKind::View || nd.kind == OpKind::Slice || p.folded[static_cast<size_t>(id)]) {
+    } else if (nd.kind == OpKind::View || nd.kind == OpKind::SliceView || p.folded[static_cast<size_t>(id)]) {
       m.where[static_cast<size_t>(id)] = MemoryPlan::Where::Alias;
       m.alias_of[static_cast<size_t>(id)] = storage_root(nd.inputs[0]);
     } else {

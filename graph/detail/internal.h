@@ -31,6 +31,16 @@ Tensor eval_node(const NodeData& n, const std::vector<Tensor>& ins);
 // except the first and the last `chunk` elements, which ramp up and down in halves (chunk/8, chunk/8,
 // chunk/4, chunk/2 ... chunk/2, chunk/4, chunk/8, chunk/8; no piece under 64 Ki elements unless the whole
 // is): the first piece's copy in and the last piece's copy out overlap nothing, so they are kept short.
+// got against ref (check()): the largest absolute and relative errors, the NMSE, the largest finite |ref|,
+// and whether NaN/Inf sit at the same places (and the sizes match).
+struct Diff {
+  double max_abs = 0, max_rel = 0, nmse = 0, max_ref = 0;
+  bool pattern_ok = true;
+};
+Diff diff_tensors(const Tensor& got, const Tensor& ref);
+std::vector<double> as_doubles(const Tensor& t);
+double max_abs_of(const Tensor& t);
+
 struct PipelinePiece {
   std::int64_t offset, length;
 };

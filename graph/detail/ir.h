@@ -30,7 +30,13 @@ enum class OpKind : std::uint8_t {
   LayerNorm,  // x, [weight], [bias]: eps in `scalar`
   RmsNorm,    // x, [weight]: eps in `scalar`
   Attention,  // q, k, v, [mask]: scale in `scalar`, causal
-  Slice,      // made by the compiler only: [start, start + extent) of one axis, a view (axes: {axis, start})
+  SliceView,  // made by the compiler only: [start, start + extent) of one axis, a view (axes: {axis, start})
+  Slice,      // x: [start, end) of dim axes[0], start in `start` (materialises)
+  Concat,     // x0, x1, ...: along dim axes[0] (materialises)
+  // Collectives (graph/collective.cpp): `world` ranks, dist_op, dim in axes[0] (gather / scatter).
+  AllReduce,
+  AllGather,
+  ReduceScatter,
 };
 const char* kind_name(OpKind k);
 
@@ -48,15 +54,21 @@ struct NodeData {
   double scalar = 0, scalar2 = 0;  // BinaryScalar / ScalarBinary: scalar; Clamp: lo, hi
   std::vector<std::int64_t> axes;  // Reduce: wrapped, sorted; Softmax: axis; Permute: dims
   bool keepdim = false;
-  bool is_reshape = false;                // View made by reshape()
-  GemmNodeOptions gemm;                   // Gemm / Linear (activation)
-  bool has_c = false, has_bias = false;   // Gemm / Linear; has_bias: LayerNorm
-  bool has_weight = false;                // LayerNorm / RmsNorm
-  bool has_mask = false, causal = false;  // Attention
-  Tensor value;                           // Parameter / Constant
+  bool is_reshape = false;                       // View made by reshape()
+  GemmNodeOptions gemm;                          // Gemm / Linear (activation)
+  bool has_c = false, has_bias = false;          // Gemm / Linear; has_bias: LayerNorm
+  bool has_weight = false;                       // LayerNorm / RmsNorm
+  bool has_mask = false, causal = false;         // Attention
+  Tensor value;                                  // Parameter / Constant
+  std::int64_t start = 0;                        // Slice
+  dist::ReduceOp dist_op = dist::ReduceOp::Sum;  // AllReduce / ReduceScatter
+  int world = 1;                                 // collectives: the world size their shape assumes
 
   bool is_leaf() const {
     return kind == OpKind::Input || kind == OpKind::Parameter || kind == OpKind::Constant;
+  }
+  bool is_collective() const {
+    return kind == OpKind::AllReduce || kind == OpKind::AllGather || kind == OpKind::ReduceScatter;
   }
   bool is_elementwise() const {
     return kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::BinaryScalar ||
@@ -69,6 +81,7 @@ struct GraphData {
   std::uint64_t generation = 0;  // the graph's process-unique id, carried by its nodes
   std::vector<NodeData> nodes;
   std::vector<std::pair<std::string, int>> outputs;  // in declaration order
+  int world_size = 1;                                // what collective nodes' shapes assume
 
   const NodeData& at(int id) const { return nodes[static_cast<std::size_t>(id)]; }
   NodeData& at(int id) { return nodes[static_cast<std::size_t>(id)]; }

@@ -57,7 +57,7 @@ Program build_program(const GraphData& graph, const CompileFlags& flags);
 void fold_views(Program& p, bool fold);
 // Linears (and matmuls by a 2-D weight) of one input, one activation and parameter or constant weights,
 // whose results can all be read as column slices, become one GEMM over the concatenated weights and biases
-// (a snapshot taken here); each former linear is a Slice view of its columns. Returns whether any merged.
+// (a snapshot taken here); each former linear is a SliceView of its columns. Returns whether any merged.
 bool merge_linears(Program& p);
 // Whether node `id`'s tensor is contiguous from its storage root's first element.
 bool plain_layout(const Program& p, int id);

@@ -39,6 +39,10 @@ abc
 --batch=1048576 --hidden=16384
 --frobnicate
 --trace=
+--gpus 0
+--gpus two
+--gpus 2 --cpu
+--gpus 3 --hidden 16
 ARGS
     ;;
   small_run)
