@@ -8,9 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
-#include <map>
 #include <numeric>
-#include <tuple>
 
 #include "minitensor/graph/detail/collective.h"
 #include "minitensor/graph/detail/executor_impl.h"
@@ -260,29 +258,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
         break;
     }
   }
-  // TF32 modes: the constant B of each GEMM (a parameter or constant matrix: the weights) packed once, here.
-  m_packed_b.assign(m_prog.steps.size(), nullptr);
-  // GEMMs of one weight and one row count (the chunks of a chunked tensor-parallel MLP) share one copy.
-  std::map<std::tuple<int, std::int64_t, bool>, std::shared_ptr<const PackedOperand>> packed;
-  const MathMode math = m_opt.compile.math.value_or(default_math_mode());
-  for (size_t i = 0; m_opt.compile.pack_weights && math != MathMode::FP32 && i < m_prog.steps.size(); ++i) {
-    const Step& s = m_prog.steps[i];
-    const NodeData& n = m_prog.g.at(s.root);
-    if (s.kind == Step::Kind::Fused ||
-        (n.kind != OpKind::Linear && n.kind != OpKind::Gemm && n.kind != OpKind::Matmul))
-      continue;
-    const int b_id = n.inputs[1];
-    const OpKind leaf = m_prog.g.at(b_id).kind;
-    Tensor b = m_static[static_cast<size_t>(b_id)];
-    if ((leaf != OpKind::Parameter && leaf != OpKind::Constant) || b.dim() != 2) continue;
-    if (n.kind == OpKind::Gemm && n.gemm.trans_b) b = b.transpose(0, 1);
-    // Rows of one product: a Gemm's batch dims stay a batch, Linear and Matmul fold them into rows.
-    const std::int64_t m = n.kind == OpKind::Gemm ? n.shape[n.shape.rank() - 2]
-                                                  : n.shape.numel() / std::max<std::int64_t>(1, b.size(1));
-    auto& shared = packed[{b_id, m, n.kind == OpKind::Gemm && n.gemm.trans_b}];
-    if (!shared) shared = pack_b(b, m, math);
-    m_packed_b[i] = shared;
-  }
+  m_packed_b = pack_weights(m_prog, m_static, m_opt.compile);
   synchronize_stream(origin);  // parameters are on the device before any other stream reads them
   m_bound.assign(n_nodes, Tensor());
   m_staging_device.assign(n_nodes, Tensor());

@@ -92,6 +92,12 @@ struct TraceEvent {
 // shifted so that none is negative. Every string goes through the library's JSON escaping.
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name);
 
+// TF32 modes with CompileOptions::pack_weights: per step, its GEMM's constant B (a 2-D parameter or constant,
+// `statics` holding the leaves on the device) packed once (graph/weights.cpp); null where nothing is packed.
+std::vector<std::shared_ptr<const PackedOperand>> pack_weights(const Program& prog,
+                                                               const std::vector<Tensor>& statics,
+                                                               const CompileOptions& options);
+
 class ExecutorImpl {
  public:
   ExecutorImpl(const GraphData& graph, const ExecOptions& options);

@@ -168,7 +168,8 @@ void run(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, cons
     }
     Problem q = p;
     q.a = a0 + offa, q.b = b0 + offb, q.c = c0 + offc;
-    if (c.is_cuda() && !detail::gemm::can_implement(q, cfg))  // an entry aligned unlike the first
+    // The choice saw entry 0's operands; a later entry aligned unlike them takes its own.
+    if (c.is_cuda() && o_i > 0 && !detail::gemm::can_implement(q, cfg))
       detail::gemm::launch(q, detail::gemm::choose(q, math), stream);
     else if (c.is_cuda())
       detail::gemm::launch(q, cfg, stream);

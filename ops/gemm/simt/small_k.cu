@@ -1,11 +1,11 @@
 // Products with a short K (up to a few dozen): bound by writing C, not by the math. Each element of C costs
-// 2K FLOPs against the 4 bytes it writes (8 with beta != 0), so below K of about 40 an H100 or H200 (about
-// 60 TFLOP/s fp32 against 3.3-4.8 TB/s) is held by the store of C; a tiled k-loop built for reuse spends
-// itself on a pipeline that never fills there. Here each block owns one BM x BN tile of C, stages its rows of
-// A and columns of B for KC of K at a time (the whole K in one round up to KC) in shared memory, each thread
-// computes a TM x TN register block over the whole K and writes it in float4 runs where C takes them.
-// Reads per tile: (BM + BN) * K floats, mostly from L2 (A's rows are read by every column of tiles, B's
-// columns by every row), against BM * BN floats written.
+// 2K FLOPs against the 4 bytes it writes (8 with beta != 0), so while 2K FLOPs take less time than 4 bytes of
+// store (the FP32 rate over the memory's: bench/gemm/DESIGN.md), the store of C holds it; a tiled k-loop
+// built for reuse spends itself on a pipeline that never fills there. Here each block owns one BM x BN tile
+// of C, stages its rows of A and columns of B for KC of K at a time (the whole K in one round up to KC) in
+// shared memory, each thread computes a TM x TN register block over the whole K and writes it in float4 runs
+// where C takes them. Reads per tile: (BM + BN) * K floats, mostly from L2 (A's rows are read by every column
+// of tiles, B's columns by every row), against BM * BN floats written.
 //
 // Any strides (each operand is read in the order its contiguous dimension gives), alpha/beta, bias and the
 // activation (store_run: C is not read when beta == 0). Plain fp32 FMAs over k in order: exact fp32, so it
