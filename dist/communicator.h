@@ -2,7 +2,8 @@
 //
 // Two ways to make them:
 //   - one process, several GPUs: Communicator::local({0, 1, 2, 3}) gives one communicator per device, driven
-//     from one thread with dist::Group, or from one thread per GPU;
+//     from one thread with dist::Group, or from one thread per GPU (then build every rank's buffers before
+//     any rank's first collective: graph/parallel.h says why);
 //   - one process per GPU (and so several hosts): Communicator::init(rank, world, id), where rank 0's
 //     UniqueId reaches the others through a file or the environment; Communicator::from_env() reads what
 //     scripts/launch.sh sets (RANK, WORLD_SIZE, LOCAL_RANK, MT_NCCL_ID_FILE).

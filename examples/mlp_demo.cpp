@@ -14,6 +14,7 @@
 // Exit status: 0 ok, 1 runtime error, 2 usage error, 3 the check against the Eigen reference failed.
 
 #include <algorithm>
+#include <barrier>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -296,6 +297,9 @@ int run_tensor_parallel(const Args& args) {
   std::vector<double> us(static_cast<size_t>(n));
   std::vector<char> ok(static_cast<size_t>(n), 0);
   std::vector<std::string> errors(static_cast<size_t>(n));
+  // The ranks meet between building and timing: in one process, a rank still allocating while a peer's
+  // collective waits for it can deadlock (graph/parallel.h). check_parallel meets on its own.
+  std::barrier<> meet(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
@@ -310,9 +314,11 @@ int run_tensor_parallel(const Args& args) {
         tables[static_cast<size_t>(r)] = report.table();
         ok[static_cast<size_t>(r)] = report.ok;
         Executor exec(g, o);
+        meet.arrive_and_wait();
         us[static_cast<size_t>(r)] = us_per_run([&] { (void)exec.run({{"x", xr}}); }, Device::cuda(r), reps);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = e.what();
+        meet.arrive_and_drop();
       }
     });
   }

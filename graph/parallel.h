@@ -14,6 +14,13 @@
 //   options.comm = &comm;
 //   mt::Executor exec(g, options);
 //
+// One process driving several GPUs (Communicator::local, a thread per rank) has one rule more than a process
+// per GPU: a collective's kernel waits on its GPU for the peers' kernels, and some driver calls block while
+// holding locks a peer thread needs (cudaMalloc maps new memory into every peer's address space). So build
+// every rank's executor before any rank runs (the ranks meet at a barrier: std::barrier, or dist::barrier),
+// and read results on the host after the run is over (Tensor downloads wait for their stream first).
+// check_parallel meets on its own. A process per GPU (scripts/launch.sh) has neither hazard.
+//
 // The outputs of megatron_mlp and row_parallel_linear (and column_parallel_linear with gather_output) are the
 // whole result on every rank; mlp() builds the unsplit reference they equal (check_parallel compares them).
 #pragma once

@@ -394,11 +394,16 @@ Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
   cudaStream_t stream = current_stream(cuda.index());
   const Tensor s = src.contiguous();
   Tensor d = is_contiguous() ? *this : empty(m_shape, m_dtype, m_device);
+  const bool host_pinned = to_device ? s.is_pinned() : d.is_pinned();
+  // A download into pageable memory blocks inside the driver until the stream reaches it, holding a lock
+  // that another thread's cudaMalloc on a peer GPU needs. With a collective pending on this stream that
+  // waits for that thread, the process deadlocks (one process driving several GPUs). Waiting for the stream
+  // first, outside the driver's copy, leaves the copy nothing to wait for.
+  if (!to_device && !host_pinned) synchronize_stream(stream);
   MT_CUDA_CHECK(cudaMemcpyAsync(d.data_ptr(), s.data_ptr(), nbytes(),
                                 to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream));
   detail::record_stream(d, stream);
   detail::record_stream(s, stream);
-  const bool host_pinned = to_device ? s.is_pinned() : d.is_pinned();
   if (d.data_ptr() != data_ptr()) {
     if (!to_device) synchronize_stream(stream);  // the host-side strided copy reads what just arrived
     copy_(d);

@@ -13,6 +13,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -46,7 +47,9 @@ std::vector<dist::Communicator>& comms_of(int n) {
   return it->second;
 }
 
-void on_ranks(int n, const std::function<void(int)>& fn) {
+// Runs fn(r) on a thread per rank. `meet`, when given, is the ranks' barrier: a rank that throws drops out
+// of it, so the others are not left waiting at it.
+void on_ranks(int n, const std::function<void(int)>& fn, std::barrier<>* meet = nullptr) {
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r)
@@ -56,6 +59,7 @@ void on_ranks(int n, const std::function<void(int)>& fn) {
         fn(r);
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
+        if (meet) meet->arrive_and_drop();
       }
     });
   for (auto& t : threads) t.join();
@@ -70,26 +74,34 @@ double median(std::vector<double> v) {
 
 // Times `n` ranks each running its executor: per batch, `reps` runs between CUDA events on every rank; the
 // batch's time per run is the slowest rank's; returns the median over the batches, in ms. build(r) makes
-// rank r's graph; input(r) its input "x" (on cuda:r).
+// rank r's graph; input(r) its input "x" (on cuda:r). Every rank allocates (its graph, executor and input)
+// before any rank runs a collective, and copies to the host only once its device is idle: in one process, a
+// rank still allocating while a peer's collective waits for it can deadlock (graph/parallel.h).
 double time_ranks(benchmark::State& state, int n, const std::function<Graph(int)>& build,
                   const std::function<Tensor(int)>& input, MathMode math, int reps,
                   std::vector<float>* first_output) {
   std::vector<std::unique_ptr<Executor>> execs(static_cast<size_t>(n));
   std::vector<Tensor> xs(static_cast<size_t>(n));
   std::vector<dist::Communicator>* comms = n > 1 ? &comms_of(n) : nullptr;  // made before the threads
-  on_ranks(n, [&](int r) {
-    ExecOptions o;
-    o.device = Device::cuda(r);
-    o.compile.math = math;
-    if (comms) o.comm = &(*comms)[static_cast<size_t>(r)];
-    const Graph g = build(r);
-    execs[static_cast<size_t>(r)] = std::make_unique<Executor>(g, o);
-    xs[static_cast<size_t>(r)] = input(r);
-    const TensorMap out = execs[static_cast<size_t>(r)]->run({{"x", xs[static_cast<size_t>(r)]}});
-    if (r == 0 && first_output) *first_output = out.begin()->second.cpu().to_vector<float>();
-    for (int w = 0; w < 2; ++w) execs[static_cast<size_t>(r)]->run({{"x", xs[static_cast<size_t>(r)]}});
-    synchronize(Device::cuda(r));
-  });
+  std::barrier<> meet(n);
+  on_ranks(
+      n,
+      [&](int r) {
+        ExecOptions o;
+        o.device = Device::cuda(r);
+        o.compile.math = math;
+        if (comms) o.comm = &(*comms)[static_cast<size_t>(r)];
+        const Graph g = build(r);
+        execs[static_cast<size_t>(r)] = std::make_unique<Executor>(g, o);
+        xs[static_cast<size_t>(r)] = input(r);
+        meet.arrive_and_wait();
+        const TensorMap out = execs[static_cast<size_t>(r)]->run({{"x", xs[static_cast<size_t>(r)]}});
+        for (int w = 0; w < 2; ++w) execs[static_cast<size_t>(r)]->run({{"x", xs[static_cast<size_t>(r)]}});
+        synchronize(Device::cuda(r));
+        meet.arrive_and_wait();
+        if (r == 0 && first_output) *first_output = out.begin()->second.cpu().to_vector<float>();
+      },
+      &meet);
   std::vector<double> batches;
   for (auto _ : state) {
     std::vector<double> ms(static_cast<size_t>(n));

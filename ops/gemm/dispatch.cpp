@@ -157,11 +157,13 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
   // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
   if (p.m == 1 || p.n == 1) return Config{Kernel::Gemv, 1, math};
-  // A short K in fp32: the product is bound by writing C, which the short-K kernel does in one pass: its
+  // A short K in fp32: the product is bound by writing C, which the short-K kernels do in one pass. Up to
+  // kSmallKRowsMax the rows kernel (the most stores in flight); beyond, where the FMAs start to count, the
   // 8x8 tile where 128x128 tiles give every SM two blocks and lie at least 3/4 inside C, else the 4x4 tile
   // (four times the blocks, a quarter of the edge waste). The TF32 modes keep their kernels (wgmma takes a
   // short K in one k tile).
   if (math == MathMode::FP32 && p.k <= kSmallKMax) {
+    if (p.k <= kSmallKRowsMax) return Config{Kernel::SmallKRows, 1, math};
     const double tiles128 = std::ceil(p.m / 128.0) * std::ceil(p.n / 128.0) * p.batch;
     const double inside128 = double(p.m) * p.n * p.batch / (tiles128 * 128.0 * 128.0);
     const bool wide = tiles128 >= 2.0 * model.sm_count && inside128 >= 0.75;

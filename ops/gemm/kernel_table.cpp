@@ -59,6 +59,8 @@ constexpr KernelInfo kTable[] = {
      launch_small_k_128x128},
     {Kernel::SmallK64x64, "small_k_64x64_t4x4", F::SmallK, {64, 64, 32}, false, false, false, false,
      launch_small_k_64x64},
+    {Kernel::SmallKRows, "small_k_rows_32x128_t8x4", F::SmallK, {32, 128, 16}, false, false, false, false,
+     launch_small_k_rows},
     {Kernel::Gemv, "gemv", F::Vector, {1, 1, 4}, false, false, false, false, launch_gemv},
 };
 // clang-format on

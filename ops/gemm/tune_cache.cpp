@@ -99,7 +99,8 @@ std::vector<Config> tune_candidates(const Problem& p, MathMode math, const Devic
            (x.split_k == 1 || x.reduce == y.reduce) && x.staging == y.staging && x.pack == y.pack;
   };
   // A rough rate for ranking only (the timing decides): the tile's own rate, the share of its area inside C,
-  // the share of the SMs its blocks keep busy over their waves, and ks / (ks + 32) for ks of K per split.
+  // the share of the SMs its blocks keep busy over their waves, and ks / (ks + 32) for ks of K per split
+  // (the fill of a k-loop pipeline; the short-K kernels have none).
   auto tile_rate = [&](Kernel k) {
     if (is_small_k(k)) return p.k <= kSmallKMax ? 1.0 : 0.6;
     const TileInfo t = tile_of(k);
@@ -121,7 +122,7 @@ std::vector<Config> tune_candidates(const Problem& p, MathMode math, const Devic
     const double blocks = tiles * c.split_k;
     const double busy = blocks / (std::ceil(blocks / slots) * slots);
     const double ks = double(p.k) / c.split_k;
-    double rate = tile_rate(c.kernel) * inside * busy * ks / (ks + 32.0);
+    double rate = tile_rate(c.kernel) * inside * busy * (is_small_k(c.kernel) ? 1.0 : ks / (ks + 32.0));
     if (c.pack) rate *= 0.9;                   // the copy
     if (c.kernel == Kernel::Gemv) rate = 2.0;  // a vector operand: the streaming kernel first
     ranked.push_back({c, rate});

@@ -4,6 +4,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -468,6 +473,47 @@ TEST_P(DistRanks, BlockingCommunicators_AllReduceAndAllGather) {
     });
     if (round == 0) Communicator::rebuild_local(comms);
   }
+}
+
+// One process, a thread per rank: rank 0 downloads its all-reduce's result while the other ranks are still
+// allocating fresh device memory before they join. The download must not block inside the driver while its
+// collective waits for them (their cudaMalloc would wait for that lock: a deadlock). A watchdog turns a hang
+// into a failure: the stuck threads cannot be joined, so the process exits.
+TEST_P(DistRanks, DownloadWhileAPeerStillAllocates_Finishes) {
+  const int n = GetParam();
+  MT_REQUIRE_GPUS(n);
+  MT_REQUIRE_NCCL();
+  auto comms = Communicator::local(test::first_devices(n));
+  auto done = std::make_shared<std::promise<std::string>>();
+  std::thread([&comms, n, done] {
+    std::string failure;
+    try {
+      on_each_rank(n, [&](int r) {
+        Communicator& comm = comms[static_cast<std::size_t>(r)];
+        Tensor x = full({1 << 20}, 1.0 + r, DType::F32, Device::cuda(r));
+        if (r != 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          // Larger than anything a test caches: a fresh cudaMalloc.
+          Tensor fresh = empty({std::int64_t{3} << 28}, DType::F32, Device::cuda(r));
+          (void)fresh;
+        }
+        dist::all_reduce(x, comm);
+        const std::vector<float> sum = x.to_vector<float>();
+        if (sum.front() != n * (n + 1) / 2.0f || sum.back() != n * (n + 1) / 2.0f)
+          throw std::runtime_error("rank " + std::to_string(r) + ": wrong sum " + std::to_string(sum.front()));
+      });
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    done->set_value(failure);
+  }).detach();
+  std::future<std::string> result = done->get_future();
+  if (result.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "deadlock: rank 0's download and a peer's allocation still wait after 60 s";
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+  EXPECT_EQ(result.get(), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dist, DistRanks, ::testing::Values(2, 4),

@@ -822,8 +822,8 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
   EXPECT_EQ(ran, 7 * 6 * 2 * 2);  // shapes x (unsplit, 2 and 3 either way, 8 in a cluster) x beta x kernel
 }
 
-// The short-K kernels, launched directly: K = 1, 2, 7, 31, 64, 65, 127 (one round of 32, several, a partial
-// last one); M and N prime (edge tiles both ways); A and B each plain, transposed, at offset 1 or strided
+// The short-K kernels, launched directly: K = 1, 2, 7, 16, 17, 31, 64, 65, 127 (one round of 16 or 32,
+// several, a partial last one); M and N prime (edge tiles both ways); A and B each plain, transposed, at offset 1 or strided
 // (every loader order, no 16-byte runs); C in aligned rows (float4 stores) and in odd rows at offset 1
 // (scalar stores); beta = -1.5 with bias and relu, beta = 0 over a NaN-filled C with gelu; then batched with
 // B broadcast, and through the dispatcher (which takes them for a short K in fp32 and runs them in the TF32
@@ -835,7 +835,7 @@ TEST(Gemm, F32_SmallK_AwkwardShapes) {
   const std::int64_t mn[][2] = {{37, 131}, {257, 127}, {2, 3}};
   int ran = 0;
   for (const auto& s : mn)
-    for (std::int64_t k : {1, 2, 7, 31, 64, 65, 127})
+    for (std::int64_t k : {1, 2, 7, 16, 17, 31, 64, 65, 127})
       for (int layout = 0; layout < 4; ++layout) {
         const std::int64_t m = s[0], n = s[1];
         // 0: plain; 1: both transposed; 2: offset 1; 3: strided (stride 2 along k for A, along n for B).
@@ -877,7 +877,7 @@ TEST(Gemm, F32_SmallK_AwkwardShapes) {
               ++ran;
             }
       }
-  EXPECT_EQ(ran, 3 * 7 * 4 * 2 * 2 * 2);
+  EXPECT_EQ(ran, 3 * 9 * 4 * 2 * 2 * static_cast<int>(small_k_kernels().size()));
   // A batch with B broadcast (a 3-D a times a 2-D b as one batched launch), and the same through gemm().
   for (Kernel kernel : small_k_kernels()) {
     const Tensor a = randn({5, 67, 9}, 55, d), b = randn({9, 131}, 56, d);

@@ -81,8 +81,9 @@ __device__ __forceinline__ float epilogue_value(const Problem& p, float acc, con
 }
 
 // Writes N consecutive columns j0.. of row i of the batch's C (pointer cb). `vec`: C is contiguous along n
-// with 16-byte aligned rows, so a full in-range run of 4 is one float4.
-template <int N>
+// with 16-byte aligned rows, so a full in-range run of 4 is one float4. kStream: that float4 is a streaming
+// store (st.global.cs), for kernels whose C is written once and not read back soon.
+template <int N, bool kStream = false>
 __device__ __forceinline__ void store_run(const Problem& p, float* cb, int i, int j0, const float* acc,
                                           bool vec) {
   if (i >= p.m) return;
@@ -97,7 +98,10 @@ __device__ __forceinline__ void store_run(const Problem& p, float* cb, int i, in
       v.y = epilogue_value(p, acc[1], &old.y, j0 + 1);
       v.z = epilogue_value(p, acc[2], &old.z, j0 + 2);
       v.w = epilogue_value(p, acc[3], &old.w, j0 + 3);
-      *dst = v;
+      if constexpr (kStream)
+        __stcs(dst, v);
+      else
+        *dst = v;
       return;
     }
   }

@@ -16,6 +16,7 @@ namespace mt::detail::gemm {
 // K up to which choose() takes the short-K kernels in fp32 (bound by writing C there), and up to which
 // candidates() offers them (the tuner may find them faster a little further).
 constexpr int kSmallKMax = 64;
+constexpr int kSmallKRowsMax = 16;  // of which the rows kernel (SmallKRows) up to this K
 constexpr int kSmallKCandidateMax = 128;
 
 // What dispatch needs to know about a device.

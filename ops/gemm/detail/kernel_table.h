@@ -44,6 +44,7 @@ enum class Kernel {
   // of B for the whole K and each thread writes its register block (simt/small_k.cu).
   SmallK128x128,  // 8x8 per thread: many tiles
   SmallK64x64,    // 4x4 per thread: four times the blocks where tiles are few
+  SmallKRows,     // 32x128 tiles of 128 threads, 8x4 per thread, streaming stores: the shortest K
   Gemv,  // matrix-vector (M == 1 or N == 1, any math mode, computed in fp32): one streaming pass (gemv.cu)
 };
 

@@ -33,6 +33,7 @@ void launch_wgmma_kernel(const Problem& p, const Config& c, cudaStream_t stream)
 // Short K (simt/small_k.cu): unsplit (Config::split_k is 1).
 void launch_small_k_128x128(const Problem& p, const Config& c, cudaStream_t stream);
 void launch_small_k_64x64(const Problem& p, const Config& c, cudaStream_t stream);
+void launch_small_k_rows(const Problem& p, const Config& c, cudaStream_t stream);
 
 // Matrix-vector products (gemv.cu): K split over blocks as the launcher sees fit (Config::split_k is 1).
 void launch_gemv(const Problem& p, const Config& c, cudaStream_t stream);

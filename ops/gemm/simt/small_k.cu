@@ -1,7 +1,8 @@
 // Products with a short K (up to a few dozen): bound by writing C, not by the math. Each element of C costs
 // 2K FLOPs against the 4 bytes it writes (8 with beta != 0), so while 2K FLOPs take less time than 4 bytes of
 // store (the FP32 rate over the memory's: bench/gemm/DESIGN.md), the store of C holds it; a tiled k-loop
-// built for reuse spends itself on a pipeline that never fills there. Here each block owns one BM x BN tile
+// built for reuse spends itself on a pipeline that never fills there. Two designs: the tiles (below) and,
+// for the shortest K, the rows kernel (further below). In the tiles each block owns one BM x BN tile
 // of C, stages its rows of A and columns of B for KC of K at a time (the whole K in one round up to KC) in
 // shared memory, each thread computes a TM x TN register block over the whole K and writes it in float4 runs
 // where C takes them. Reads per tile: (BM + BN) * K floats, mostly from L2 (A's rows are read by every column
@@ -139,7 +140,106 @@ struct SmallK64x64 {
 };
 // clang-format on
 
+// ---------------------------------------------------------------- rows: the shortest K
+
+// For K of a few (up to about 16) the tiles above spend most of a block's life loading and syncing for a
+// handful of FMAs, and two 256-thread blocks per SM leave too few stores in flight. Here a block is 4 warps
+// over a 32 x 128 tile: each warp owns 8 rows, each lane 4 adjacent columns, so every store instruction of a
+// warp writes 512 contiguous bytes of one row (streaming, st.global.cs: C is not read back by this kernel).
+// A and B for 16 of K at a time sit in shared memory, k-major: per k a lane reads its 4 columns of B as one
+// float4 and its warp's 8 rows of A as two broadcast float4s, then does 32 FMAs. The small block and ~64
+// registers per thread give 8 blocks (32 warps) per SM.
+constexpr int kRowsThreads = 128, kRowsBM = 32, kRowsBN = 128, kRowsTM = 8, kRowsKC = 16;
+
+// Visits the outer x inner elements of a staged tile, inner fastest, spread over the block's threads
+// (element e = tid + r * kRowsThreads); the coordinates step without a division per element.
+template <class Fn>
+__device__ __forceinline__ void for_tile(int outer, int inner, int tid, Fn fn) {
+  int o = tid / inner, i = tid - o * inner;
+  const int d_o = kRowsThreads / inner, d_i = kRowsThreads - d_o * inner;
+  for (int e = tid; e < outer * inner; e += kRowsThreads) {
+    fn(o, i);
+    o += d_o, i += d_i;
+    if (i >= inner) i -= inner, ++o;
+  }
+}
+
+__global__ void __launch_bounds__(kRowsThreads) gemm_small_k_rows(Problem p, bool c_vec) {
+  constexpr int BM = kRowsBM, BN = kRowsBN, TM = kRowsTM, KC = kRowsKC;
+  static_assert(BM == TM * kRowsThreads / 32 && BN == 4 * 32, "8 rows per warp, 4 columns per lane");
+  // Rows padded by 4 floats: 16-byte aligned float4 reads, and staging stores along k spread over banks.
+  __shared__ __align__(16) float As[KC][BM + 4];
+  __shared__ __align__(16) float Bs[KC][BN + 4];
+
+  const int tiles_n = (p.n + BN - 1) / BN;
+  const int m0 = static_cast<int>(blockIdx.x / tiles_n) * BM;
+  const int n0 = static_cast<int>(blockIdx.x % tiles_n) * BN;
+  const int b = blockIdx.y;
+  const float* A = a_batch(p, b);
+  const float* B = b_batch(p, b);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  // Loads walk each operand along its contiguous dimension (coalesced).
+  const bool a_k_fast = p.a_sk == 1;
+  const bool b_k_fast = p.b_sk == 1 && p.b_sn != 1;
+
+  float acc[TM][4];
+#pragma unroll
+  for (int i = 0; i < TM; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+
+  for (int k0 = 0; k0 < p.k; k0 += KC) {
+    const int kc = ::min(KC, p.k - k0);
+    if (k0 > 0) __syncthreads();  // the previous round's reads are done
+    auto load_a = [&](int i, int q) {
+      const int gi = m0 + i;
+      As[q][i] = gi < p.m ? __ldg(A + static_cast<std::int64_t>(gi) * p.a_sm +
+                                  static_cast<std::int64_t>(k0 + q) * p.a_sk)
+                          : 0.f;
+    };
+    auto load_b = [&](int q, int j) {
+      const int gj = n0 + j;
+      Bs[q][j] = gj < p.n ? __ldg(B + static_cast<std::int64_t>(k0 + q) * p.b_sk +
+                                  static_cast<std::int64_t>(gj) * p.b_sn)
+                          : 0.f;
+    };
+    if (a_k_fast)
+      for_tile(BM, kc, tid, [&](int i, int q) { load_a(i, q); });
+    else
+      for_tile(kc, BM, tid, [&](int q, int i) { load_a(i, q); });
+    if (b_k_fast)
+      for_tile(BN, kc, tid, [&](int j, int q) { load_b(q, j); });
+    else
+      for_tile(kc, BN, tid, [&](int q, int j) { load_b(q, j); });
+    __syncthreads();
+#pragma unroll 4
+    for (int q = 0; q < kc; ++q) {
+      const float4 bv = *reinterpret_cast<const float4*>(&Bs[q][lane * 4]);
+      const float4 a0 = *reinterpret_cast<const float4*>(&As[q][warp * TM]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&As[q][warp * TM + 4]);
+      const float a[TM] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        acc[i][0] = fmaf(a[i], bv.x, acc[i][0]);
+        acc[i][1] = fmaf(a[i], bv.y, acc[i][1]);
+        acc[i][2] = fmaf(a[i], bv.z, acc[i][2]);
+        acc[i][3] = fmaf(a[i], bv.w, acc[i][3]);
+      }
+    }
+  }
+
+  float* C = c_batch(p, b);
+#pragma unroll
+  for (int i = 0; i < TM; ++i) store_run<4, true>(p, C, m0 + warp * TM + i, n0 + lane * 4, acc[i], c_vec);
+}
+
 }  // namespace
+
+void launch_small_k_rows(const Problem& p, const Config&, cudaStream_t stream) {
+  const std::int64_t tiles =
+      static_cast<std::int64_t>((p.m + kRowsBM - 1) / kRowsBM) * ((p.n + kRowsBN - 1) / kRowsBN);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.batch));
+  gemm_small_k_rows<<<grid, kRowsThreads, 0, stream>>>(p, c_vectorisable(p));
+  MT_CUDA_CHECK_LAUNCH();
+}
 
 void launch_small_k_128x128(const Problem& p, const Config&, cudaStream_t stream) {
   launch_small_k<SmallK128x128>(p, stream);

@@ -294,12 +294,27 @@ TEST_P(GemmDispatchHopper, Wgmma_SplitsFewTiles) {
   }
 }
 
-// A short K in fp32 (up to kSmallKMax): the short-K kernel, whatever the layout (transposed, unaligned,
-// batched), unsplit; the 8x8 tile where 128x128 tiles give every SM two blocks, else the 4x4 tile. Past
-// kSmallKMax the tiled kernels as before; the TF32 modes keep theirs.
+// A short K in fp32 (up to kSmallKMax): a short-K kernel, whatever the layout (transposed, unaligned,
+// batched), unsplit: the rows kernel up to kSmallKRowsMax; beyond, the 8x8 tile where 128x128 tiles give
+// every SM two blocks, else the 4x4 tile. Past kSmallKMax the tiled kernels as before; the TF32 modes keep
+// theirs.
 TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
   const int sms = model().sm_count;
-  for (int k : {1, 2, 7, 31, 64}) {
+  for (int k : {1, 2, 7, kSmallKRowsMax}) {
+    SCOPED_TRACE("k " + std::to_string(k));
+    for (const Problem& p : {dense_rows(349, 5842, k), dense_rows(4096, 4096, k), dense(64, 64, k, 2 * sms)}) {
+      const Config c = pick(p);
+      EXPECT_EQ(c.kernel, Kernel::SmallKRows) << config_name(c);
+      EXPECT_EQ(c.split_k, 1);
+      EXPECT_FALSE(c.pack);
+    }
+    Problem t = rows(4095, 4097, k, 4095, 4097);
+    t.a_sm = 1, t.a_sk = 4095;  // A transposed, rows of odd length: read in place, no pack
+    const Config tc = pick(t);
+    EXPECT_EQ(tc.kernel, Kernel::SmallKRows) << config_name(tc);
+    EXPECT_TRUE(can_implement(t, tc, model()));
+  }
+  for (int k : {kSmallKRowsMax + 1, 31, 64}) {
     SCOPED_TRACE("k " + std::to_string(k));
     const Config big = pick(dense_rows(349, 5842, k));  // 3 x 46 = 138 tiles of 128x128: under 2 per SM
     EXPECT_EQ(big.kernel, Kernel::SmallK64x64) << config_name(big);
@@ -413,9 +428,10 @@ TEST(GemmDispatch, Tma_StagingOnlyWithTheTmaKernels) {
                 tma && m.tma_kernels);
       EXPECT_EQ(can_implement(p, Config{kernel, 2, MathMode::FP32, SplitReduce::Kernel, Staging::Tma}, m),
                 tma && m.tma_kernels);
-      if (tma)
+      if (tma) {
         EXPECT_FALSE(
             can_implement(p, Config{kernel, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers}, m));
+      }
     }
   p.a_sm = 130;  // rows not in 16-byte steps
   EXPECT_FALSE(tma_ready(p, DeviceModel::h100()));
@@ -442,7 +458,8 @@ TEST(GemmDispatch, VectorOperandTakesTheVectorKernel) {
 // kSmallKCandidateMax of K.
 TEST(GemmDispatch, SmallK_CanImplementAndCandidates) {
   const DeviceModel h = DeviceModel::h100();
-  EXPECT_EQ(small_k_kernels(), (std::vector<Kernel>{Kernel::SmallK128x128, Kernel::SmallK64x64}));
+  EXPECT_EQ(small_k_kernels(),
+            (std::vector<Kernel>{Kernel::SmallK128x128, Kernel::SmallK64x64, Kernel::SmallKRows}));
   Problem odd = rows(127, 129, 7, 7, 129);
   odd.b_sk = 1, odd.b_sn = 7;    // B transposed
   odd.a_sm = 3, odd.a_sk = 500;  // A strided both ways
