@@ -114,6 +114,9 @@ std::vector<Communicator> Communicator::local(const std::vector<int>& devices, c
   ncclResult_t end = ncclGroupEnd();
   if (first_error != ncclSuccess) end = first_error;
   finish_group_init(states, end, "Communicator::local");
+  auto group = std::make_shared<detail::LocalGroup>();
+  group->size = world;
+  for (auto& state : states) state->local = group;
   std::vector<Communicator> out;
   out.reserve(states.size());
   for (auto& state : states) out.emplace_back(std::move(state));
@@ -193,6 +196,27 @@ void Communicator::rebuild(const UniqueId& id) {
   const int rank = m_state->rank, world = m_state->world, device = m_state->device;
   abort();
   *this = init(rank, world, id, device, options);
+}
+
+void Communicator::meet_local() {
+  detail::CommState& state = detail::usable(m_state, "Communicator::meet_local");
+  if (!state.local) return;
+  detail::LocalGroup& group = *state.local;
+  std::unique_lock<std::mutex> lock(group.mutex);
+  const std::uint64_t generation = group.generation;
+  if (++group.arrived == group.size) {
+    group.arrived = 0;
+    ++group.generation;
+    group.arrived_all.notify_all();
+    return;
+  }
+  if (!group.arrived_all.wait_for(lock, state.timeout, [&] { return group.generation != generation; })) {
+    --group.arrived;
+    throw DistError(::mt::detail::str("waited ", std::chrono::duration<double>(state.timeout).count(),
+                                      " s for the other ranks of this process (a rank's thread failed or "
+                                      "never reached the meeting)"),
+                    DistError::kNoCode, "meet_local", state.rank, state.world);
+  }
 }
 
 void Communicator::rebuild_local(std::vector<Communicator>& comms) {

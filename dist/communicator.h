@@ -98,6 +98,14 @@ class Communicator {
   bool checked() const;
   void set_checked(bool checked);
 
+  // The ranks of one local() set meet on the host: returns once every rank of the set has called it (their
+  // threads), DistError after the timeout. A no-op for a communicator of init() (its peers are other
+  // processes). What it is for: in one process, a CUDA call on one GPU can wait for that GPU's queue to
+  // drain (the first launch of a kernel loads it, lazily) while holding a lock a peer thread needs to launch
+  // its part of a collective already spinning on that GPU: a deadlock. So no rank launches its first
+  // collective before every rank is ready (the executor meets here at its first run, graph/parallel.h).
+  void meet_local();
+
   // The communicator's own stream, where async collectives run (created on first use; non-blocking).
   cudaStream_t stream();
   // Blocks the host until every collective issued through this communicator so far has finished, polling for

@@ -28,6 +28,9 @@ bool Communicator::aborted() const noexcept {
 void Communicator::rebuild(const UniqueId&) {
   throw DistUnavailable("Communicator::rebuild");
 }
+void Communicator::meet_local() {
+  throw DistUnavailable("Communicator::meet_local");
+}
 void Communicator::rebuild_local(std::vector<Communicator>&) {
   throw DistUnavailable("Communicator::rebuild_local");
 }

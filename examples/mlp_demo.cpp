@@ -297,8 +297,8 @@ int run_tensor_parallel(const Args& args) {
   std::vector<double> us(static_cast<size_t>(n));
   std::vector<char> ok(static_cast<size_t>(n), 0);
   std::vector<std::string> errors(static_cast<size_t>(n));
-  // The ranks meet between building and timing: in one process, a rank still allocating while a peer's
-  // collective waits for it can deadlock (graph/parallel.h). check_parallel meets on its own.
+  // The ranks meet between checking and timing, so that no rank builds while a peer's collectives run
+  // (graph/parallel.h: one process driving several GPUs).
   std::barrier<> meet(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {

@@ -475,6 +475,10 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
     case OpKind::ReduceScatter: {
       std::vector<Tensor> ins;
       for (size_t k = 0; k < n.inputs.size(); ++k) ins.push_back(in(static_cast<int>(k)));
+      if (m_dry && n.is_collective()) {  // the output is its own planned (contiguous) buffer
+        if (out.nbytes() > 0) MT_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
+        break;
+      }
       launch_layout_or_collective(n, ins, out, m_opt.comm, stream);
       break;
     }
@@ -661,6 +665,25 @@ TensorMap ExecutorImpl::run_device(const TensorMap& inputs) {
   if (timed) {
     m_prof_base = Event(true);
     m_prof_base.record(origin);
+  }
+  // One process, several GPUs: the first launch of a kernel loads it (lazy module loading), and the load waits
+  // for its GPU's queue to drain while holding a driver lock. With a collective spinning on that GPU for a
+  // peer whose thread needs the lock to launch its part, that is a deadlock. So the first run loads every
+  // kernel first, in a pass where each collective zeroes its output instead, and the ranks of the process
+  // meet on the host before any of them launches a collective (Communicator::meet_local).
+  if (m_stats.n_runs == 0 && m_opt.comm && m_opt.comm->size() > 1 &&
+      std::any_of(m_prog.steps.begin(), m_prog.steps.end(),
+                  [&](const Step& s) { return m_prog.g.at(s.root).is_collective(); })) {
+    m_dry = true;
+    try {
+      launch_all(origin, false);
+    } catch (...) {
+      m_dry = false;
+      throw;
+    }
+    m_dry = false;
+    synchronize_stream(origin);
+    m_opt.comm->meet_local();
   }
   const bool use_graph = m_opt.run.cuda_graph && m_capturable && !timed;
   std::vector<const void*> key;

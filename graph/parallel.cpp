@@ -122,14 +122,7 @@ CheckReport check_parallel(const Graph& graph, const TensorMap& inputs, const Gr
   options.device = detail::resolve_device(options.device);
   const TensorMap ref = run_cpu(reference, reference_inputs);
   Executor exec(graph, options);
-  // One process driving several GPUs: no rank may still be allocating (its executor's buffers) while a
-  // peer's collective waits for it, and none may block in the driver while its own collective waits for a
-  // peer (see Tensor::copy_), so the ranks meet before the run and after it. The waits poll, under the
-  // communicator's timeout, so a peer that never comes is an error, not a hang.
-  const bool ranks = options.device->is_cuda() && options.comm && options.comm->size() > 1;
-  if (ranks) dist::barrier(*options.comm);
   const TensorMap out = exec.run(inputs);
-  if (ranks) dist::barrier(*options.comm);
   if (options.device->is_cuda()) synchronize(*options.device);
   const bool on_gpu = options.device->is_cuda();
   const int world = on_gpu && options.comm ? options.comm->size() : 1;

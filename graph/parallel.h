@@ -14,12 +14,14 @@
 //   options.comm = &comm;
 //   mt::Executor exec(g, options);
 //
-// One process driving several GPUs (Communicator::local, a thread per rank) has one rule more than a process
-// per GPU: a collective's kernel waits on its GPU for the peers' kernels, and some driver calls block while
-// holding locks a peer thread needs (cudaMalloc maps new memory into every peer's address space). So build
-// every rank's executor before any rank runs (the ranks meet at a barrier: std::barrier, or dist::barrier),
-// and read results on the host after the run is over (Tensor downloads wait for their stream first).
-// check_parallel meets on its own. A process per GPU (scripts/launch.sh) has neither hazard.
+// One process driving several GPUs (Communicator::local, a thread per rank) has a hazard a process per GPU
+// (scripts/launch.sh) has not: a collective's kernel spins on its GPU until the peers' kernels come, and some
+// CUDA calls on that GPU wait for its queue to drain while holding a driver lock the peers' threads need to
+// launch theirs. The first launch of a kernel is one (lazy module loading); a download into pageable memory
+// another. So an executor's first run loads all its kernels before the ranks meet on the host and any of
+// them launches a collective (Communicator::meet_local), and Tensor downloads wait for their stream before
+// the copy. What remains to the caller: launch no kernel the executor has not (a new op) on a GPU while its
+// collectives may still be in flight; synchronize the device first.
 //
 // The outputs of megatron_mlp and row_parallel_linear (and column_parallel_linear with gather_output) are the
 // whole result on every rank; mlp() builds the unsplit reference they equal (check_parallel compares them).

@@ -395,10 +395,10 @@ Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
   const Tensor s = src.contiguous();
   Tensor d = is_contiguous() ? *this : empty(m_shape, m_dtype, m_device);
   const bool host_pinned = to_device ? s.is_pinned() : d.is_pinned();
-  // A download into pageable memory blocks inside the driver until the stream reaches it, holding a lock
-  // that another thread's cudaMalloc on a peer GPU needs. With a collective pending on this stream that
-  // waits for that thread, the process deadlocks (one process driving several GPUs). Waiting for the stream
-  // first, outside the driver's copy, leaves the copy nothing to wait for.
+  // A download into pageable memory waits inside the driver's copy until the stream reaches it. With a
+  // collective on this stream still waiting for a peer thread of this process (graph/parallel.h), waiting
+  // there risks holding the driver's locks the peer needs; waiting first, in cudaStreamSynchronize, leaves
+  // the copy nothing to wait for.
   if (!to_device && !host_pinned) synchronize_stream(stream);
   MT_CUDA_CHECK(cudaMemcpyAsync(d.data_ptr(), s.data_ptr(), nbytes(),
                                 to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream));

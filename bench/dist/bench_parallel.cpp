@@ -74,9 +74,9 @@ double median(std::vector<double> v) {
 
 // Times `n` ranks each running its executor: per batch, `reps` runs between CUDA events on every rank; the
 // batch's time per run is the slowest rank's; returns the median over the batches, in ms. build(r) makes
-// rank r's graph; input(r) its input "x" (on cuda:r). Every rank allocates (its graph, executor and input)
-// before any rank runs a collective, and copies to the host only once its device is idle: in one process, a
-// rank still allocating while a peer's collective waits for it can deadlock (graph/parallel.h).
+// rank r's graph; input(r) its input "x" (on cuda:r). Every rank builds (its graph, executor and input)
+// before any rank runs, and copies to the host only once every device is idle (graph/parallel.h: one process
+// driving several GPUs).
 double time_ranks(benchmark::State& state, int n, const std::function<Graph(int)>& build,
                   const std::function<Tensor(int)>& input, MathMode math, int reps,
                   std::vector<float>* first_output) {

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +19,15 @@
 
 namespace mt::dist::detail {
 
+// The ranks of one Communicator::local set, for their meetings on the host (Communicator::meet_local).
+struct LocalGroup {
+  std::mutex mutex;
+  std::condition_variable arrived_all;
+  int size = 0;
+  int arrived = 0;
+  std::uint64_t generation = 0;  // meetings completed
+};
+
 struct CommState {
   ncclComm_t comm = nullptr;  // null once aborted (or never made)
   int rank = -1, world = 0, device = -1;
@@ -24,6 +35,7 @@ struct CommState {
   bool checked = false;
   bool blocking = false;  // CommOptions::blocking, fixed at init
   std::atomic<bool> aborted{false};
+  std::shared_ptr<LocalGroup> local;  // the set made by Communicator::local (null for init())
   Stream stream;  // the communicator's own stream (async collectives), created on first use
   Event ready;    // reused: the caller's stream so far, for the communicator's stream to wait on
 

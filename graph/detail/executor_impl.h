@@ -155,6 +155,7 @@ class ExecutorImpl {
   CudaGraphExec m_graph;
   std::vector<const void*> m_graph_key;  // input pointers the captured graph reads
   bool m_graph_valid = false;
+  bool m_dry = false;  // the first run's loading pass: collectives zero their outputs instead (run_device)
 
   // profiling
   std::vector<Event> m_prof_start, m_prof_end;

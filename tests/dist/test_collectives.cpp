@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -472,6 +473,36 @@ TEST_P(DistRanks, BlockingCommunicators_AllReduceAndAllGather) {
         EXPECT_EQ(gathered[static_cast<std::size_t>(i)], static_cast<float>(i / 3));
     });
     if (round == 0) Communicator::rebuild_local(comms);
+  }
+}
+
+// The ranks of a local() set meet on the host: nobody passes before the last comes; a rank left alone times
+// out with DistError, and the set meets again afterwards.
+TEST_P(DistRanks, MeetLocal_WaitsForEveryRank_AndTimesOutAlone) {
+  const int n = GetParam();
+  MT_REQUIRE_GPUS(n);
+  MT_REQUIRE_NCCL();
+  auto comms = Communicator::local(test::first_devices(n));
+  std::atomic<int> arrived{0};
+  for (int round = 0; round < 2; ++round) {
+    on_each_rank(n, [&](int r) {
+      if (r == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      arrived.fetch_add(1);
+      comms[static_cast<std::size_t>(r)].meet_local();
+      EXPECT_GE(arrived.load(), (round + 1) * n);  // every rank of this round came first
+    });
+    arrived.store((round + 1) * n);
+    if (round == 0) {
+      comms[0].set_timeout(std::chrono::milliseconds(200));
+      try {
+        comms[0].meet_local();
+        ADD_FAILURE() << "a rank meeting alone passed";
+      } catch (const DistError& e) {
+        EXPECT_NE(std::string(e.what()).find("other ranks of this process"), std::string::npos) << e.what();
+      }
+      EXPECT_FALSE(comms[0].aborted());
+      comms[0].set_timeout(std::chrono::seconds(60));
+    }
   }
 }
 
