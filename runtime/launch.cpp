@@ -66,10 +66,16 @@ std::int64_t resident_clusters(const void* kernel, int threads, std::size_t smem
 void use_max_dynamic_smem(const void* kernel) {
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
+  // Called before every launch of such a kernel: each thread remembers what it has seen, lock-free.
+  thread_local std::set<std::pair<const void*, int>> seen;
+  if (seen.count({kernel, device})) return;
   static std::mutex mutex;
   static std::set<std::pair<const void*, int>> done;
   std::lock_guard<std::mutex> lock(mutex);
-  if (done.count({kernel, device})) return;
+  if (done.count({kernel, device})) {
+    seen.insert({kernel, device});
+    return;
+  }
   // The dynamic limit plus the kernel's static shared memory may not pass the opt-in maximum.
   cudaFuncAttributes attrs{};
   MT_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
@@ -77,6 +83,7 @@ void use_max_dynamic_smem(const void* kernel) {
                                      static_cast<int>(device_properties(device).smem_per_block_optin -
                                                       std::int64_t(attrs.sharedSizeBytes))));
   done.insert({kernel, device});
+  seen.insert({kernel, device});
 }
 
 }  // namespace mt

@@ -21,11 +21,11 @@
 
 namespace mt::detail::gemm {
 
+// A kernel asking for more than 48 KiB of dynamic shared memory needs its limit raised, on each device (the
+// attribute is per device: a process-wide once would leave every other GPU at the default).
 template <class Kern>
 void allow_smem(Kern* kernel, std::size_t bytes) {
-  if (bytes > 48 * 1024)
-    MT_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  if (bytes > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
 }
 
 // Rung 4, production FP32.
@@ -680,12 +680,6 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
       row(integral_constant<int, 2>{}),         row(integral_constant<int, 3>{}),
       row(integral_constant<int, kRuns + 0>{}), row(integral_constant<int, kRuns + 1>{}),
       row(integral_constant<int, kRuns + 2>{}), row(integral_constant<int, kRuns + 3>{})};
-  static const bool reg_once = [&] {
-    for (auto& row : reg_kernels)
-      for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(Staging::Registers, sp == 1));
-    return true;
-  }();
-  (void)reg_once;
   // k-fast loads for operands that are contiguous along k (row-major A, transposed B).
   const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
   const bool b_kfast = p.b_sk == 1 && p.b_sn != 1;
@@ -698,11 +692,6 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
         rows(integral_constant<int, 2>{}),         rows(integral_constant<int, 3>{}),
         rows(integral_constant<int, kRuns + 0>{}), rows(integral_constant<int, kRuns + 1>{}),
         rows(integral_constant<int, kRuns + 2>{}), rows(integral_constant<int, kRuns + 3>{})};
-    static const bool rows_once = [&] {
-      for (Kern k : rows_kernels) allow_smem(k, S::smem_bytes(Staging::Registers, false));
-      return true;
-    }();
-    (void)rows_once;
     if (split == 1 && p.c_sn == 1 && !c_vectorisable(p)) kernel = rows_kernels[layout];
   }
   if constexpr (RING) {
@@ -710,35 +699,18 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
     static const Kern ring_kernels[2][2] = {
         {gemm_simt<OneBlock, kLoadScalarB, false>, gemm_simt<OneBlock, kLoadScalarB, true>},
         {gemm_simt<CFG, kLoadVecB, false>, gemm_simt<SplitVec, kLoadVecB, true>}};
-    static const bool ring_once = [&] {
-      for (auto& row : ring_kernels)
-        for (int sp = 0; sp < 2; ++sp) allow_smem(row[sp], S::smem_bytes(Staging::CpAsync, sp == 1));
-      return true;
-    }();
-    (void)ring_once;
     if (staging == Staging::CpAsync) kernel = ring_kernels[b_vectorisable(p) ? 1 : 0][split > 1 ? 1 : 0];
   }
   if constexpr (LANES) {
     // [C in unaligned contiguous rows (store_rows)].
     static const Kern lanes_kernels[2] = {gemm_simt<CFG, kLoadLanes, false>,
                                           gemm_simt<CFG, kLoadLanes, false, ROWS_C>};
-    static const bool lanes_once = [&] {
-      for (Kern k : lanes_kernels) allow_smem(k, S::smem_bytes(Staging::CpAsync, false));
-      return true;
-    }();
-    (void)lanes_once;
     if (staging == Staging::CpAsync && split == 1 && lanes_ready(p))
       kernel = lanes_kernels[ROWS_C && p.c_sn == 1 && !c_vectorisable(p) ? 1 : 0];
   }
   if constexpr (RING16) {
     static const Kern ring16_kernels[2] = {gemm_simt<CFG, kLoadKMajorA, false>,
                                            gemm_simt<CFG, kLoadKMajorA, true>};
-    static const bool ring16_once = [&] {
-      for (int sp = 0; sp < 2; ++sp)
-        allow_smem(ring16_kernels[sp], S::smem_bytes(Staging::CpAsync16, sp == 1));
-      return true;
-    }();
-    (void)ring16_once;
     if (staging == Staging::CpAsync16) kernel = ring16_kernels[split > 1 ? 1 : 0];
   }
   const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
@@ -756,6 +728,7 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   // Blocks may start while the previous kernel finishes (a split-K reduce signals at its start: the MLP's
   // second layer after its first), hiding this launch; the kernel waits for that kernel's writes first.
   launch.overlap_previous_kernel();
+  allow_smem(kernel, S::smem_bytes(staging, cluster));
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, kps, ws, a_kfast, b_kfast, regs && a_runs16(p),
                                    regs && b_runs16(p), c_vec));
   MT_CUDA_CHECK_LAUNCH();

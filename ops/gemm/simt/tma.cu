@@ -254,12 +254,6 @@ namespace {
 
 template <class T>
 void launch_tma(const Problem& p, int split, SplitReduce reduce, cudaStream_t stream) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    for (auto* k : {gemm_simt_tma<T, false>, gemm_simt_tma<T, true>})
-      MT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(T::kSmemBytes)));
-  });
   const std::int64_t lda = tma_lda(p), ldb = tma_ldb(p);
   const CUtensorMap map_a =
       tensor_map(p.a, p.m, p.k, lda, p.batch, p.a_sb, T::BM, T::BK, CU_TENSOR_MAP_SWIZZLE_128B);
@@ -273,8 +267,9 @@ void launch_tma(const Problem& p, int split, SplitReduce reduce, cudaStream_t st
   LaunchConfig launch(dim3(tiles, p.batch, split), dim3(T::kThreads), T::kSmemBytes, stream,
                       dim3(1, 1, cluster ? split : 1));
   launch.overlap_previous_kernel();
-  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, split > 1 ? gemm_simt_tma<T, true> : gemm_simt_tma<T, false>,
-                                   map_a, map_b, p, ws, c_vectorisable(p)));
+  auto* kernel = split > 1 ? gemm_simt_tma<T, true> : gemm_simt_tma<T, false>;
+  use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));  // per device
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, map_a, map_b, p, ws, c_vectorisable(p)));
   MT_CUDA_CHECK_LAUNCH();
   if (reduce_kernel) launch_splitk_reduce(p, ws, split, stream, /*overlap=*/true);
 }

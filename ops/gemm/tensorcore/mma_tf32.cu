@@ -22,6 +22,7 @@
 #include "minitensor/ops/gemm/simt/loaders.cuh"
 #include "minitensor/runtime/detail/device_primitives.cuh"
 #include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail::gemm {
 
@@ -162,14 +163,7 @@ void launch_mma(const Problem& p, int split, int k_per_split, float* ws, cudaStr
                     (reinterpret_cast<std::uintptr_t>(p.b) & 15u) == 0;
   auto kernel =
       bvec ? gemm_mma<BM, BN, BK, WM, WN, STAGES, true, X3> : gemm_mma<BM, BN, BK, WM, WN, STAGES, false, X3>;
-  static const bool once = [] {
-    for (auto* k :
-         {gemm_mma<BM, BN, BK, WM, WN, STAGES, true, X3>, gemm_mma<BM, BN, BK, WM, WN, STAGES, false, X3>})
-      MT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(S::kSmemBytes)));
-    return true;
-  }();
-  (void)once;
+  use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));  // per device
   const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
   const dim3 grid(tiles, p.batch, split);
   const bool a_kfast = p.a_sk == 1 && p.a_sm != 1;
