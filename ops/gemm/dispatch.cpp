@@ -157,18 +157,13 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
   // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
   if (p.m == 1 || p.n == 1) return Config{Kernel::Gemv, 1, math};
-  // A short K in fp32: the product is bound by writing C, which the short-K kernels do in one pass. Up to
-  // kSmallKRowsMax the rows kernel (the most stores in flight); beyond, where the FMAs start to count, the
-  // 8x8 tile where 128x128 tiles give every SM two blocks and lie at least 3/4 inside C, else the 4x4 tile
-  // (four times the blocks, a quarter of the edge waste). The TF32 modes keep their kernels (wgmma takes a
-  // short K in one k tile).
-  if (math == MathMode::FP32 && p.k <= kSmallKMax) {
-    if (p.k <= kSmallKRowsMax) return Config{Kernel::SmallKRows, 1, math};
-    const double tiles128 = std::ceil(p.m / 128.0) * std::ceil(p.n / 128.0) * p.batch;
-    const double inside128 = double(p.m) * p.n * p.batch / (tiles128 * 128.0 * 128.0);
-    const bool wide = tiles128 >= 2.0 * model.sm_count && inside128 >= 0.75;
-    return Config{wide ? Kernel::SmallK128x128 : Kernel::SmallK64x64, 1, math};
-  }
+  // A short K over a large C in fp32: the product is bound by writing C, which the rows kernel does in one
+  // pass with the most stores in flight. Below kSmallKRowsMinC elements of C the tiled kernels below are
+  // faster (about half the time at a few thousand elements), and so they are from K = 17 on, where the
+  // short-K tiles lost to them too: those stay tuner candidates (bench/gemm/DESIGN.md, short K). The TF32
+  // modes keep their kernels (wgmma takes a short K in one k tile).
+  if (math == MathMode::FP32 && p.k <= kSmallKRowsMax && double(p.m) * p.n * p.batch >= kSmallKRowsMinC)
+    return Config{Kernel::SmallKRows, 1, math};
   if (math == MathMode::FP32 && needs_pack(p)) {
     // Operands without whole 16-byte runs are copied once into aligned scratch where each copied element
     // feeds enough FMAs for the copy to pay (the kernel then takes 16-byte loads instead of 4 scalar ones):

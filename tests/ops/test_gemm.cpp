@@ -826,8 +826,8 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
 // several, a partial last one); M and N prime (edge tiles both ways); A and B each plain, transposed, at offset 1 or strided
 // (every loader order, no 16-byte runs); C in aligned rows (float4 stores) and in odd rows at offset 1
 // (scalar stores); beta = -1.5 with bias and relu, beta = 0 over a NaN-filled C with gelu; then batched with
-// B broadcast, and through the dispatcher (which takes them for a short K in fp32 and runs them in the TF32
-// modes' candidates too). Guard bands intact.
+// B broadcast, and through the dispatcher (which takes the rows kernel for a short K over a large C in fp32)
+// and in a TF32 mode (the tuner's candidates). Guard bands intact.
 TEST(Gemm, F32_SmallK_AwkwardShapes) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -898,7 +898,7 @@ TEST(Gemm, F32_SmallK_AwkwardShapes) {
     GemmCase t(300, 257, k, true, true);
     t.alpha = -1.f, t.beta = 0.5f, t.bias = true, t.act = Activation::GeluTanh;
     run_gemm_case(t, d);
-    // TF32x3 without a whole 128x128 tile runs the fp32 picks, here the short-K kernel: the fp32 bound holds.
+    // TF32x3 without a whole 128x128 tile runs the fp32 picks: the fp32 bound holds.
     GemmCase x3(127, 131, k);
     x3.math = MathMode::TF32x3;
     run_gemm_case(x3, d);

@@ -13,10 +13,12 @@
 
 namespace mt::detail::gemm {
 
-// K up to which choose() takes the short-K kernels in fp32 (bound by writing C there), and up to which
-// candidates() offers them (the tuner may find them faster a little further).
+// choose() takes the short-K rows kernel in fp32 for K up to kSmallKRowsMax over a C of at least
+// kSmallKRowsMinC elements (batch included); candidates() offers every short-K kernel up to
+// kSmallKCandidateMax of K, and the tuner ranks them first up to kSmallKMax.
+constexpr int kSmallKRowsMax = 16;
+constexpr double kSmallKRowsMinC = 1 << 20;
 constexpr int kSmallKMax = 64;
-constexpr int kSmallKRowsMax = 16;  // of which the rows kernel (SmallKRows) up to this K
 constexpr int kSmallKCandidateMax = 128;
 
 // What dispatch needs to know about a device.

@@ -294,10 +294,8 @@ TEST_P(GemmDispatchHopper, Wgmma_SplitsFewTiles) {
   }
 }
 
-// A short K in fp32 (up to kSmallKMax): a short-K kernel, whatever the layout (transposed, unaligned,
-// batched), unsplit: the rows kernel up to kSmallKRowsMax; beyond, the 8x8 tile where 128x128 tiles give
-// every SM two blocks, else the 4x4 tile. Past kSmallKMax the tiled kernels as before; the TF32 modes keep
-// theirs.
+// A short K over a large C in fp32: the rows kernel, whatever the layout (transposed, unaligned, batched),
+// unsplit. A small C, or K past kSmallKRowsMax, takes the tiled kernels; the TF32 modes keep theirs.
 TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
   const int sms = model().sm_count;
   for (int k : {1, 2, 7, kSmallKRowsMax}) {
@@ -313,22 +311,16 @@ TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
     const Config tc = pick(t);
     EXPECT_EQ(tc.kernel, Kernel::SmallKRows) << config_name(tc);
     EXPECT_TRUE(can_implement(t, tc, model()));
+    // Under kSmallKRowsMinC elements of C: the tiled kernels.
+    EXPECT_FALSE(is_small_k(pick(dense_rows(400, 4, k)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense_rows(336, 304, k)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense(64, 64, k, 2)).kernel));
   }
-  for (int k : {kSmallKRowsMax + 1, 31, 64}) {
+  for (int k : {kSmallKRowsMax + 1, 32, 64}) {
     SCOPED_TRACE("k " + std::to_string(k));
-    const Config big = pick(dense_rows(349, 5842, k));  // 3 x 46 = 138 tiles of 128x128: under 2 per SM
-    EXPECT_EQ(big.kernel, Kernel::SmallK64x64) << config_name(big);
-    EXPECT_EQ(big.split_k, 1);
-    EXPECT_FALSE(big.pack);
-    EXPECT_EQ(pick(dense_rows(4096, 4096, k)).kernel, Kernel::SmallK128x128);  // 1024 tiles
-    Problem t = rows(4095, 4097, k, 4095, 4097);
-    t.a_sm = 1, t.a_sk = 4095;  // A transposed, rows of odd length: read in place, no pack
-    const Config tc = pick(t);
-    EXPECT_EQ(tc.kernel, Kernel::SmallK128x128) << config_name(tc);
-    EXPECT_FALSE(tc.pack);
-    EXPECT_TRUE(can_implement(t, tc, model()));
-    EXPECT_EQ(pick(dense(64, 64, k, 2 * sms)).kernel, Kernel::SmallK64x64);  // a batch of one-tile products
-    EXPECT_EQ(pick(dense(128, 128, k, 2 * sms)).kernel, Kernel::SmallK128x128);
+    EXPECT_FALSE(is_small_k(pick(dense_rows(349, 5842, k)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense_rows(4096, 4096, k)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense(128, 128, k, 2 * sms)).kernel));
   }
   EXPECT_FALSE(is_small_k(pick(dense_rows(4096, 4096, kSmallKMax + 1)).kernel));
   EXPECT_FALSE(is_small_k(pick(dense_rows(349, 5842, kSmallKMax + 1)).kernel));
