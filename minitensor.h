@@ -3,6 +3,7 @@
 
 #include "minitensor/dist/dist.h"
 #include "minitensor/graph/graph.h"
+#include "minitensor/graph/models.h"
 #include "minitensor/graph/parallel.h"
 #include "minitensor/memory/allocator.h"
 #include "minitensor/memory/stats.h"

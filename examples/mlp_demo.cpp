@@ -4,11 +4,16 @@
 // wall-clock timings and a Chrome trace of the eager ops. Either way the graph goes to a Graphviz file (and a
 // PNG where `dot` is installed).
 //
+// With --model block: a GPT-2 style transformer block (graph/models.h) of --batch sequences of --tokens, width
+// --hidden and --heads heads, with its check table against the Eigen reference and its time in fp32 and
+// 3xTF32 next to the eager ops'.
+//
 // With --gpus N: the tensor-parallel (Megatron) MLP y = gelu(x W1 + b1) W2 + b2 (FFN 4 x hidden) on N GPUs of
 // this process, one thread per rank, with each rank's check table against the unsplit MLP on the CPU and its
 // time next to the single-GPU executor's.
 //
 //   mlp_demo [--batch N] [--hidden N] [--out-dir DIR] [--trace PATH] [--dot PATH] [--cpu] [--gpus N]
+//            [--model mlp|block] [--tokens N] [--heads N]
 //   mlp_demo [batch] [hidden] [trace.json]          (the positional form)
 //
 // Exit status: 0 ok, 1 runtime error, 2 usage error, 3 the check against the Eigen reference failed.
@@ -44,10 +49,12 @@ constexpr std::int64_t kMaxBatch = std::int64_t(1) << 20;
 constexpr std::int64_t kMaxHidden = 16384;
 constexpr std::int64_t kMaxActivations = std::int64_t(1) << 28;
 constexpr std::int64_t kMaxGpus = 64;
+constexpr std::int64_t kMaxTokens = 1 << 16;
 
 constexpr const char* kSynopsis =
     "usage: mlp_demo [--batch N] [--hidden N] [--out-dir DIR] [--trace PATH] [--dot PATH] [--cpu] "
     "[--gpus N]\n"
+    "                [--model mlp|block] [--tokens N] [--heads N]\n"
     "       mlp_demo [batch] [hidden] [trace.json]\n";
 constexpr const char* kOptions =
     "\n"
@@ -63,6 +70,11 @@ constexpr const char* kOptions =
     "  --cpu          run on the CPU even when a CUDA device is present\n"
     "  --gpus N       the tensor-parallel MLP (FFN 4 x hidden, GELU) on the first N GPUs, with each rank's\n"
     "                 check against the unsplit MLP and the time next to one GPU's (N divides 4 x hidden)\n"
+    "  --model M      mlp (the default) or block: a GPT-2 style transformer block of --batch sequences\n"
+    "                 (default 8) of --tokens (default 128), width --hidden (default 768) and --heads\n"
+    "                 (default hidden / 64), checked against the Eigen reference and timed\n"
+    "  --tokens N     tokens per sequence of the block (at most 65536)\n"
+    "  --heads N      attention heads of the block (they divide --hidden)\n"
     "  -h, --help     this text\n"
     "\n"
     "Exit status: 0 ok, 1 runtime error, 2 usage error, 3 the check against the Eigen reference failed.\n";
@@ -76,6 +88,9 @@ struct Args {
   std::string out_dir = ".", trace, dot;
   std::int64_t gpus = 0;  // 0: the single-device demo
   bool cpu = false, help = false;
+  bool block = false;  // --model block
+  std::int64_t tokens = 128, heads = 0;  // the block's; heads 0: hidden / 64
+  bool batch_given = false, hidden_given = false;
 };
 
 std::int64_t parse_count(std::string_view what, std::string_view text, std::int64_t max) {
@@ -120,10 +135,21 @@ Args parse_args(int argc, char** argv) {
         a.cpu = true;
       } else if (name == "--batch") {
         a.batch = parse_count("--batch", take_value(), kMaxBatch);
+        a.batch_given = true;
+      } else if (name == "--model") {
+        const std::string_view v = take_value();
+        if (v != "mlp" && v != "block")
+          throw UsageError("--model must be mlp or block, got '" + std::string(v) + "'");
+        a.block = v == "block";
+      } else if (name == "--tokens") {
+        a.tokens = parse_count("--tokens", take_value(), kMaxTokens);
+      } else if (name == "--heads") {
+        a.heads = parse_count("--heads", take_value(), kMaxHidden);
       } else if (name == "--gpus") {
         a.gpus = parse_count("--gpus", take_value(), kMaxGpus);
       } else if (name == "--hidden") {
         a.hidden = parse_count("--hidden", take_value(), kMaxHidden);
+        a.hidden_given = true;
       } else if (name == "--out-dir" || name == "--trace" || name == "--dot") {
         const std::string_view v = take_value();
         if (v.empty()) throw UsageError(std::string(name) + " needs a non-empty value");
@@ -136,9 +162,11 @@ Args parse_args(int argc, char** argv) {
     switch (n_positional++) {
       case 0:
         a.batch = parse_count("batch", arg, kMaxBatch);
+        a.batch_given = true;
         break;
       case 1:
         a.hidden = parse_count("hidden", arg, kMaxHidden);
+        a.hidden_given = true;
         break;
       case 2:
         if (arg.empty()) throw UsageError("the trace path is empty");
@@ -147,6 +175,19 @@ Args parse_args(int argc, char** argv) {
       default:
         throw UsageError("unexpected argument '" + std::string(arg) + "'");
     }
+  }
+  if (a.block) {
+    if (!a.batch_given) a.batch = 8;
+    if (!a.hidden_given) a.hidden = 768;
+    if (a.heads == 0) a.heads = std::max<std::int64_t>(1, a.hidden / 64);
+    if (a.gpus > 0) throw UsageError("--gpus runs the tensor-parallel MLP; --model block runs on one device");
+    if (a.hidden % a.heads != 0)
+      throw UsageError("--heads " + std::to_string(a.heads) + " does not divide --hidden " +
+                       std::to_string(a.hidden));
+    // The block's widest activation is its FFN's: rows x 4 hidden.
+    if (a.batch * a.tokens * 4 * a.hidden > kMaxActivations)
+      throw UsageError("batch x tokens x 4 hidden = " + std::to_string(a.batch * a.tokens * 4 * a.hidden) +
+                       " is too large (at most " + std::to_string(kMaxActivations) + ")");
   }
   if (a.batch * a.hidden > kMaxActivations)
     throw UsageError("batch x hidden = " + std::to_string(a.batch * a.hidden) + " is too large (at most " +
@@ -258,6 +299,64 @@ double row0_sum(const Tensor& y, std::int64_t hidden) {
   return s;
 }
 
+// --model block: the GPT-2 style transformer block on one device. Returns the exit status.
+int run_block(const Args& args) {
+  const std::int64_t b = args.batch, t = args.tokens, d = args.hidden, rows = b * t;
+  const BlockShape shape{.batch = b, .tokens = t, .heads = args.heads};
+  const bool gpu = !args.cpu && cuda_available();
+  const Device device = gpu ? Device::cuda(0) : Device::cpu();
+  std::cout << "== devices\n"
+            << (gpu ? device_report() : (args.cpu ? std::string("--cpu: running on the CPU") : no_gpu_reason()))
+            << "\n\n== transformer block (GPT-2 style): " << b << " x " << t << " tokens, d " << d << ", "
+            << shape.heads << " heads, FFN " << 4 * d << ", pre-LayerNorm, causal attention, GELU-tanh\n";
+  const BlockWeights w = random_block_weights(d);
+  const std::filesystem::path dot_dir = std::filesystem::path(args.dot).parent_path();
+  if (!dot_dir.empty()) std::filesystem::create_directories(dot_dir);
+  Graph g;
+  g.output("y", transformer_block(g, g.input("x", {rows, d}), shape, w));
+  write_graph(g, args.dot);
+  const Tensor x_host = uniform({rows, d}, 1, -1, 1);
+  ExecOptions base;
+  base.device = device;
+  const int reps = std::clamp(static_cast<int>(2e9 / (24.0 * double(rows) * double(d) * double(d))), 1, 100);
+  if (!gpu) {
+    Executor exec(g, base);
+    const TensorMap in = {{"x", x_host}};
+    const Tensor y = exec.run(in).at("y");
+    const Tensor y_eager = transformer_block(x_host, shape, w);
+    const double diff = mt::max(abs(y - y_eager)).item<float>();
+    std::cout << "\n== timing (wall clock, us per run, CPU)\n";
+    std::printf("%-34s %12.1f\n", "executor (Eigen reference)", us_per_run([&] { (void)exec.run(in); }, device, reps));
+    std::printf("%-34s %12.1f\n", "eager ops",
+                us_per_run([&] { (void)transformer_block(x_host, shape, w); }, device, reps));
+    std::cout << "\nexecutor vs eager ops: max abs difference " << diff
+              << "\nGPU numbers (fused kernels, CUDA graphs, 3xTF32): run this demo on a machine with a CUDA GPU.\n";
+    return diff < 1e-4 ? 0 : 3;
+  }
+  Executor exec(g, base);
+  std::cout << "\n== compiled plan\n" << exec.summary() << "\n";
+  std::cout << "== check against the Eigen reference (per node, then end to end)\n";
+  const CheckReport report = check(g, {{"x", x_host}}, base);
+  std::cout << report << "\n";
+  std::cout << "== timing (us per run, " << device_properties(0).name << ")\n";
+  const TensorMap in = {{"x", x_host.cuda()}};
+  const BlockWeights wd = random_block_weights(d, 100, device);
+  const Tensor xd = in.at("x");
+  std::printf("%-34s %10s %9s\n", "mode", "us/run", "launches");
+  std::printf("%-34s %10.1f %9s\n", "eager ops",
+              us_per_run([&] { (void)transformer_block(xd, shape, wd); }, device, reps), "-");
+  for (MathMode math : {MathMode::FP32, MathMode::TF32x3}) {
+    ExecOptions o = base;
+    o.compile.math = math;
+    Executor ex(g, o);
+    const double us = us_per_run([&] { (void)ex.run(in); }, device, reps);
+    std::printf("%-34s %10.1f %9d\n",
+                (std::string("executor + CUDA graph, ") + math_mode_name(math)).c_str(), us, ex.n_launches());
+  }
+  std::cout << "PyTorch beside it: bench_graph's Block rows and bench/graph/torch_block.py (bench/graph/DESIGN.md)\n";
+  return report.ok ? 0 : 3;
+}
+
 // --gpus N: the Megatron MLP on N GPUs, one thread per rank. Returns the exit status.
 int run_tensor_parallel(const Args& args) {
   const int n = static_cast<int>(args.gpus);
@@ -356,6 +455,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::int64_t batch = args.batch, hidden = args.hidden;
+  if (args.block) {
+    try {
+      return run_block(args);
+    } catch (const std::exception& e) {
+      std::cerr << "mlp_demo: " << e.what() << "\n";
+      return 1;
+    }
+  }
   if (args.gpus > 0) {
     try {
       return run_tensor_parallel(args);

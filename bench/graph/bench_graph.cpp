@@ -251,37 +251,18 @@ void bm_host(benchmark::State& state, HostMode mode, std::int64_t chunk = 0, int
 }
 
 // ---------------------------------------------------------------- a transformer block (GPT-2 style)
-// x -> layer_norm -> q, k, v linears (heads) -> causal attention -> projection + residual -> layer_norm ->
-// linear + GELU (tanh) -> linear + residual. float32 weights drawn as nn.Linear draws them. With
+// graph/models.h: x -> layer_norm -> q, k, v linears (heads) -> causal attention -> projection + residual ->
+// layer_norm -> linear + GELU (tanh) -> linear + residual, weights drawn as nn.Linear draws them. With
 // MT_BLOCK_DUMP set to a folder, the first run writes x, every weight and y there as .npy files
 // (bench/graph/torch_block.py builds the same block in PyTorch from them and reports the difference).
 struct BlockSetup {
-  std::int64_t batch, tokens, dim, heads;
   Graph g;
-  std::map<std::string, Tensor> weights;
+  BlockWeights weights;
   Tensor x;
   BlockSetup(std::int64_t b, std::int64_t t, std::int64_t d, std::int64_t h)
-      : batch(b), tokens(t), dim(d), heads(h) {
-    const Device dev = Device::cuda(0);
-    const double s = 1.0 / std::sqrt(static_cast<double>(d)),
-                 s4 = 1.0 / std::sqrt(4.0 * static_cast<double>(d));
-    std::uint64_t seed = 100;
-    auto param = [&](const std::string& name, const Shape& shape, double lo, double hi) {
-      weights[name] = uniform(shape, seed++, lo, hi, dev);
-      return g.parameter(name, weights[name]);
-    };
-    x = uniform({b * t, d}, 1, -1, 1, dev);
-    auto xn = g.input("x", {b * t, d});
-    auto heads_of = [&](Node n) { return g.permute(g.reshape(n, {b, t, h, d / h}), {0, 2, 1, 3}); };
-    auto h1 = g.layer_norm(xn, param("ln1_w", {d}, 0.5, 1.5), param("ln1_b", {d}, -0.1, 0.1));
-    auto q = heads_of(g.linear(h1, param("wq", {d, d}, -s, s), param("bq", {d}, -s, s)));
-    auto k = heads_of(g.linear(h1, param("wk", {d, d}, -s, s), param("bk", {d}, -s, s)));
-    auto v = heads_of(g.linear(h1, param("wv", {d, d}, -s, s), param("bv", {d}, -s, s)));
-    auto a = g.reshape(g.permute(g.attention(q, k, v, Node(), true), {0, 2, 1, 3}), {b * t, d});
-    auto x2 = xn + g.linear(a, param("wo", {d, d}, -s, s), param("bo", {d}, -s, s));
-    auto h2 = g.layer_norm(x2, param("ln2_w", {d}, 0.5, 1.5), param("ln2_b", {d}, -0.1, 0.1));
-    auto f = g.linear(h2, param("w1", {d, 4 * d}, -s, s), param("b1", {4 * d}, -s, s), Activation::GeluTanh);
-    g.output("y", x2 + g.linear(f, param("w2", {4 * d, d}, -s4, s4), param("b2", {d}, -s4, s4)));
+      : weights(random_block_weights(d, 100, Device::cuda(0))) {
+    x = uniform({b * t, d}, 1, -1, 1, Device::cuda(0));
+    g.output("y", transformer_block(g, g.input("x", {b * t, d}), {.batch = b, .tokens = t, .heads = h}, weights));
   }
 };
 
@@ -307,7 +288,7 @@ void bm_block(benchmark::State& state, std::int64_t b, std::int64_t t, std::int6
                              "_" + std::to_string(d) + "_";
     save_npy(base + "x.npy", m.x.cpu());
     save_npy(base + "y.npy", y.cpu());
-    for (const auto& [name, w] : m.weights) save_npy(base + name + ".npy", w.cpu());
+    for (const auto& [name, w] : m.weights.named()) save_npy(base + name + ".npy", w.cpu());
   }
   state.counters["launches"] = exec.n_launches();
   time_runs(state, 20, [&] { benchmark::DoNotOptimize(exec.run(in)); });

@@ -43,6 +43,13 @@ abc
 --gpus two
 --gpus 2 --cpu
 --gpus 3 --hidden 16
+--model blok
+--model
+--model block --heads 5
+--model block --tokens 0
+--model block --tokens 70000
+--model block --gpus 2
+--model block --batch 4096 --tokens 4096
 ARGS
     ;;
   small_run)
@@ -56,6 +63,11 @@ ARGS
     # The positional form still works.
     (cd "$work" && "$demo" 4 8 positional_trace.json --cpu) || fail "positional form exited $?"
     [ -s "$work/positional_trace.json" ] || fail "the positional trace path was not used"
+    # The transformer block, small, on the CPU: the executor against the eager block.
+    out=$("$demo" --model block --batch 2 --tokens 9 --hidden 64 --heads 2 --cpu --out-dir "$work/block") ||
+      fail "small block run exited $?"
+    [[ "$out" == *"max abs difference"* ]] || fail "the block run printed no comparison: $out"
+    [ -s "$work/block/mt_graph.dot" ] || fail "the block's graph was not written"
     ;;
   *) fail "unknown mode $mode" ;;
 esac
