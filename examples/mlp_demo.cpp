@@ -299,6 +299,16 @@ double row0_sum(const Tensor& y, std::int64_t hidden) {
   return s;
 }
 
+// On a GPU: prints the compiled plan and the check against the Eigen reference, then the timing's heading.
+CheckReport plan_and_check(const Graph& g, const Tensor& x_host, const ExecOptions& options) {
+  std::cout << "\n== compiled plan\n" << Executor(g, options).summary() << "\n";
+  std::cout << "== check against the Eigen reference (per node, then end to end)\n";
+  CheckReport report = check(g, {{"x", x_host}}, options);
+  std::cout << report << "\n";
+  std::cout << "== timing (us per run, " << device_properties(0).name << ")\n";
+  return report;
+}
+
 // --model block: the GPT-2 style transformer block on one device. Returns the exit status.
 int run_block(const Args& args) {
   const std::int64_t b = args.batch, t = args.tokens, d = args.hidden, rows = b * t;
@@ -333,12 +343,7 @@ int run_block(const Args& args) {
               << "\nGPU numbers (fused kernels, CUDA graphs, 3xTF32): run this demo on a machine with a CUDA GPU.\n";
     return diff < 1e-4 ? 0 : 3;
   }
-  Executor exec(g, base);
-  std::cout << "\n== compiled plan\n" << exec.summary() << "\n";
-  std::cout << "== check against the Eigen reference (per node, then end to end)\n";
-  const CheckReport report = check(g, {{"x", x_host}}, base);
-  std::cout << report << "\n";
-  std::cout << "== timing (us per run, " << device_properties(0).name << ")\n";
+  const CheckReport report = plan_and_check(g, x_host, base);
   const TensorMap in = {{"x", x_host.cuda()}};
   const BlockWeights wd = random_block_weights(d, 100, device);
   const Tensor xd = in.at("x");
@@ -557,14 +562,7 @@ int main(int argc, char** argv) {
       return std::fabs(r0 - 1.0) < 1e-3 && max_diff < 1e-5 ? 0 : 3;
     }
 
-    Executor exec(g, base);
-    std::cout << "\n== compiled plan\n" << exec.summary() << "\n";
-
-    std::cout << "== check against the Eigen reference (per node, then end to end)\n";
-    const CheckReport report = check(g, {{"x", x_host}}, base);
-    std::cout << report << "\n";
-
-    std::cout << "== timing (us per run, " << device_properties(0).name << ")\n";
+    const CheckReport report = plan_and_check(g, x_host, base);
     const Tensor x_dev = x_host.cuda();
     const TensorMap in = {{"x", x_dev}};
     const Tensor w1d = W1.cuda(), b1d = B1.cuda(), w2d = W2.cuda(), b2d = B2.cuda();

@@ -241,6 +241,20 @@ class JsonReader {
     }
     return false;
   }
+  // The items of an object or array up to `close` (its opening bracket read), each read by item(), separated
+  // by commas.
+  template <class Item>
+  bool items(char close, Item item) {
+    skip();
+    if (m_i < m_s.size() && m_s[m_i] == close) return ++m_i, true;
+    while (true) {
+      if (!item()) return false;
+      skip();
+      if (m_i >= m_s.size()) return false;
+      if (m_s[m_i] != ',') return m_s[m_i++] == close;
+      ++m_i;
+    }
+  }
   bool value(JsonValue& v, int depth) {
     if (depth > 32) return false;
     skip();
@@ -249,9 +263,7 @@ class JsonReader {
     if (ch == '{') {
       v.type = JsonValue::Type::Object;
       ++m_i;
-      skip();
-      if (m_i < m_s.size() && m_s[m_i] == '}') return ++m_i, true;
-      while (true) {
+      return items('}', [&] {
         skip();
         std::string key;
         if (!string(key)) return false;
@@ -260,32 +272,18 @@ class JsonReader {
         JsonValue item;
         if (!value(item, depth + 1)) return false;
         v.fields.emplace_back(std::move(key), std::move(item));
-        skip();
-        if (m_i >= m_s.size()) return false;
-        if (m_s[m_i] == ',') {
-          ++m_i;
-          continue;
-        }
-        return m_s[m_i++] == '}';
-      }
+        return true;
+      });
     }
     if (ch == '[') {
       v.type = JsonValue::Type::Array;
       ++m_i;
-      skip();
-      if (m_i < m_s.size() && m_s[m_i] == ']') return ++m_i, true;
-      while (true) {
+      return items(']', [&] {
         JsonValue item;
         if (!value(item, depth + 1)) return false;
         v.items.push_back(std::move(item));
-        skip();
-        if (m_i >= m_s.size()) return false;
-        if (m_s[m_i] == ',') {
-          ++m_i;
-          continue;
-        }
-        return m_s[m_i++] == ']';
-      }
+        return true;
+      });
     }
     if (ch == '"') {
       v.type = JsonValue::Type::String;

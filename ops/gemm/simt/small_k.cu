@@ -29,6 +29,48 @@ struct SmallKShape {
 };
 constexpr int kSmallKThreads = 256;
 
+// Visits the outer x inner elements of a staged tile, inner fastest, spread over the block's kThreads threads
+// (element e = tid + r * kThreads); the coordinates step without a division per element.
+template <int kThreads, class Fn>
+__device__ __forceinline__ void for_tile(int outer, int inner, int tid, Fn fn) {
+  int o = tid / inner, i = tid - o * inner;
+  const int d_o = kThreads / inner, d_i = kThreads - d_o * inner;
+  for (int e = tid; e < outer * inner; e += kThreads) {
+    fn(o, i);
+    o += d_o, i += d_i;
+    if (i >= inner) i -= inner, ++o;
+  }
+}
+
+// Stages kc of K from k0 of the block's BM rows of A and BN columns of B into k-major shared memory (zero
+// past the edges of C), each operand read along its contiguous dimension (coalesced): k for A with a_sk == 1,
+// else m; n for B with b_sn == 1 (or strided both ways), else k.
+template <int kThreads, int KC, int LA, int LB>
+__device__ __forceinline__ void stage(const Problem& p, const float* A, const float* B, float (&As)[KC][LA],
+                                      float (&Bs)[KC][LB], int m0, int n0, int k0, int kc, int tid) {
+  constexpr int BM = LA - 4, BN = LB - 4;  // rows padded by 4 floats
+  auto load_a = [&](int i, int q) {
+    const int gi = m0 + i;
+    As[q][i] = gi < p.m ? __ldg(A + static_cast<std::int64_t>(gi) * p.a_sm +
+                                static_cast<std::int64_t>(k0 + q) * p.a_sk)
+                        : 0.f;
+  };
+  auto load_b = [&](int q, int j) {
+    const int gj = n0 + j;
+    Bs[q][j] = gj < p.n ? __ldg(B + static_cast<std::int64_t>(k0 + q) * p.b_sk +
+                                static_cast<std::int64_t>(gj) * p.b_sn)
+                        : 0.f;
+  };
+  if (p.a_sk == 1)
+    for_tile<kThreads>(BM, kc, tid, [&](int i, int q) { load_a(i, q); });
+  else
+    for_tile<kThreads>(kc, BM, tid, [&](int q, int i) { load_a(i, q); });
+  if (p.b_sk == 1 && p.b_sn != 1)
+    for_tile<kThreads>(BN, kc, tid, [&](int j, int q) { load_b(q, j); });
+  else
+    for_tile<kThreads>(kc, BN, tid, [&](int q, int j) { load_b(q, j); });
+}
+
 // Shape::value is the SmallKShape (a wrapper type, as simt/kernel.cuh's configurations).
 template <class Shape>
 __global__ void __launch_bounds__(kSmallKThreads) gemm_small_k(Problem p, bool c_vec) {
@@ -49,10 +91,6 @@ __global__ void __launch_bounds__(kSmallKThreads) gemm_small_k(Problem p, bool c
   const float* A = a_batch(p, b);
   const float* B = b_batch(p, b);
   const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
-  // Loads walk each operand along its contiguous dimension (coalesced): k for A with a_sk == 1, else m; n
-  // for B with b_sn == 1 (or strided both ways), else k.
-  const bool a_k_fast = p.a_sk == 1;
-  const bool b_k_fast = p.b_sk == 1 && p.b_sn != 1;
 
   float acc[S.TM][S.TN];
 #pragma unroll
@@ -63,30 +101,7 @@ __global__ void __launch_bounds__(kSmallKThreads) gemm_small_k(Problem p, bool c
   for (int k0 = 0; k0 < p.k; k0 += S.KC) {
     const int kc = ::min(S.KC, p.k - k0);
     if (k0 > 0) __syncthreads();  // the previous round's reads are done
-    for (int e = tid; e < S.BM * kc; e += kSmallKThreads) {
-      int i, q;
-      if (a_k_fast)
-        i = e / kc, q = e - i * kc;
-      else
-        q = e / S.BM, i = e - q * S.BM;
-      const int gi = m0 + i;
-      As[q][i] =
-          gi < p.m
-              ? __ldg(A + static_cast<std::int64_t>(gi) * p.a_sm + static_cast<std::int64_t>(k0 + q) * p.a_sk)
-              : 0.f;
-    }
-    for (int e = tid; e < S.BN * kc; e += kSmallKThreads) {
-      int j, q;
-      if (b_k_fast)
-        j = e / kc, q = e - j * kc;
-      else
-        q = e / S.BN, j = e - q * S.BN;
-      const int gj = n0 + j;
-      Bs[q][j] =
-          gj < p.n
-              ? __ldg(B + static_cast<std::int64_t>(k0 + q) * p.b_sk + static_cast<std::int64_t>(gj) * p.b_sn)
-              : 0.f;
-    }
+    stage<kSmallKThreads>(p, A, B, As, Bs, m0, n0, k0, kc, tid);
     __syncthreads();
 #pragma unroll 4
     for (int q = 0; q < kc; ++q) {
@@ -151,19 +166,6 @@ struct SmallK64x64 {
 // registers per thread give 8 blocks (32 warps) per SM.
 constexpr int kRowsThreads = 128, kRowsBM = 32, kRowsBN = 128, kRowsTM = 8, kRowsKC = 16;
 
-// Visits the outer x inner elements of a staged tile, inner fastest, spread over the block's threads
-// (element e = tid + r * kRowsThreads); the coordinates step without a division per element.
-template <class Fn>
-__device__ __forceinline__ void for_tile(int outer, int inner, int tid, Fn fn) {
-  int o = tid / inner, i = tid - o * inner;
-  const int d_o = kRowsThreads / inner, d_i = kRowsThreads - d_o * inner;
-  for (int e = tid; e < outer * inner; e += kRowsThreads) {
-    fn(o, i);
-    o += d_o, i += d_i;
-    if (i >= inner) i -= inner, ++o;
-  }
-}
-
 __global__ void __launch_bounds__(kRowsThreads) gemm_small_k_rows(Problem p, bool c_vec) {
   constexpr int BM = kRowsBM, BN = kRowsBN, TM = kRowsTM, KC = kRowsKC;
   static_assert(BM == TM * kRowsThreads / 32 && BN == 4 * 32, "8 rows per warp, 4 columns per lane");
@@ -178,9 +180,6 @@ __global__ void __launch_bounds__(kRowsThreads) gemm_small_k_rows(Problem p, boo
   const float* A = a_batch(p, b);
   const float* B = b_batch(p, b);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  // Loads walk each operand along its contiguous dimension (coalesced).
-  const bool a_k_fast = p.a_sk == 1;
-  const bool b_k_fast = p.b_sk == 1 && p.b_sn != 1;
 
   float acc[TM][4];
 #pragma unroll
@@ -189,26 +188,7 @@ __global__ void __launch_bounds__(kRowsThreads) gemm_small_k_rows(Problem p, boo
   for (int k0 = 0; k0 < p.k; k0 += KC) {
     const int kc = ::min(KC, p.k - k0);
     if (k0 > 0) __syncthreads();  // the previous round's reads are done
-    auto load_a = [&](int i, int q) {
-      const int gi = m0 + i;
-      As[q][i] = gi < p.m ? __ldg(A + static_cast<std::int64_t>(gi) * p.a_sm +
-                                  static_cast<std::int64_t>(k0 + q) * p.a_sk)
-                          : 0.f;
-    };
-    auto load_b = [&](int q, int j) {
-      const int gj = n0 + j;
-      Bs[q][j] = gj < p.n ? __ldg(B + static_cast<std::int64_t>(k0 + q) * p.b_sk +
-                                  static_cast<std::int64_t>(gj) * p.b_sn)
-                          : 0.f;
-    };
-    if (a_k_fast)
-      for_tile(BM, kc, tid, [&](int i, int q) { load_a(i, q); });
-    else
-      for_tile(kc, BM, tid, [&](int q, int i) { load_a(i, q); });
-    if (b_k_fast)
-      for_tile(BN, kc, tid, [&](int j, int q) { load_b(q, j); });
-    else
-      for_tile(kc, BN, tid, [&](int q, int j) { load_b(q, j); });
+    stage<kRowsThreads>(p, A, B, As, Bs, m0, n0, k0, kc, tid);
     __syncthreads();
 #pragma unroll 4
     for (int q = 0; q < kc; ++q) {

@@ -15,34 +15,14 @@
 #include "minitensor/ops/gemm/detail/launch.h"
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "tests/common/gpu.h"
+#include "tests/ops/gemm/problems.h"
 
 namespace mt::detail::gemm {
 namespace {
 
-// A row-major m x n x k problem in dense rows.
-Problem dense_rows(int m, int n, int k) {
-  Problem p;
-  p.m = m, p.n = n, p.k = k;
-  p.a_sm = k, p.a_sk = 1, p.b_sk = n, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
-  return p;
-}
-// Row-major with leading dimensions lda, ldb.
-Problem rows(int m, int n, int k, std::int64_t lda, std::int64_t ldb) {
-  Problem p;
-  p.m = m, p.n = n, p.k = k;
-  p.a_sm = lda, p.a_sk = 1, p.b_sk = ldb, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
-  return p;
-}
-// A dense batch of row-major problems.
-Problem dense(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
-  Problem p;
-  p.m = static_cast<int>(m), p.n = static_cast<int>(n), p.k = static_cast<int>(k);
-  p.batch = static_cast<int>(batch);
-  p.a_sm = k, p.a_sk = 1, p.a_sb = m * k;
-  p.b_sk = n, p.b_sn = 1, p.b_sb = k * n;
-  p.c_sm = n, p.c_sn = 1, p.c_sb = m * n;
-  return p;
-}
+using test::dense;
+using test::dense_rows;
+using test::rows;
 
 // ---------------------------------------------------------------- device models
 

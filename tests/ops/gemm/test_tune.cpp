@@ -14,16 +14,12 @@
 #include <vector>
 
 #include "minitensor/ops/gemm/detail/tune.h"
+#include "tests/ops/gemm/problems.h"
 
 namespace mt::detail::gemm {
 namespace {
 
-Problem dense_rows(int m, int n, int k) {
-  Problem p;
-  p.m = m, p.n = n, p.k = k;
-  p.a_sm = k, p.a_sk = 1, p.b_sk = n, p.b_sn = 1, p.c_sm = n, p.c_sn = 1;
-  return p;
-}
+using test::dense_rows;
 
 TuneDevice h100_device() {
   return TuneDevice{"NVIDIA H100 80GB HBM3", 132, 12040, "0.1.0"};
