@@ -373,17 +373,23 @@ TEST(TensorGpu, PrintingAndFillOnViews) {
 TEST(TensorGpu, WorkOnSideStreamJoinedBackIsVisible) {
   MT_REQUIRE_GPU();
   Tensor x = zeros({1 << 20}, DType::F32, Device::cuda(0));
+  cudaEvent_t fork, join;
+  MT_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  MT_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  // Fork: the side stream waits for the zeros first. Pool streams are non-blocking, so nothing else orders
+  // them after the default stream's work (a slowed-down run, as under compute-sanitizer, overwrote the 3s).
+  MT_CUDA_CHECK(cudaEventRecord(fork, current_stream(0)));
+  MT_CUDA_CHECK(cudaStreamWaitEvent(pool_stream(0, 2), fork, 0));
   {
     StreamGuard g(pool_stream(0, 2), 0);
     x.fill_(3);
   }
   // Join the side stream into the default one, then read on the default stream.
-  cudaEvent_t e;
-  MT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  MT_CUDA_CHECK(cudaEventRecord(e, pool_stream(0, 2)));
-  MT_CUDA_CHECK(cudaStreamWaitEvent(current_stream(0), e, 0));
+  MT_CUDA_CHECK(cudaEventRecord(join, pool_stream(0, 2)));
+  MT_CUDA_CHECK(cudaStreamWaitEvent(current_stream(0), join, 0));
   const auto v = x.to_vector<float>();
-  MT_CUDA_CHECK(cudaEventDestroy(e));
+  MT_CUDA_CHECK(cudaEventDestroy(fork));
+  MT_CUDA_CHECK(cudaEventDestroy(join));
   EXPECT_EQ(v.front(), 3.f);
   EXPECT_EQ(v.back(), 3.f);
 }
