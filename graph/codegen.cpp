@@ -50,14 +50,14 @@ std::string elementwise_expr(const NodeData& nd) {
     case OpKind::Unary:
       return str("mt::fn::", op_name(nd.unary), "(", value_name(nd.inputs[0]), ")");
     case OpKind::Binary:
-      return str("mt::fn::", op_name(nd.binary), "(", value_name(nd.inputs[0]), ", ", value_name(nd.inputs[1]),
-                 ")");
+      return str("mt::fn::", op_name(nd.binary), "(", value_name(nd.inputs[0]), ", ",
+                 value_name(nd.inputs[1]), ")");
     case OpKind::BinaryScalar:
-      return str("mt::fn::", op_name(nd.binary), "(", value_name(nd.inputs[0]), ", ", float_literal(nd.scalar),
-                 ")");
+      return str("mt::fn::", op_name(nd.binary), "(", value_name(nd.inputs[0]), ", ",
+                 float_literal(nd.scalar), ")");
     case OpKind::ScalarBinary:
-      return str("mt::fn::", op_name(nd.binary), "(", float_literal(nd.scalar), ", ", value_name(nd.inputs[0]),
-                 ")");
+      return str("mt::fn::", op_name(nd.binary), "(", float_literal(nd.scalar), ", ",
+                 value_name(nd.inputs[0]), ")");
     case OpKind::Clamp:
       return str("mt::fn::clamp(", value_name(nd.inputs[0]), ", ", float_literal(nd.scalar), ", ",
                  float_literal(nd.scalar2), ")");
@@ -155,8 +155,9 @@ std::string fused_kernel_source(const Program& p, const Step& step) {
 std::string row_kernel_source(const Program& p, const Step& step) {
   const RowPlan& rp = step.rows;
   MT_CHECK(step.kind == Step::Kind::Rows && rp.read_varies.size() == step.reads.size() &&
-               rp.read_cached.size() == step.reads.size(), InvalidArgument,
-           "row_kernel_source: step at ", p.node_label(step.root), " is not a planned row group");
+               rp.read_cached.size() == step.reads.size(),
+           InvalidArgument, "row_kernel_source: step at ", p.node_label(step.root),
+           " is not a planned row group");
   const NodeData& root = p.g.at(step.root);
   const Shape& r = rp.row_shape;
   const int k_rows = r.rank() - 1;  // the row index's dims: r[0 .. k_rows)
@@ -218,12 +219,12 @@ std::string row_kernel_source(const Program& p, const Step& step) {
     os << "#pragma unroll\n  for (int k = 0; k < E; ++k) {\n";
     os << "    const int j0 = (k * T + tid) * W;\n    if (j0 < L) {\n";
     if (rp.width == 4) {
-      os << "      if (vec) {\n        const float4 q = *reinterpret_cast<const float4*>(in" << j << " + o" << j
-         << " + j0);\n";
-      os << "        c" << j << "[k * 4] = q.x; c" << j << "[k * 4 + 1] = q.y; c" << j << "[k * 4 + 2] = q.z; c"
-         << j << "[k * 4 + 3] = q.w;\n      } else {\n";
-      os << "#pragma unroll\n        for (int c = 0; c < 4; ++c) c" << j << "[k * 4 + c] = in" << j << "[o" << j
-         << " + j0 + c];\n      }\n";
+      os << "      if (vec) {\n        const float4 q = *reinterpret_cast<const float4*>(in" << j << " + o"
+         << j << " + j0);\n";
+      os << "        c" << j << "[k * 4] = q.x; c" << j << "[k * 4 + 1] = q.y; c" << j
+         << "[k * 4 + 2] = q.z; c" << j << "[k * 4 + 3] = q.w;\n      } else {\n";
+      os << "#pragma unroll\n        for (int c = 0; c < 4; ++c) c" << j << "[k * 4 + c] = in" << j << "[o"
+         << j << " + j0 + c];\n      }\n";
     } else {
       os << "      c" << j << "[k] = in" << j << "[o" << j << " + j0];\n";
     }
@@ -251,8 +252,8 @@ std::string row_kernel_source(const Program& p, const Step& step) {
     std::string code;
     for (size_t j = 0; j < step.reads.size(); ++j)
       if (rp.read_varies[j] && need.count(step.reads[j]))
-        code += str(indent, "const float ", value_name(step.reads[j]), " = ", rp.read_cached[j] ? "c" : "q", j,
-                    rp.read_cached[j] ? "[k * W + c]" : "[c]", ";\n");
+        code += str(indent, "const float ", value_name(step.reads[j]), " = ", rp.read_cached[j] ? "c" : "q",
+                    j, rp.read_cached[j] ? "[k * W + c]" : "[c]", ";\n");
     for (int m : step.members)
       if (need.count(m) && varies[m])
         code += str(indent, "const float ", value_name(m), " = ", elementwise_expr(p.g.at(m)), ";\n");
@@ -276,7 +277,7 @@ std::string row_kernel_source(const Program& p, const Step& step) {
       return combine.empty() ? str(a, " + ", b) : str(combine, "(", a, ", ", b, ")");
     };
     const std::string acc = str("a", pass, "_");
-    const std::string identity = sum                            ? "0.0"
+    const std::string identity = sum                          ? "0.0"
                                  : nd.reduce == ReduceOp::Max ? "__int_as_float(0xff800000)"
                                                               : "__int_as_float(0x7f800000)";
     os << "  // pass " << pass << ": " << p.g.label(m) << " " << node_op_string(nd) << "\n";
@@ -290,7 +291,8 @@ std::string row_kernel_source(const Program& p, const Step& step) {
          << ";\n";
       os << "      }\n    }\n  }\n";
     } else {  // rows of one element: the row's value, once (the row's first thread holds it)
-      os << "  if (tid == 0) " << acc << " = " << (sum ? str("(double)", value_name(x)) : value_name(x)) << ";\n";
+      os << "  if (tid == 0) " << acc << " = " << (sum ? str("(double)", value_name(x)) : value_name(x))
+         << ";\n";
     }
     os << "#pragma unroll\n  for (int d = 16; d > 0; d >>= 1) " << acc << " = "
        << fold(acc, str("__shfl_xor_sync(0xffffffffu, ", acc, ", d)")) << ";\n";
@@ -325,9 +327,9 @@ std::string row_kernel_source(const Program& p, const Step& step) {
     if (!rp.read_varies[j] || rp.read_cached[j]) continue;
     os << "      float q" << j << "[W];\n";
     if (rp.width == 4) {
-      os << "      if (vec) {\n        const float4 t_ = *reinterpret_cast<const float4*>(in" << j << " + o" << j
-         << " + j0);\n        q" << j << "[0] = t_.x; q" << j << "[1] = t_.y; q" << j << "[2] = t_.z; q" << j
-         << "[3] = t_.w;\n      } else {\n";
+      os << "      if (vec) {\n        const float4 t_ = *reinterpret_cast<const float4*>(in" << j << " + o"
+         << j << " + j0);\n        q" << j << "[0] = t_.x; q" << j << "[1] = t_.y; q" << j << "[2] = t_.z; q"
+         << j << "[3] = t_.w;\n      } else {\n";
       os << "#pragma unroll\n        for (int c = 0; c < 4; ++c) q" << j << "[c] = in" << j << "[o" << j
          << " + j0 + c];\n      }\n";
     } else {
@@ -338,7 +340,8 @@ std::string row_kernel_source(const Program& p, const Step& step) {
   os << element_code(step.root, "        ");
   os << "        o_[c] = " << value_name(step.root) << ";\n      }\n";
   if (rp.width == 4) {
-    os << "      if (vec) {\n        *reinterpret_cast<float4*>(out + row * L + j0) = make_float4(o_[0], o_[1], "
+    os << "      if (vec) {\n        *reinterpret_cast<float4*>(out + row * L + j0) = make_float4(o_[0], "
+          "o_[1], "
           "o_[2], o_[3]);\n      } else {\n";
     os << "#pragma unroll\n        for (int c = 0; c < 4; ++c) out[row * L + j0 + c] = o_[c];\n      }\n";
   } else {
@@ -479,8 +482,8 @@ void FusedKernel::launch_rows(const RowPlan& plan, const std::vector<const void*
   MT_CHECK(blocks <= 0x7fffffff, InvalidArgument, "row kernel: ", plan.n_rows, " rows need ", blocks,
            " blocks (limit 2^31 - 1)");
   MT_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(m_kernel), dim3(static_cast<unsigned>(blocks)),
-                                 dim3(static_cast<unsigned>(plan.threads * plan.rows_per_block)), args.data(), 0,
-                                 stream));
+                                 dim3(static_cast<unsigned>(plan.threads * plan.rows_per_block)), args.data(),
+                                 0, stream));
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -158,9 +158,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
       if (more != std::string::npos)
         first_line += " | " + r.error.substr(more, r.error.find('\n', more) - more);
       warn(m_warnings, str("NVRTC could not compile the ", s.kind == Step::Kind::Rows ? "row" : "fused",
-                           " group at ", m_prog.node_label(s.root), " (",
-                           s.members.size(), " nodes): ", first_line,
-                           "; running its nodes through the precompiled eager kernels instead"));
+                           " group at ", m_prog.node_label(s.root), " (", s.members.size(), " nodes): ",
+                           first_line, "; running its nodes through the precompiled eager kernels instead"));
       unfuse_step(m_prog, i);
     }
   }
@@ -249,7 +248,8 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
     const Step& s = m_prog.steps[0];
     const NodeData& root = m_prog.g.at(s.root);
     // Not a row group: its kernel walks whole rows, not chunks of elements.
-    bool ok = s.kind != Step::Kind::Rows && root.is_elementwise() && m_mem.where[static_cast<size_t>(s.root)] == MemoryPlan::Where::Persistent;
+    bool ok = s.kind != Step::Kind::Rows && root.is_elementwise() &&
+              m_mem.where[static_cast<size_t>(s.root)] == MemoryPlan::Where::Persistent;
     for (int r : s.reads)
       ok = ok && m_prog.g.at(r).kind == OpKind::Input && m_prog.g.at(r).shape.numel() == root.shape.numel();
     for (const auto& o : m_prog.g.outputs) ok = ok && o.second == s.root;
@@ -322,7 +322,8 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
   if (s.kind == Step::Kind::Rows) {
     std::vector<const void*> ptrs;
     // float4 when every row-wide pointer is 16-byte aligned (the rows themselves are: len % 4 == 0).
-    bool vec = s.rows.width == 4 && (!s.rows.out_varies || reinterpret_cast<std::uintptr_t>(out.data_ptr()) % 16 == 0);
+    bool vec = s.rows.width == 4 &&
+               (!s.rows.out_varies || reinterpret_cast<std::uintptr_t>(out.data_ptr()) % 16 == 0);
     for (size_t k = 0; k < s.reads.size(); ++k) {
       ptrs.push_back(node_tensor(s.reads[k]).data_ptr());
       if (s.rows.read_varies[k]) vec = vec && reinterpret_cast<std::uintptr_t>(ptrs.back()) % 16 == 0;

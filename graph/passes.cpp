@@ -212,7 +212,6 @@ bool fusable_elementwise(const Program& p, int id) {
   return true;
 }
 
-
 // ---------------------------------------------------------------- row fusion helpers
 // Shapes are compared without their leading 1s: (1, n, d) and (n, d) lay out the same rows.
 Shape strip_leading_ones(const Shape& s) {
@@ -317,8 +316,9 @@ bool build_steps(Program& p, const CompileFlags& flags, std::vector<bool>& banne
     } else if (gi.row && rows_on && !banned[static_cast<size_t>(id)] &&
                (row_shaped(nd.shape, *gi.row) || per_row_shaped(nd.shape, *gi.row))) {
       join = true;
-    } else if (!gi.row && rows_on && !banned[static_cast<size_t>(id)] && from_reduction[static_cast<size_t>(id)] &&
-               gi.shape.rank() >= 1 && per_row_shaped(nd.shape, gi.shape)) {
+    } else if (!gi.row && rows_on && !banned[static_cast<size_t>(id)] &&
+               from_reduction[static_cast<size_t>(id)] && gi.shape.rank() >= 1 &&
+               per_row_shaped(nd.shape, gi.shape)) {
       join = true;
       row = gi.shape;
     }
@@ -394,11 +394,12 @@ bool build_steps(Program& p, const CompileFlags& flags, std::vector<bool>& banne
       const bool empty = s.rows.n_rows == 0 || s.rows.len == 0;
       if (empty || s.rows.cached_per_thread() > flags.max_row_cached) {
         limit_log.push_back(
-            empty ? str("no row fusion: group at ", p.g.label(id), " has no rows ", s.rows.row_shape)
-                  : str("no row fusion: group at ", p.g.label(id), ": rows of ", s.rows.len, " elements with ",
-                        std::count(s.rows.read_cached.begin(), s.rows.read_cached.end(), true),
-                        " row-wide reads to keep need ", s.rows.cached_per_thread(),
-                        " floats per thread on chip (limit ", flags.max_row_cached, ")"));
+            empty
+                ? str("no row fusion: group at ", p.g.label(id), " has no rows ", s.rows.row_shape)
+                : str("no row fusion: group at ", p.g.label(id), ": rows of ", s.rows.len, " elements with ",
+                      std::count(s.rows.read_cached.begin(), s.rows.read_cached.end(), true),
+                      " row-wide reads to keep need ", s.rows.cached_per_thread(),
+                      " floats per thread on chip (limit ", flags.max_row_cached, ")"));
         for (int m : s.members) banned[static_cast<size_t>(m)] = true;
         return false;
       }
@@ -481,7 +482,6 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
   p.log.insert(p.log.begin() + static_cast<std::ptrdiff_t>(log_mark), limit_log.begin(), limit_log.end());
   return p;
 }
-
 
 int RowPlan::cached_per_thread() const {
   const auto n = std::count(read_cached.begin(), read_cached.end(), true);

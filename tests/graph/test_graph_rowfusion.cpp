@@ -92,7 +92,7 @@ TEST(GraphRowFusion, LayerNormFromPrimitivesIsOneStep) {
     const Step& s = p.steps[0];
     EXPECT_EQ(s.kind, Step::Kind::Rows);
     EXPECT_EQ(s.members.size(), 9u);  // mean, sub, mul, mean, add eps, rsqrt|sqrt, mul|div, mul w, add b
-    EXPECT_EQ(s.reads.size(), 3u);     // x, w, b
+    EXPECT_EQ(s.reads.size(), 3u);    // x, w, b
     EXPECT_EQ(s.rows.n_rows, 10);
     EXPECT_EQ(s.rows.len, 768);
     EXPECT_TRUE(s.rows.out_varies);
@@ -147,7 +147,8 @@ TEST(GraphRowFusion, FlagsTurnItOff) {
   CompileFlags no_rows, no_elementwise;
   no_rows.fuse_rows = false;
   no_elementwise.fuse_elementwise = false;
-  const Program a = detail::build_program(g.data(), no_rows), b = detail::build_program(g.data(), no_elementwise);
+  const Program a = detail::build_program(g.data(), no_rows),
+                b = detail::build_program(g.data(), no_elementwise);
   EXPECT_EQ(count_kind(a, Step::Kind::Rows), 0);
   EXPECT_EQ(count_kind(b, Step::Kind::Rows), 0);
   EXPECT_EQ(b.steps.size(), 5u);  // square, mean, add, rsqrt, mul
@@ -236,7 +237,8 @@ TEST(GraphRowFusion, RowsOverTheOnChipLimitDoNotFuse) {
 
 TEST(GraphRowFusion, PlanRows) {
   using detail::plan_rows;
-  // x feeds the reductions (kept on chip), the weight only the root (read there), a per-row and a scalar read.
+  // x feeds the reductions (kept on chip), the weight only the root (read there), a per-row and a scalar
+  // read.
   const detail::RowPlan a =
       plan_rows({10, 768}, {{10, 768}, {768}, {10, 1}, {}}, {true, false, false, false}, {10, 768});
   EXPECT_EQ(a.width, 4);
@@ -290,15 +292,29 @@ std::vector<SourceCase> source_cases() {
        },
        CompileFlags{}},
       {"rms_norm_4097",
-       [](Graph& g) { g.output("y", rms_norm_primitives(g, g.input("x", {3, 4097}), g.input("w", {4097}))); },
+       [](Graph& g) {
+         g.output("y", rms_norm_primitives(g, g.input("x", {3, 4097}), g.input("w", {4097})));
+       },
        CompileFlags{}},
-      {"softmax_1", [](Graph& g) { g.output("y", softmax_primitives(g, g.input("x", {5, 1}))); }, rows_only()},
-      {"softmax_3", [](Graph& g) { g.output("y", softmax_primitives(g, g.input("x", {5, 3}))); }, rows_only()},
+      {"softmax_1",
+       [](Graph& g) {
+         g.output("y", softmax_primitives(g, g.input("x", {5, 1})));
+       },
+       rows_only()},
+      {"softmax_3",
+       [](Graph& g) {
+         g.output("y", softmax_primitives(g, g.input("x", {5, 3})));
+       },
+       rows_only()},
       {"log_softmax_min_4096",
-       [](Graph& g) { g.output("y", log_softmax_primitives(g, g.input("x", {2, 4096}))); },
+       [](Graph& g) {
+         g.output("y", log_softmax_primitives(g, g.input("x", {2, 4096})));
+       },
        CompileFlags{}},
       {"per_row_root",
-       [](Graph& g) { g.output("y", g.max(g.abs(g.input("x", {9, 32})), -1, true)); },
+       [](Graph& g) {
+         g.output("y", g.max(g.abs(g.input("x", {9, 32})), -1, true));
+       },
        CompileFlags{}},
       {"broadcast_reads",  // (B, 1, d) and (B, T, 1) reads: offsets from the row's digits
        [](Graph& g) {
@@ -364,7 +380,8 @@ ExecOptions gpu_options(bool rows = true, bool cuda_graph = false) {
 // |a - b| <= atol + rtol * |b| everywhere, NaN where b has NaN, the same infinities.
 ::testing::AssertionResult close(const Tensor& got, const Tensor& ref, double atol, double rtol) {
   const auto a = got.cpu().contiguous().to_vector<float>(), b = ref.cpu().contiguous().to_vector<float>();
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
   for (size_t i = 0; i < a.size(); ++i) {
     const bool ok = std::isnan(b[i])   ? std::isnan(a[i])
                     : std::isinf(b[i]) ? a[i] == b[i]
@@ -427,7 +444,8 @@ void expect_fused_matches(const GpuCase& c, const Shape& shape, const TensorMap&
   SCOPED_TRACE(::testing::Message() << c.name << " " << shape);
   Graph g;
   c.build(g, shape);
-  const TensorMap in = in_given.empty() ? inputs_for(g, 100 + static_cast<std::uint64_t>(shape.back())) : in_given;
+  const TensorMap in =
+      in_given.empty() ? inputs_for(g, 100 + static_cast<std::uint64_t>(shape.back())) : in_given;
   Executor fused(g, gpu_options(true, cuda_graph)), unfused(g, gpu_options(false));
   EXPECT_LT(fused.n_launches(), unfused.n_launches()) << fused.summary();
   EXPECT_TRUE(fused.warnings().empty());
@@ -452,8 +470,7 @@ TEST(GraphRowFusionCuda, FusedMatchesUnfusedAndCpuOverAwkwardRows) {
   MT_REQUIRE_GPU();
   for (const GpuCase& c : gpu_cases())
     for (std::int64_t len : {1, 3, 31, 32, 33, 127, 768, 1000, 1024, 4096, 4097})
-      for (std::int64_t rows : {1, 7, 13})
-        expect_fused_matches(c, Shape{rows, len});
+      for (std::int64_t rows : {1, 7, 13}) expect_fused_matches(c, Shape{rows, len});
 }
 
 TEST(GraphRowFusionCuda, Rank3Input) {
@@ -485,9 +502,9 @@ TEST(GraphRowFusionCuda, NanAndInfPropagate) {
       std::vector<float> x = in.at("x").cpu().to_vector<float>();
       const float inf = std::numeric_limits<float>::infinity();
       x[static_cast<size_t>(0 * len + len / 2)] = std::nanf("");  // row 0: a NaN
-      x[static_cast<size_t>(1 * len)] = inf;                       // row 1: +Inf
-      x[static_cast<size_t>(2 * len + len - 1)] = -inf;            // row 2: -Inf
-      x[static_cast<size_t>(3 * len)] = inf;                       // row 3: +Inf and -Inf
+      x[static_cast<size_t>(1 * len)] = inf;                      // row 1: +Inf
+      x[static_cast<size_t>(2 * len + len - 1)] = -inf;           // row 2: -Inf
+      x[static_cast<size_t>(3 * len)] = inf;                      // row 3: +Inf and -Inf
       x[static_cast<size_t>(3 * len + len - 1)] = -inf;
       x[static_cast<size_t>(4 * len)] = -0.0f;  // row 4: signed zero
       in["x"] = from_vector(x, shape).cuda();
@@ -509,11 +526,12 @@ TEST(GraphRowFusionCuda, MisalignedInput) {
   const Tensor x = big.narrow(0, 1, 5 * 256).view(shape);  // 4 bytes past a 16-byte boundary
   ASSERT_NE(reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16, 0u);
   const TensorMap in = {{"x", x}, {"w", uniform({256}, 4).cuda()}, {"b", uniform({256}, 5).cuda()}};
-  expect_fused_matches({"layer_norm_misaligned", [&](Graph& h, const Shape& s) {
-                          h.output("y", layer_norm_primitives(h, h.input("x", s), h.input("w", {256}),
-                                                              h.input("b", {256})));
-                        }},
-                       shape, in);
+  expect_fused_matches(
+      {"layer_norm_misaligned",
+       [&](Graph& h, const Shape& s) {
+         h.output("y", layer_norm_primitives(h, h.input("x", s), h.input("w", {256}), h.input("b", {256})));
+       }},
+      shape, in);
 }
 
 // check(): every step, the row group as one, against the CPU.
