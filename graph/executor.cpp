@@ -141,6 +141,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   flags.fuse_softmax = options.compile.fuse_softmax;
   flags.fold_views = options.compile.fold_views;
   flags.merge_linears = options.compile.merge_linears;
+  flags.fuse_rows = options.compile.fuse_rows;
   m_prog = build_program(m_source, flags);
 
   // NVRTC for every fused group; a failure splits the group back into eager ops (and warns).
@@ -148,26 +149,26 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   const int arch = props.cc_major * 10 + props.cc_minor;
   for (int i = static_cast<int>(m_prog.steps.size()) - 1; i >= 0; --i) {
     const Step& s = m_prog.steps[static_cast<size_t>(i)];
-    if (s.kind != Step::Kind::Fused) continue;
-    const CompileResult r = compile_fused_kernel(fused_kernel_source(m_prog, s), arch,
+    if (s.kind == Step::Kind::Op) continue;
+    const CompileResult r = compile_fused_kernel(step_kernel_source(m_prog, s), arch,
                                                  options.kernel_cache_dir, nvrtc_fault_injection());
     if (!r.kernel) {
       std::string first_line = r.error.substr(0, r.error.find('\n'));
       const size_t more = r.error.find("error");
       if (more != std::string::npos)
         first_line += " | " + r.error.substr(more, r.error.find('\n', more) - more);
-      warn(m_warnings, str("NVRTC could not compile the fused group at ", m_prog.node_label(s.root), " (",
-                           s.members.size(), " nodes): ", first_line,
-                           "; running its nodes through the precompiled eager kernels instead"));
+      warn(m_warnings, str("NVRTC could not compile the ", s.kind == Step::Kind::Rows ? "row" : "fused",
+                           " group at ", m_prog.node_label(s.root), " (", s.members.size(), " nodes): ",
+                           first_line, "; running its nodes through the precompiled eager kernels instead"));
       unfuse_step(m_prog, i);
     }
   }
   m_kernels.assign(m_prog.steps.size(), nullptr);
   for (size_t i = 0; i < m_prog.steps.size(); ++i) {
     const Step& s = m_prog.steps[i];
-    if (s.kind == Step::Kind::Fused)
+    if (s.kind != Step::Kind::Op)
       m_kernels[i] =
-          compile_fused_kernel(fused_kernel_source(m_prog, s), arch, options.kernel_cache_dir, false).kernel;
+          compile_fused_kernel(step_kernel_source(m_prog, s), arch, options.kernel_cache_dir, false).kernel;
   }
 
   // Steps the precompiled kernels cannot do without allocating (non-consecutive reduction axes) run the eager
@@ -176,7 +177,7 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   for (size_t i = 0; i < m_prog.steps.size(); ++i) {
     const NodeData& n = m_prog.g.at(m_prog.steps[i].root);
     std::int64_t a, b, c;
-    if (n.inputs.empty()) continue;
+    if (n.inputs.empty() || m_prog.steps[i].kind != Step::Kind::Op) continue;
     const Shape& x = m_prog.g.at(n.inputs[0]).shape;
     // Steps that run their eager op (it allocates its result, so they cannot be captured): a reduction over
     // non-consecutive axes, rows too long for the fused row kernel, attention without a fused kernel.
@@ -246,8 +247,9 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   if (m_prog.steps.size() == 1) {
     const Step& s = m_prog.steps[0];
     const NodeData& root = m_prog.g.at(s.root);
-    bool ok =
-        root.is_elementwise() && m_mem.where[static_cast<size_t>(s.root)] == MemoryPlan::Where::Persistent;
+    // Not a row group: its kernel walks whole rows, not chunks of elements.
+    bool ok = s.kind != Step::Kind::Rows && root.is_elementwise() &&
+              m_mem.where[static_cast<size_t>(s.root)] == MemoryPlan::Where::Persistent;
     for (int r : s.reads)
       ok = ok && m_prog.g.at(r).kind == OpKind::Input && m_prog.g.at(r).shape.numel() == root.shape.numel();
     for (const auto& o : m_prog.g.outputs) ok = ok && o.second == s.root;
@@ -315,6 +317,18 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
     std::vector<const void*> ptrs;
     for (int r : s.reads) ptrs.push_back(node_tensor(r).data_ptr());
     m_kernels[static_cast<size_t>(i)]->launch(n.shape.numel(), ptrs, out.data_ptr(), stream);
+    return;
+  }
+  if (s.kind == Step::Kind::Rows) {
+    std::vector<const void*> ptrs;
+    // float4 when every row-wide pointer is 16-byte aligned (the rows themselves are: len % 4 == 0).
+    bool vec = s.rows.width == 4 &&
+               (!s.rows.out_varies || reinterpret_cast<std::uintptr_t>(out.data_ptr()) % 16 == 0);
+    for (size_t k = 0; k < s.reads.size(); ++k) {
+      ptrs.push_back(node_tensor(s.reads[k]).data_ptr());
+      if (s.rows.read_varies[k]) vec = vec && reinterpret_cast<std::uintptr_t>(ptrs.back()) % 16 == 0;
+    }
+    m_kernels[static_cast<size_t>(i)]->launch_rows(s.rows, ptrs, out.data_ptr(), vec, stream);
     return;
   }
   switch (n.kind) {

@@ -218,6 +218,10 @@ struct CompileOptions {
   bool fuse_elementwise = true;    // elementwise chains/trees -> one NVRTC kernel
   bool fuse_gemm_epilogue = true;  // matmul + bias + relu/gelu/gelu_tanh -> GEMM epilogue
   bool fuse_softmax = true;        // max/sub/exp/sum/div -> softmax
+  // Row fusion (with fuse_elementwise): a last-axis sum / mean / max / min, the elementwise ops feeding it and
+  // those that broadcast its result back over the row -> one NVRTC kernel a row (LayerNorm or RMSNorm
+  // written from primitives is one kernel). Rows too long to keep on chip are not fused.
+  bool fuse_rows = true;
   bool fold_views = true;          // permutes that attention / GEMMs read with strides are views, not copies
   bool merge_linears = true;       // linears of one input and fixed weights -> one GEMM (see below)
   bool plan_memory = true;         // false: every intermediate gets its own buffer (nothing is reused)

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <set>
 
 #include "minitensor/graph/detail/program.h"
 
@@ -210,6 +212,208 @@ bool fusable_elementwise(const Program& p, int id) {
   return true;
 }
 
+// ---------------------------------------------------------------- row fusion helpers
+// Shapes are compared without their leading 1s: (1, n, d) and (n, d) lay out the same rows.
+Shape strip_leading_ones(const Shape& s) {
+  Shape out;
+  int d = 0;
+  while (d < s.rank() && s[d] == 1) ++d;
+  for (; d < s.rank(); ++d) out.push_back(s[d]);
+  return out;
+}
+
+// s is the row shape r (n_rows rows of r.back() elements).
+bool row_shaped(const Shape& s, const Shape& r) {
+  return strip_leading_ones(s) == strip_leading_ones(r);
+}
+
+// s holds one value per row of r, in row order: r with its last extent 1 (a keepdim reduction's shape).
+bool per_row_shaped(const Shape& s, const Shape& r) {
+  if (r.rank() == 0) return false;
+  Shape one = r;
+  one[r.rank() - 1] = 1;
+  return strip_leading_ones(s) == strip_leading_ones(one);
+}
+
+// A reduction a row group can compute: sum, mean, max or min of float32 over the last axis of a non-empty
+// tensor.
+bool row_reduction(const Program& p, int id) {
+  const NodeData& n = p.g.at(id);
+  if (n.kind != OpKind::Reduce || n.dtype != DType::F32) return false;
+  if (n.reduce != ReduceOp::Sum && n.reduce != ReduceOp::Mean && n.reduce != ReduceOp::Max &&
+      n.reduce != ReduceOp::Min)
+    return false;
+  const NodeData& x = p.g.at(n.inputs[0]);
+  return x.dtype == DType::F32 && x.shape.rank() >= 1 && x.shape.numel() > 0 && n.axes.size() == 1 &&
+         n.axes[0] == x.shape.rank() - 1;
+}
+
+// A group while it forms: its root's shape, and its row shape once a reduction or a per-row node joined.
+struct GroupInfo {
+  Shape shape;
+  std::optional<Shape> row;
+  int size = 0;  // members besides the root
+};
+
+// Elementwise and row grouping, from the outputs down: a node joins the group of its consumers when all its
+// consumers are in one group, it is not an output, and
+// - it is elementwise of the group's shape (no recomputation under broadcasting), or
+// - (row fusion) the group has rows R = (..., len) and the node is elementwise of shape R (computed per
+//   element) or R with len 1 (computed once per row), or a last-axis reduction of an R-shaped input into one
+//   value per row; a group without rows yet takes the rows of a reduction that joins it, or of its own shape
+//   when a per-row node derived from a reduction joins it.
+// Then the steps. Returns false (and bans the members) when a row group is over the on-chip limit.
+bool build_steps(Program& p, const CompileFlags& flags, std::vector<bool>& banned,
+                 std::vector<std::string>& limit_log) {
+  const int n = static_cast<int>(p.g.nodes.size());
+  const bool rows_on = flags.fuse_rows && flags.fuse_elementwise;
+  std::vector<int> group(static_cast<size_t>(n), -1);  // group id = its root's node id
+  std::vector<std::vector<int>> consumers(static_cast<size_t>(n));
+  for (int id : p.order)
+    for (int in : p.g.at(id).inputs) consumers[static_cast<size_t>(in)].push_back(id);
+  // Derived from a row reduction through elementwise ops: such a per-row node may start a group's rows.
+  std::vector<bool> from_reduction(static_cast<size_t>(n), false);
+  for (int id : p.order) {
+    if (banned[static_cast<size_t>(id)]) continue;
+    bool r = rows_on && row_reduction(p, id);
+    if (rows_on && fusable_elementwise(p, id))
+      for (int in : p.g.at(id).inputs) r = r || from_reduction[static_cast<size_t>(in)];
+    from_reduction[static_cast<size_t>(id)] = r;
+  }
+  std::map<int, GroupInfo> info;
+  for (auto it = p.order.rbegin(); it != p.order.rend(); ++it) {
+    const int id = *it;
+    const NodeData& nd = p.g.at(id);
+    const bool reduction = rows_on && !banned[static_cast<size_t>(id)] && row_reduction(p, id);
+    if (!fusable_elementwise(p, id) && !reduction) continue;
+    group[static_cast<size_t>(id)] = id;
+    GroupInfo& own = info[id];
+    own.shape = nd.shape;
+    if (reduction) own.row = p.g.at(nd.inputs[0]).shape;
+    if (!flags.fuse_elementwise || p.is_output[static_cast<size_t>(id)]) continue;
+    const auto& cons = consumers[static_cast<size_t>(id)];
+    if (cons.empty()) continue;
+    const int g0 = group[static_cast<size_t>(cons[0])];
+    bool same = g0 >= 0;
+    for (int c : cons) same = same && group[static_cast<size_t>(c)] == g0;
+    if (!same) continue;
+    GroupInfo& gi = info[g0];
+    std::optional<Shape> row = gi.row;  // the group's rows after the join
+    bool join = false;
+    if (reduction) {
+      const Shape& x = p.g.at(nd.inputs[0]).shape;
+      if (gi.row)
+        join = row_shaped(x, *gi.row) && per_row_shaped(nd.shape, *gi.row);
+      else  // the members so far all have the group's shape: per element or per row of x
+        join = per_row_shaped(nd.shape, x) && (row_shaped(gi.shape, x) || per_row_shaped(gi.shape, x));
+      if (join) row = row ? row : x;
+      if (!join)
+        p.log.push_back(str("no row fusion: ", p.g.label(id), " ", node_op_string(nd), " of ", x,
+                            " does not broadcast back over the rows of ", p.g.label(g0), " ",
+                            gi.row ? *gi.row : gi.shape));
+    } else if (nd.shape == gi.shape && !gi.row) {
+      join = true;
+    } else if (gi.row && rows_on && !banned[static_cast<size_t>(id)] &&
+               (row_shaped(nd.shape, *gi.row) || per_row_shaped(nd.shape, *gi.row))) {
+      join = true;
+    } else if (!gi.row && rows_on && !banned[static_cast<size_t>(id)] &&
+               from_reduction[static_cast<size_t>(id)] && gi.shape.rank() >= 1 &&
+               per_row_shaped(nd.shape, gi.shape)) {
+      join = true;
+      row = gi.shape;
+    }
+    if (!join) {
+      if (!reduction)
+        p.log.push_back(str("no fusion: ", p.g.label(id), " ", nd.shape, " broadcasts into ", p.g.label(g0),
+                            " ", gi.shape, " (would be recomputed)"));
+      continue;
+    }
+    if (gi.size + 1 >= flags.max_fused_nodes) continue;
+    group[static_cast<size_t>(id)] = g0;
+    ++gi.size;
+    gi.row = row;
+  }
+
+  // Steps, in topological order of their roots.
+  p.step_of.assign(static_cast<size_t>(n), -1);
+  std::map<int, std::vector<int>> members;
+  for (int id : p.order)
+    if (group[static_cast<size_t>(id)] >= 0) members[group[static_cast<size_t>(id)]].push_back(id);
+  for (int id : p.order) {
+    const NodeData& nd = p.g.at(id);
+    if (nd.is_leaf() || nd.kind == OpKind::View || nd.kind == OpKind::SliceView ||
+        p.folded[static_cast<size_t>(id)])
+      continue;
+    const int gid = group[static_cast<size_t>(id)];
+    if (gid >= 0 && gid != id) continue;  // a member: computed by its root's step
+    Step s;
+    s.root = id;
+    const bool rows = gid == id && info[id].row.has_value();
+    if (gid == id) {
+      s.members = members[id];
+      s.kind = s.members.size() < 2 ? Step::Kind::Op : rows ? Step::Kind::Rows : Step::Kind::Fused;
+    } else {
+      s.members = {id};
+    }
+    std::vector<int> reads;
+    for (int m : s.members)
+      for (int in : p.g.at(m).inputs)
+        if (std::find(s.members.begin(), s.members.end(), in) == s.members.end() &&
+            std::find(reads.begin(), reads.end(), in) == reads.end())
+          reads.push_back(in);
+    if (s.kind != Step::Kind::Op && static_cast<int>(reads.size()) > flags.max_fused_reads) {
+      p.log.push_back(str("no fusion: group at ", p.g.label(id), " reads ", reads.size(), " tensors (limit ",
+                          flags.max_fused_reads, ")"));
+      for (int m : s.members) {
+        Step one = single_op_step(p, m);
+        p.step_of[static_cast<size_t>(m)] = static_cast<int>(p.steps.size());
+        p.steps.push_back(std::move(one));
+      }
+      continue;
+    }
+    s.reads = std::move(reads);
+    std::string names;
+    for (int x : s.members) names += str(" ", p.g.label(x), ":", node_op_string(p.g.at(x)));
+    if (s.kind == Step::Kind::Rows) {
+      // What feeds a reduction (its input, transitively through members): the reads the passes go over.
+      std::set<int> in_pass;
+      for (auto m = s.members.rbegin(); m != s.members.rend(); ++m) {
+        const NodeData& nm = p.g.at(*m);
+        if (nm.kind == OpKind::Reduce)
+          in_pass.insert(nm.inputs[0]);
+        else if (in_pass.count(*m))
+          in_pass.insert(nm.inputs.begin(), nm.inputs.end());
+      }
+      std::vector<Shape> read_shapes;
+      std::vector<bool> read_in_pass;
+      for (int r : s.reads) {
+        read_shapes.push_back(p.g.at(r).shape);
+        read_in_pass.push_back(in_pass.count(r) > 0);
+      }
+      s.rows = plan_rows(*info[id].row, read_shapes, read_in_pass, nd.shape);
+      const bool empty = s.rows.n_rows == 0 || s.rows.len == 0;
+      if (empty || s.rows.cached_per_thread() > flags.max_row_cached) {
+        limit_log.push_back(
+            empty
+                ? str("no row fusion: group at ", p.g.label(id), " has no rows ", s.rows.row_shape)
+                : str("no row fusion: group at ", p.g.label(id), ": rows of ", s.rows.len, " elements with ",
+                      std::count(s.rows.read_cached.begin(), s.rows.read_cached.end(), true),
+                      " row-wide reads to keep need ", s.rows.cached_per_thread(),
+                      " floats per thread on chip (limit ", flags.max_row_cached, ")"));
+        for (int m : s.members) banned[static_cast<size_t>(m)] = true;
+        return false;
+      }
+      p.log.push_back(str("row fusion: ", s.members.size(), " nodes into one kernel over ", s.rows.n_rows,
+                          " rows of ", s.rows.len, " ->", names));
+    } else if (s.members.size() >= 2) {
+      p.log.push_back(str("elementwise fusion: ", s.members.size(), " nodes into one kernel ->", names));
+    }
+    for (int m : s.members) p.step_of[static_cast<size_t>(m)] = static_cast<int>(p.steps.size());
+    p.steps.push_back(std::move(s));
+  }
+  return true;
+}
+
 }  // namespace
 
 Program build_program(const GraphData& graph, const CompileFlags& flags) {
@@ -266,81 +470,48 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
   }
   fold_views(p, flags.fold_views);
 
-  // Elementwise grouping, from the outputs down: a node joins the group of its consumers when all its
-  // consumers are in one group, it has the group's shape (no recomputation under broadcasting) and it is not
-  // an output.
-  std::vector<int> group(static_cast<size_t>(n), -1);  // group id = its root's node id
-  std::vector<std::vector<int>> consumers(static_cast<size_t>(n));
-  for (int id : p.order)
-    for (int in : p.g.at(id).inputs) consumers[static_cast<size_t>(in)].push_back(id);
-  std::map<int, int> group_size;
-  for (auto it = p.order.rbegin(); it != p.order.rend(); ++it) {
-    const int id = *it;
-    if (!fusable_elementwise(p, id)) continue;
-    group[static_cast<size_t>(id)] = id;
-    if (!flags.fuse_elementwise || p.is_output[static_cast<size_t>(id)]) continue;
-    const auto& cons = consumers[static_cast<size_t>(id)];
-    if (cons.empty()) continue;
-    const int g0 = group[static_cast<size_t>(cons[0])];
-    bool same = g0 >= 0;
-    for (int c : cons) same = same && group[static_cast<size_t>(c)] == g0;
-    if (!same) continue;
-    if (!(p.g.at(id).shape == p.g.at(g0).shape)) {
-      p.log.push_back(str("no fusion: ", p.g.label(id), " ", p.g.at(id).shape, " broadcasts into ",
-                          p.g.label(g0), " ", p.g.at(g0).shape, " (would be recomputed)"));
-      continue;
-    }
-    if (group_size[g0] + 1 >= flags.max_fused_nodes) continue;
-    group[static_cast<size_t>(id)] = g0;
-    ++group_size[g0];
+  // Groups, then steps; a row group over the on-chip limit bans its members from row fusion and the grouping
+  // runs again (each retry bans at least one node, so this ends).
+  std::vector<bool> banned(static_cast<size_t>(n), false);
+  const size_t log_mark = p.log.size();
+  std::vector<std::string> limit_log;
+  while (!build_steps(p, flags, banned, limit_log)) {
+    p.log.resize(log_mark);
+    p.steps.clear();
   }
-
-  // Steps, in topological order of their roots.
-  p.step_of.assign(static_cast<size_t>(n), -1);
-  std::map<int, std::vector<int>> members;
-  for (int id : p.order)
-    if (group[static_cast<size_t>(id)] >= 0) members[group[static_cast<size_t>(id)]].push_back(id);
-  for (int id : p.order) {
-    const NodeData& nd = p.g.at(id);
-    if (nd.is_leaf() || nd.kind == OpKind::View || nd.kind == OpKind::SliceView ||
-        p.folded[static_cast<size_t>(id)])
-      continue;
-    const int gid = group[static_cast<size_t>(id)];
-    if (gid >= 0 && gid != id) continue;  // a member: computed by its root's step
-    Step s;
-    s.root = id;
-    if (gid == id) {
-      s.members = members[id];
-      s.kind = s.members.size() >= 2 ? Step::Kind::Fused : Step::Kind::Op;
-    } else {
-      s.members = {id};
-    }
-    std::vector<int> reads;
-    for (int m : s.members)
-      for (int in : p.g.at(m).inputs)
-        if (std::find(s.members.begin(), s.members.end(), in) == s.members.end() &&
-            std::find(reads.begin(), reads.end(), in) == reads.end())
-          reads.push_back(in);
-    if (s.kind == Step::Kind::Fused && static_cast<int>(reads.size()) > flags.max_fused_reads) {
-      p.log.push_back(str("no fusion: group at ", p.g.label(id), " reads ", reads.size(), " tensors (limit ",
-                          flags.max_fused_reads, ")"));
-      for (int m : s.members) {
-        Step one = single_op_step(p, m);
-        p.step_of[static_cast<size_t>(m)] = static_cast<int>(p.steps.size());
-        p.steps.push_back(std::move(one));
-      }
-      continue;
-    }
-    s.reads = std::move(reads);
-    if (s.members.size() >= 2) {
-      std::string m;
-      for (int x : s.members) m += str(" ", p.g.label(x), ":", node_op_string(p.g.at(x)));
-      p.log.push_back(str("elementwise fusion: ", s.members.size(), " nodes into one kernel ->", m));
-    }
-    for (int m : s.members) p.step_of[static_cast<size_t>(m)] = static_cast<int>(p.steps.size());
-    p.steps.push_back(std::move(s));
-  }
+  p.log.insert(p.log.begin() + static_cast<std::ptrdiff_t>(log_mark), limit_log.begin(), limit_log.end());
   return p;
+}
+
+int RowPlan::cached_per_thread() const {
+  const auto n = std::count(read_cached.begin(), read_cached.end(), true);
+  return static_cast<int>(n) * slots * width;
+}
+
+RowPlan plan_rows(const Shape& row_shape, const std::vector<Shape>& read_shapes,
+                  const std::vector<bool>& read_in_pass, const Shape& root_shape) {
+  RowPlan r;
+  r.row_shape = row_shape;
+  r.len = row_shape.rank() ? row_shape.back() : 1;
+  r.n_rows = r.len > 0 ? row_shape.numel() / r.len : 0;
+  // A value varies along the row when its last extent (right-aligned) is the row's length; with rows of one
+  // element nothing does (each row is its one value).
+  auto varies = [&](const Shape& s) { return r.len > 1 && s.rank() >= 1 && s.back() == r.len; };
+  for (size_t j = 0; j < read_shapes.size(); ++j) {
+    r.read_varies.push_back(varies(read_shapes[j]));
+    r.read_cached.push_back(r.read_varies.back() && j < read_in_pass.size() && read_in_pass[j]);
+  }
+  r.out_varies = varies(root_shape);
+  r.width = r.len % 4 == 0 ? 4 : 1;
+  const std::int64_t slots = (r.len + r.width - 1) / r.width;
+  // About 4 slots a thread (loads in flight), threads a power of two from a warp to 1024; longer rows take
+  // more slots per thread (bounded by CompileFlags::max_row_cached).
+  std::int64_t t = 32;
+  while (t < 1024 && t * 4 < slots) t *= 2;
+  r.threads = static_cast<int>(t);
+  r.slots = static_cast<int>(std::max<std::int64_t>(1, (slots + t - 1) / t));
+  r.rows_per_block = r.threads >= 128 ? 1 : 128 / r.threads;  // blocks of at least 128 threads
+  return r;
 }
 
 void unfuse_step(Program& p, int step_index) {

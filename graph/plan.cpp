@@ -116,7 +116,11 @@ MemoryPlan plan_memory(const Program& p, bool reuse, bool inplace, const std::ve
         m.arena_bytes += size;
         placed = true;
       }
-      if (!placed && inplace && p.g.at(r).is_elementwise()) {
+      // A row kernel may write over a read too when it writes per element: each thread loads its elements
+      // of the row before any barrier and stores the same elements last. A per-row root is written by one
+      // thread, maybe before another warp of its row has loaded the value: not in place.
+      const bool rows_ok = s.kind != Step::Kind::Rows || s.rows.out_varies;
+      if (!placed && inplace && rows_ok && p.g.at(r).is_elementwise()) {
         for (int x : s.reads) {
           const int rx = storage_root(x);
           // In place only over memory read element for element as written (no strided view).

@@ -21,6 +21,7 @@ void ExecutorImpl::collect_profile(cudaStream_t origin) {
     t.label = m_prog.g.label(s.root);
     t.op = node_op_string(m_prog.g.at(s.root));
     if (s.kind == Step::Kind::Fused) t.op = str("fused[", s.members.size(), "] ", t.op);
+    if (s.kind == Step::Kind::Rows) t.op = str("rows[", s.members.size(), "] ", t.op);
     t.stream = m_sched.stream[i];
     t.start_us = 1000.0 * Event::elapsed_ms(m_prof_base, m_prof_start[i]);
     t.duration_us = 1000.0 * Event::elapsed_ms(m_prof_start[i], m_prof_end[i]);

@@ -18,6 +18,9 @@ std::string ExecutorImpl::summary() const {
     const Step& s = m_prog.steps[i];
     os << "  step " << i << " [stream " << m_sched.stream[i] << "] " << m_prog.node_label(s.root);
     if (s.kind == Step::Kind::Fused) os << " (fused kernel, " << s.members.size() << " nodes)";
+    if (s.kind == Step::Kind::Rows)
+      os << " (row kernel, " << s.members.size() << " nodes, " << s.rows.n_rows << " rows of " << s.rows.len
+         << ")";
     const auto w = m_mem.where[static_cast<size_t>(s.root)];
     if (w == MemoryPlan::Where::Arena) os << " @arena+" << m_mem.offset[static_cast<size_t>(s.root)];
     if (w == MemoryPlan::Where::Persistent) os << " @output+" << m_mem.offset[static_cast<size_t>(s.root)];
@@ -87,7 +90,8 @@ std::string to_json(const Executor& executor) {
         .field("node", s.root)
         .field("name", p.g.at(s.root).name)
         .field("op", node_op_string(p.g.at(s.root)))
-        .field("fused", s.kind == Step::Kind::Fused)
+        .field("fused", s.kind != Step::Kind::Op)
+        .field("rows", s.kind == Step::Kind::Rows)
         .field("n_members", s.members.size())
         .field("stream", x.m_sched.stream[i])
         .key("waits")

@@ -20,7 +20,7 @@ std::vector<std::shared_ptr<const PackedOperand>> pack_weights(const Program& pr
   for (size_t i = 0; i < prog.steps.size(); ++i) {
     const Step& s = prog.steps[i];
     const NodeData& n = prog.g.at(s.root);
-    if (s.kind == Step::Kind::Fused ||
+    if (s.kind != Step::Kind::Op ||
         (n.kind != OpKind::Linear && n.kind != OpKind::Gemm && n.kind != OpKind::Matmul))
       continue;
     const int b_id = n.inputs[1];

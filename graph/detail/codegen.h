@@ -18,6 +18,14 @@ namespace mt::detail {
 // over a chunk of them works); the others by broadcasting from the output's shape.
 std::string fused_kernel_source(const Program& p, const Step& step);
 
+// A Rows step's kernel (the plan in step.rows): (long long n_rows, const float* in0, ..., const float* inK-1,
+// float* out, int vec), inputs in the order of step.reads; vec: every varying read and a varying out are
+// 16-byte aligned (float4 loads and stores; only meaningful when step.rows.width is 4). codegen.cpp says how
+// it walks a row.
+std::string row_kernel_source(const Program& p, const Step& step);
+// The source of a Fused or Rows step's kernel.
+std::string step_kernel_source(const Program& p, const Step& step);
+
 inline constexpr const char* kFusedKernelName = "mt_fused";
 
 class FusedKernel {
@@ -30,6 +38,9 @@ class FusedKernel {
 
   // out[i] for i in [0, n); `ins` in the order of the step's reads.
   void launch(std::int64_t n, const std::vector<const void*>& ins, void* out, cudaStream_t stream) const;
+  // A row kernel: plan.n_rows rows, grid and blocks as the plan says.
+  void launch_rows(const RowPlan& plan, const std::vector<const void*>& ins, void* out, bool vec,
+                   cudaStream_t stream) const;
   std::uint64_t hash() const noexcept { return m_hash; }
 
  private:

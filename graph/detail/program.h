@@ -11,12 +11,33 @@
 
 namespace mt::detail {
 
+// How a Rows step's kernel walks its rows (passes.cpp plan_rows; codegen.cpp row_kernel_source). The group's
+// row shape R is (..., len): n_rows rows of len elements. Each row is `threads` threads (a multiple of 32, so
+// no warp straddles two rows), `rows_per_block` rows per block; thread t owns slots t, t + threads, ... (up
+// to `slots` of them) of `width` consecutive elements each (4: float4 loads and stores where the pointers
+// are 16-byte aligned, checked at launch; len % 4 == 0 makes every slot start aligned).
+struct RowPlan {
+  Shape row_shape;  // R
+  std::int64_t n_rows = 0, len = 0;
+  int threads = 32, rows_per_block = 1, width = 1, slots = 1;
+  std::vector<bool> read_varies;  // per read: varies along the row, else one value per row
+  // per read: varies and feeds a reduction: kept on chip (registers) for the passes. Other varying reads
+  // (a weight, a bias) are read once, where the root is computed.
+  std::vector<bool> read_cached;
+  bool out_varies = true;         // the root varies along the row (written per element), else once per row
+  int cached_per_thread() const;  // floats each thread keeps on chip: cached reads * slots * width
+};
+
 struct Step {
-  enum class Kind : std::uint8_t { Op, Fused };
+  // Op: one node through its precompiled kernel. Fused: an elementwise group, one NVRTC kernel over the
+  // elements. Rows: a row group (last-axis reductions with their elementwise producers and the elementwise
+  // consumers that broadcast them back over the row), one NVRTC kernel over the rows.
+  enum class Kind : std::uint8_t { Op, Fused, Rows };
   Kind kind = Kind::Op;
   int root = -1;             // the node whose value the step writes
   std::vector<int> members;  // Fused: the nodes computed in the kernel, topological, root last
   std::vector<int> reads;    // nodes read from memory (distinct, outside the step)
+  RowPlan rows;              // Rows only
 };
 
 struct Program {
@@ -42,8 +63,18 @@ struct Program {
 struct CompileFlags {
   bool fuse_elementwise = true, fuse_gemm_epilogue = true, fuse_softmax = true;
   bool fold_views = true, merge_linears = true;
+  bool fuse_rows = true;  // row fusion (with fuse_elementwise only: it extends the elementwise groups)
   int max_fused_nodes = 64, max_fused_reads = 24;
+  // A row group keeps its varying reads on chip, in registers: at most this many floats per thread (with
+  // 1024 threads a row, 32 floats are 128 KiB a row, half the register file; more would spill).
+  int max_row_cached = 32;
 };
+
+// The launch shape of a row group over rows `row_shape` (..., len) that reads `read_shapes` (those that feed
+// a reduction: `read_in_pass`) and writes a root of `root_shape` (passes.cpp; a pure function, tested
+// without a GPU).
+RowPlan plan_rows(const Shape& row_shape, const std::vector<Shape>& read_shapes,
+                  const std::vector<bool>& read_in_pass, const Shape& root_shape);
 
 // Topological order, CSE, dead-node elimination, pattern fusion (softmax, GEMM epilogue), elementwise
 // grouping.

@@ -263,11 +263,14 @@ TEST(GraphPasses, ElementwiseFusionRules) {
   auto small = g.exp(v);  // (16): broadcast into (8, 16): not fused (would be recomputed 8 times)
   auto t = g.tanh(x + small);
   auto u = g.relu(t) * t;  // diamond inside one group
-  auto r = g.sum(u, 1);    // a reduction ends the group
+  auto r = g.sum(u, 1);    // a reduction ends the group (without row fusion)
   auto out2 = g.abs(t);    // t has a consumer outside u's group: t cannot join it
   g.output("r", r);
   g.output("o", out2);
-  const Program p = detail::build_program(g.data(), CompileFlags{});
+  // The elementwise rules alone; with row fusion (below) the last-axis sum takes u's group.
+  CompileFlags no_rows;
+  no_rows.fuse_rows = false;
+  const Program p = detail::build_program(g.data(), no_rows);
   EXPECT_EQ(p.step_of[static_cast<size_t>(small.id())], p.step_of[static_cast<size_t>(small.id())]);
   EXPECT_NE(p.step_of[static_cast<size_t>(small.id())], p.step_of[static_cast<size_t>(t.id())]);
   EXPECT_NE(p.step_of[static_cast<size_t>(t.id())], p.step_of[static_cast<size_t>(u.id())]);
@@ -278,6 +281,13 @@ TEST(GraphPasses, ElementwiseFusionRules) {
   const Step& st = p.steps[static_cast<size_t>(p.step_of[static_cast<size_t>(t.id())])];
   EXPECT_EQ(st.members.size(), 2u);  // add, tanh
   EXPECT_EQ(st.reads.size(), 2u);    // x and exp(v)
+  // Row fusion: relu and mul join the sum over their rows, one row kernel writing r; the rest is unchanged.
+  const Program q = detail::build_program(g.data(), CompileFlags{});
+  const Step& rows = q.steps[static_cast<size_t>(q.step_of[static_cast<size_t>(u.id())])];
+  EXPECT_EQ(rows.kind, Step::Kind::Rows);
+  EXPECT_EQ(rows.root, r.id());
+  EXPECT_EQ(rows.members.size(), 3u);  // relu, mul, sum
+  EXPECT_EQ(q.steps[static_cast<size_t>(q.step_of[static_cast<size_t>(t.id())])].members.size(), 2u);
 }
 
 TEST(GraphPasses, SoftmaxPatternNeedsExactShape) {
