@@ -4,6 +4,7 @@
 // 3a.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -76,9 +77,10 @@ bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model
     return can_implement(needs_pack(p) ? pack_shape(p) : p, plain, model);
   }
   if (cfg.split_k < 1 || cfg.split_k > 64) return false;
-  // The vector kernel: any layout and math mode (fp32 arithmetic), its own split of K (gemv.cu).
+  // The vector kernel: any layout and math mode (fp32 arithmetic), at most kGemvMaxRows vectors, its own
+  // split of K (gemv.cu).
   if (cfg.kernel == Kernel::Gemv)
-    return (p.m == 1 || p.n == 1) && cfg.split_k == 1 && cfg.staging == Staging::Registers;
+    return std::min(p.m, p.n) <= kGemvMaxRows && cfg.split_k == 1 && cfg.staging == Staging::Registers;
   const KernelInfo& info = kernel_info(cfg.kernel);
   // The short-K kernels: any layout and math mode (fp32 arithmetic), unsplit; tiles raster-ordered in a 1-D
   // grid.
@@ -152,11 +154,17 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
 
 // ---------------------------------------------------------------- choose
 
+// The M of 33-64 rule's threshold on N x K: below it the 32-row tiles with a shallow split are faster.
+constexpr double kDeepSplitMinNK = 1 << 21;
+
 // Pick the tile by the shape class, then split K while there are too few blocks to fill the machine.
 Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
   // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
   if (p.m == 1 || p.n == 1) return Config{Kernel::Gemv, 1, math};
+  // A thin product over a large matrix (thin_product): the same read of the matrix with an accumulator per
+  // vector; its tiled picks below read such matrices at a third to a half of the copy rate.
+  if (thin_product(p)) return Config{Kernel::Gemv, 1, math};
   // A short K over a large C in fp32: the product is bound by writing C, which the rows kernel does in one
   // pass with the most stores in flight. Below kSmallKRowsMinC elements of C the tiled kernels below are
   // faster (about half the time at a few thousand elements), and so they are from K = 17 on, where the
@@ -201,7 +209,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   // `target` and at least `min_k` of K per split.
   auto split_to_fill = [&](std::int64_t nblocks, std::int64_t target, int min_k, int max_split = 8) {
     int split = 1;
-    for (int s : {2, 3, 4, 6, 8, 12, 16})
+    for (int s : {2, 3, 4, 6, 8, 12, 16, 24, 32})
       if (s <= max_split && nblocks * s <= target && p.k / s >= min_k) split = s;
     return split;
   };
@@ -243,6 +251,29 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
                                         : Kernel::Tensor64x64;
     const TileInfo t = tile_of(c.kernel);
     c.split_k = split_for(blocks(t.bm, t.bn), 2 * sms, 32);
+  } else if (p.m > 32 && p.m <= 64 && p.batch == 1 && double(p.n) * p.k >= kDeepSplitMinNK &&
+             !(p.k >= 2048 && tma_ready(p, model))) {
+    // M of 33-64 against a big B (the projections of a few dozen tokens): one row of 64-row tiles, so each
+    // operand is read once, and K split deep. Tile and split from the wave model: the tile's own rate, times
+    // the share of its waves' slots the blocks fill (64x256 tiles two per SM, 64x128 three), times
+    // ks / (ks + 32) for ks of K per split, at least 96. The splits reduce as the rule at the end says.
+    // (The 32-row tiles below read B twice and filled a third of the card here; bench/gemm/DESIGN.md.)
+    struct Option {
+      Kernel kernel;
+      double rate;
+      int per_sm;
+    };
+    double best = 0;
+    for (const Option o : {Option{Kernel::Simt64x256, 1.0, 2}, Option{Kernel::Simt64x128, 0.9, 3}}) {
+      if (o.kernel == Kernel::Simt64x256 && !vector_runs(p)) continue;
+      const std::int64_t tiles = blocks(64, tile_of(o.kernel).bn);
+      for (int s : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
+        const double ks = double(p.k) / s;
+        if (ks < 96) break;
+        const double rate = o.rate * fill(tiles * s, o.per_sm) * ks / (ks + 32);
+        if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s;
+      }
+    }
   } else if (p.m <= 64) {
     // Small M: the cp.async ring (its deeper prefetch hides more of a short K range's latency than register
     // staging).
@@ -392,6 +423,13 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       }
     }
     reduce = SplitReduce::Cluster;
+  } else if (p.batch > 1 && p.m <= 512 && p.n <= 512 && p.k <= 512 && blocks(64, 64) >= sms) {
+    // A batch of small products (each at most 512 on every side): 64x64 tiles on the cp.async ring, four
+    // blocks per SM, K split to about four blocks per SM down to 128 of K. The 128-wide tiles the rules below
+    // take lie largely outside such products, and their one or two blocks per SM wait on a short k-loop.
+    c.kernel = Kernel::Simt64x64;
+    c.staging = Staging::CpAsync;
+    c.split_k = split_for(blocks(64, 64), 4 * sms, 128);
   } else if (p.k < 512 && p.n >= 256 && vector_runs(p) && blocks(64, 256) >= sms) {
     // Short K over many tiles with edge tiles or a K under 256: 64x256 tiles of 16x8 threads, two blocks per
     // SM, so each SM holds 8 warps of the fewest shared-memory reads per FMA.

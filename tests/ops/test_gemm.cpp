@@ -277,7 +277,8 @@ TEST(Gemm, F32_4095x4097x1023) {
 // over a NaN-filled C, bias and activations, the TF32 modes (computed in fp32), batches and broadcasts.
 TEST(Gemm, F32_MatrixVector) {
   const std::int64_t shapes[][3] = {{1, 1, 1},      {1, 1, 100003},  {1, 3072, 768}, {768, 1, 768},
-                                    {64, 1, 16384}, {1, 768, 16384}, {1, 37, 5},     {513, 1, 3}};
+                                    {64, 1, 16384}, {1, 768, 16384}, {1, 37, 5},     {513, 1, 3},
+                                    {3, 2000, 777}, {2000, 6, 777}};  // the last two: thin products
   for (const auto& s : shapes)
     for (bool ta : {false, true})
       for (bool tb : {false, true}) run_both(GemmCase(s[0], s[1], s[2], ta, tb));
@@ -301,6 +302,88 @@ TEST(Gemm, F32_MatrixVector) {
   const Tensor a = randn({5, 300, 1000}, 7, d), x = randn({5, 1000, 1}, 8, d);
   expect_batches_match(matmul(a, x), a, x, {0, 2, 4});
   const Tensor r = randn({6, 1, 1000}, 9, d), w = randn({1000, 700}, 10, d);
+  const Tensor y = matmul(r, w);  // w broadcast over the batch
+  for (std::int64_t e : {0, 5})
+    expect_product(to_double(y.select(0, e)), to_double(r.select(0, e)), to_double(w),
+                   "entry " + std::to_string(e));
+}
+
+// The operands of alpha * op(a) @ op(b) + beta * c0 + bias for a sweep of configurations over one shape: a
+// (at offset 1 where `la` says so) and b as the transposes ask, with float64 copies for the check.
+struct SweepOperands {
+  std::int64_t m, n, k;
+  Tensor a, b, bias, c0;
+  MatD ad, bd, cd;
+  std::vector<float> bv;
+};
+
+SweepOperands sweep_operands(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, Layout la,
+                             std::uint64_t seed, Device d) {
+  SweepOperands o{m, n, k};
+  const Tensor a0 = test::make_input(InputSpec{ta ? Shape{k, m} : Shape{m, k}, la}, seed, d);
+  const Tensor b0 = test::make_input(InputSpec{tb ? Shape{n, k} : Shape{k, n}}, seed + 1, d);
+  o.a = ta ? a0.t() : a0, o.b = tb ? b0.t() : b0;
+  o.bias = test::make_input(InputSpec{Shape{n}}, seed + 2, d);
+  o.c0 = test::make_input(InputSpec{Shape{m, n}}, seed + 3, d);
+  o.ad = to_double(o.a), o.bd = to_double(o.b), o.cd = to_double(o.c0);
+  o.bv = o.bias.to_vector<float>();
+  return o;
+}
+
+// Launches `cfg` on p (o's operands into g's guarded C, with p's epilogue; g is set to c0 where beta != 0,
+// else to NaN, which must not leak) and checks C against float64, the bound scaled by `c_factor`.
+void expect_config_matches(const SweepOperands& o, Guarded& g, const detail::gemm::Problem& p,
+                           const detail::gemm::Config& cfg, double c_factor, Device d) {
+  using namespace detail::gemm;
+  if (p.beta != 0.f)
+    g.view().copy_(o.c0);
+  else
+    g.view().fill_(std::numeric_limits<double>::quiet_NaN());
+  ASSERT_TRUE(can_implement(p, cfg));
+  launch(p, cfg, detail::stream_for(d));
+  EXPECT_EQ(g.check(), "");
+  ErrorStats st;
+  double e2 = 0, s2 = 0;
+  accumulate_errors(to_double(g.view()), o.ad, o.bd, &o.cd, p.bias ? &o.bv : nullptr, p.alpha, p.beta, p.act,
+                    c_factor, st, e2, s2);
+  EXPECT_EQ(st.n_bad, 0) << st.str();
+}
+
+// Thin products on the vector kernel (2 to kGemvMaxRows vectors, forced): either side thin, both matrix
+// layouts (the dot and the column kernel) by transposes, an operand at offset 1 (scalar loads), a short K (dot
+// groups under a warp), a long K (split over blocks, the partial sums laid out as C), alpha and beta over a
+// NaN-filled C, bias and an activation; then batches through the dispatcher, one with a weight broadcast.
+TEST(Gemm, F32_ThinProducts_TheVectorKernel) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const std::int64_t shapes[][3] = {{2, 300, 777}, {3, 1000, 36}, {5, 129, 4100}, {8, 64, 1000},
+                                    {9, 515, 300}, {16, 700, 128}, {13, 37, 9000}, {16, 16, 16}};
+  int ran = 0;
+  for (const auto& s : shapes)
+    for (bool n_thin : {false, true}) {
+      const std::int64_t m = n_thin ? s[1] : s[0], n = n_thin ? s[0] : s[1], k = s[2];
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
+            const SweepOperands o = sweep_operands(m, n, k, ta, tb, la, 91, d);
+            for (float beta : {0.f, 1.f}) {
+              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                           (ta ? " trans_a" : "") + (tb ? " trans_b" : "") + " a=" + test::layout_name(la) +
+                           " beta " + std::to_string(beta));
+              Guarded g(Shape{m, n}, DType::F32, d);
+              Problem p = problem_2d(o.a, o.b, g.view());
+              p.alpha = -1.5f, p.beta = beta;
+              if (beta != 0.f) p.bias = o.bias.data<float>(), p.act = Activation::Relu;
+              expect_config_matches(o, g, p, Config{Kernel::Gemv}, 1.0, d);
+              ++ran;
+            }
+          }
+    }
+  EXPECT_EQ(ran, 8 * 2 * 8 * 2);
+  const Tensor a = randn({5, 300, 1000}, 7, d), x = randn({5, 1000, 6}, 8, d);
+  expect_batches_match(matmul(a, x), a, x, {0, 2, 4});
+  const Tensor r = randn({6, 4, 1000}, 9, d), w = randn({1000, 700}, 10, d);
   const Tensor y = matmul(r, w);  // w broadcast over the batch
   for (std::int64_t e : {0, 5})
     expect_product(to_double(y.select(0, e)), to_double(r.select(0, e)), to_double(w),
@@ -416,37 +499,20 @@ TEST(Gemm, F32_TuneCandidates_PassTheMatrix) {
       for (bool tb : {false, true})
         for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
           const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
-          const Tensor a0 = test::make_input(InputSpec{ta ? Shape{k, m} : Shape{m, k}, la}, 61, d);
-          const Tensor b0 = test::make_input(InputSpec{tb ? Shape{n, k} : Shape{k, n}}, 62, d);
-          const Tensor a = ta ? a0.t() : a0, b = tb ? b0.t() : b0;
-          const Tensor bias = test::make_input(InputSpec{Shape{n}}, 63, d);
-          const Tensor c0 = test::make_input(InputSpec{Shape{m, n}}, 64, d);
-          const MatD ad = to_double(a), bd = to_double(b), cd = to_double(c0);
-          const std::vector<float> bv = bias.to_vector<float>();
+          const SweepOperands o = sweep_operands(m, n, k, ta, tb, la, 61, d);
           for (MathMode math : {MathMode::FP32, MathMode::TF32})
             for (float beta : {0.f, 1.f}) {
               Guarded g(Shape{m, n}, DType::F32, d);
-              Problem p = problem_2d(a, b, g.view());
-              p.bias = bias.data<float>();
+              Problem p = problem_2d(o.a, o.b, g.view());
+              p.bias = o.bias.data<float>();
               p.alpha = -1.5f, p.beta = beta, p.act = Activation::Relu;
+              const double cf =
+                  math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
               for (const Config& cfg : tune_candidates(p, math, DeviceModel::current())) {
                 SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
                              config_name(cfg) + (ta ? " trans_a" : "") + (tb ? " trans_b" : "") +
                              " a=" + test::layout_name(la) + " beta " + std::to_string(beta));
-                if (beta != 0.f)
-                  g.view().copy_(c0);
-                else
-                  g.view().fill_(std::numeric_limits<double>::quiet_NaN());
-                ASSERT_TRUE(can_implement(p, cfg));
-                launch(p, cfg, detail::stream_for(d));
-                EXPECT_EQ(g.check(), "");
-                ErrorStats st;
-                double e2 = 0, s2 = 0;
-                const double cf =
-                    math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
-                accumulate_errors(to_double(g.view()), ad, bd, &cd, &bv, p.alpha, p.beta, p.act, cf, st, e2,
-                                  s2);
-                EXPECT_EQ(st.n_bad, 0) << st.str();
+                expect_config_matches(o, g, p, cfg, cf, d);
                 ++ran;
               }
             }

@@ -21,6 +21,21 @@ constexpr double kSmallKRowsMinC = 1 << 20;
 constexpr int kSmallKMax = 64;
 constexpr int kSmallKCandidateMax = 128;
 
+// The vector kernel (gemv.cu) runs products with at most kGemvMaxRows rows or columns. choose() gives it,
+// besides every vector operand, the thin products (2 to kGemvMaxRows on the thin side, K of at least
+// kThinMinK) whose big matrix holds at least kThinMinMatrix elements (batch included), twice that above 8
+// on the thin side: a read of the matrix, each element feeding a few FMAs, where a tile would hold mostly rows
+// outside C and read the matrix at a fraction of the copy rate.
+constexpr int kGemvMaxRows = 16;
+constexpr int kThinMinK = 32;
+constexpr double kThinMinMatrix = 1 << 20;
+inline bool thin_product(const Problem& p) {
+  const int thin = p.m < p.n ? p.m : p.n, len = p.m < p.n ? p.n : p.m;
+  const double matrix = double(len) * p.k * p.batch;
+  return thin >= 2 && thin <= kGemvMaxRows && p.k >= kThinMinK &&
+         matrix >= (thin <= 8 ? kThinMinMatrix : 2 * kThinMinMatrix);
+}
+
 // What dispatch needs to know about a device.
 struct DeviceModel {
   int sm_count = 0;

@@ -212,11 +212,14 @@ TEST_P(GemmDispatchHopper, F32_SmallM_SkinnyN_ShortKBatched) {
   EXPECT_EQ(skinny.kernel, Kernel::SimtTma128x64);
   EXPECT_EQ(skinny.split_k, 2);
   EXPECT_EQ(skinny.reduce, SplitReduce::Kernel);
-  // A batch of 100x260x68 with at least one 64x256 tile per SM: 64x256, unsplit; rows of A not in whole
-  // 16-byte runs take another tile.
+  // A batch of 100x1040x68 with at least one 64x256 tile per SM: 64x256, unsplit; rows of A not in whole
+  // 16-byte runs take another tile. A batch of small products (100x260x68) takes 64x64 tiles on the ring.
   const std::int64_t batch = (sms + 3) / 4;
-  EXPECT_EQ(pick(dense(100, 260, 68, batch)).kernel, Kernel::Simt64x256);
-  EXPECT_NE(pick(dense(100, 260, 67, batch)).kernel, Kernel::Simt64x256);  // rows of 67
+  EXPECT_EQ(pick(dense(100, 1040, 68, batch)).kernel, Kernel::Simt64x256);
+  EXPECT_NE(pick(dense(100, 1040, 67, batch)).kernel, Kernel::Simt64x256);  // rows of 67
+  const Config small = pick(dense(100, 260, 68, batch));
+  EXPECT_EQ(small.kernel, Kernel::Simt64x64) << config_name(small);
+  EXPECT_EQ(small.staging, Staging::CpAsync) << config_name(small);
   // Few tiles of 512x512x256 and 64x512x512, operands in aligned rows: 32x64 tiles on the 16-byte ring, K
   // split (in a cluster); B in rows of 511 takes the 4-byte ring.
   for (const Problem& p : {dense(512, 512, 256, 1), dense(64, 512, 512, 1)}) {
@@ -235,8 +238,10 @@ TEST_P(GemmDispatchHopper, F32_WithoutTmaKernels) {
   DeviceModel m = model();
   m.tma_kernels = false;
   const std::int64_t wide_n = 32 * 128 + 4;
+  // M of 33-64 at a long K: the wave model's 64-row tile, register-staged, K split over a second kernel.
   const Config small_m = choose(dense(48, wide_n, 2048, 1), MathMode::FP32, m);
-  EXPECT_EQ(small_m.kernel, Kernel::Simt64x256);
+  EXPECT_TRUE(small_m.kernel == Kernel::Simt64x256 || small_m.kernel == Kernel::Simt64x128)
+      << config_name(small_m);
   EXPECT_EQ(small_m.staging, Staging::Registers);
   EXPECT_EQ(small_m.reduce, SplitReduce::Kernel);
   EXPECT_EQ(choose(dense(256, 1024, 1024, 1), MathMode::FP32, m).kernel, Kernel::Simt128x128k16);
@@ -311,20 +316,33 @@ TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
   EXPECT_EQ(pick(dense_rows(4096, 1, 7)).kernel, Kernel::Gemv);
 }
 
-// Small-M projections at a modest K (64 tokens x 3072 x 768, B an nn.Linear weight): 32x128 tiles with K
-// split to 128 per block where 256 per block leaves SMs without a block. A batch of products at most 64 wide
-// under a small M: 32x64 tiles. A batch whose 128x128 tiles lie largely outside C (150 on a side): 64x64.
+// Projections of 33-64 tokens against a big weight (n x k of at least 2^21; B an nn.Linear weight or plain):
+// one row of 64-row tiles with K split deep, as the wave model picks them (the tuner's picks on an H200,
+// bench/gemm/DESIGN.md section 3c). A small weight keeps the 32-row tiles. A batch of products at most 64 wide
+// under a small M: 32x64 tiles. A batch of small products (150 on a side): 64x64 on the ring.
 TEST_P(GemmDispatchHopper, F32_SmallMProjectionsAndSmallBatches) {
-  const int sms = model().sm_count;
-  Problem qkv = dense_rows(64, 3072, 768);
-  qkv.b_sk = 1, qkv.b_sn = 768;  // B transposed
-  for (const Problem& p : {qkv, dense_rows(64, 3072, 768)}) {
+  auto linear = [](int m, int n, int k) {
+    Problem p = dense_rows(m, n, k);
+    p.b_sk = 1, p.b_sn = k;  // B transposed
+    return p;
+  };
+  for (const Problem& p : {linear(64, 3072, 768), dense_rows(64, 3072, 768)}) {
     const Config c = pick(p);
-    EXPECT_EQ(c.kernel, Kernel::Simt32x128) << config_name(c);
-    EXPECT_EQ(c.split_k, 4) << config_name(c);
-    EXPECT_GE(2 * 24 * c.split_k, sms);
+    EXPECT_EQ(c.kernel, Kernel::Simt64x128) << config_name(c);
+    EXPECT_EQ(c.split_k, 8) << config_name(c);
+    EXPECT_EQ(c.reduce, SplitReduce::Cluster) << config_name(c);
   }
-  EXPECT_EQ(pick(dense_rows(64, 3072, 2048 - 16)).split_k, 4);  // 256 of K per split already fills
+  const Config up = pick(linear(64, 1024, 4096));
+  EXPECT_EQ(up.kernel, Kernel::Simt64x128) << config_name(up);
+  EXPECT_EQ(up.split_k, 32) << config_name(up);
+  EXPECT_EQ(up.reduce, SplitReduce::Kernel) << config_name(up);
+  const Config wide = pick(linear(64, 2048, 8192));
+  EXPECT_EQ(wide.kernel, Kernel::Simt64x256) << config_name(wide);
+  EXPECT_EQ(wide.split_k, 32) << config_name(wide);
+  const Config widest = pick(linear(64, 24576, 8192));
+  EXPECT_EQ(widest.kernel, Kernel::Simt64x256) << config_name(widest);
+  EXPECT_EQ(widest.split_k, 8) << config_name(widest);
+  EXPECT_EQ(pick(linear(64, 1536, 512)).kernel, Kernel::Simt32x64);  // 786k of weight: the 32-row tiles
   const Config narrow = pick(dense(40, 50, 300, 100));
   EXPECT_EQ(narrow.kernel, Kernel::Simt32x64) << config_name(narrow);
   const Config mid = pick(dense(150, 150, 256, 32));
@@ -422,8 +440,32 @@ TEST(GemmDispatch, VectorOperandTakesTheVectorKernel) {
         EXPECT_TRUE(
             std::any_of(all.begin(), all.end(), [](const Config& x) { return x.kernel == Kernel::Gemv; }));
       }
-  EXPECT_FALSE(can_implement(dense_rows(2, 3, 4), Config{Kernel::Gemv}, DeviceModel::h100()));
+  EXPECT_FALSE(can_implement(dense_rows(17, 18, 4), Config{Kernel::Gemv}, DeviceModel::h100()));
   EXPECT_FALSE(can_implement(dense_rows(1, 3, 4), Config{Kernel::Gemv, 2}, DeviceModel::h100()));
+}
+
+// A thin product (2 to kGemvMaxRows rows or columns, K of at least kThinMinK) over a big matrix takes the
+// vector kernel in every math mode; a small matrix, a short K or a 17th vector keeps the tiles. The kernel
+// can run any product of at most kGemvMaxRows on the thin side, so the tuner times it there.
+TEST(GemmDispatch, ThinProductsOverABigMatrixTakeTheVectorKernel) {
+  for (const DeviceModel& model : {DeviceModel::h100(), DeviceModel::h200(), DeviceModel::a100()})
+    for (MathMode math : {MathMode::FP32, MathMode::TF32, MathMode::TF32x3}) {
+      for (const Problem& p : {dense_rows(8, 20480, 5120), dense_rows(2, 15456, 960), dense_rows(7477, 6, 11376),
+                               dense_rows(16, 3952, 12848), dense_rows(13, 10800, 384), dense_rows(4, 1024, 1024),
+                               dense_rows(16128, 7, 80)}) {
+        const Config c = choose(p, math, model);
+        EXPECT_EQ(c.kernel, Kernel::Gemv) << p.m << "x" << p.n << "x" << p.k << " " << math_mode_name(math);
+        EXPECT_TRUE(can_implement(p, c, model));
+      }
+      for (const Problem& p : {dense_rows(2, 1552, 576), dense_rows(17, 20480, 5120), dense_rows(4, 15824, 8),
+                               dense_rows(13, 1000, 1000), dense_rows(64, 4096, 4096)})
+        EXPECT_NE(choose(p, math, model).kernel, Kernel::Gemv)
+            << p.m << "x" << p.n << "x" << p.k << " " << math_mode_name(math);
+    }
+  const Problem small = dense_rows(3, 40, 50);
+  EXPECT_TRUE(can_implement(small, Config{Kernel::Gemv}, DeviceModel::h100()));
+  const std::vector<Config> all = candidates(small, MathMode::FP32, DeviceModel::h100());
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const Config& x) { return x.kernel == Kernel::Gemv; }));
 }
 
 // The short-K kernels take any layout and math mode, unsplit only, and are among the candidates up to
