@@ -162,8 +162,8 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
   // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
   if (p.m == 1 || p.n == 1) return Config{Kernel::Gemv, 1, math};
-  // A thin product over a large matrix (thin_product): the same read of the matrix with an accumulator per
-  // vector; its tiled picks below read such matrices at a third to a half of the copy rate.
+  // A thin product over a large matrix along K (thin_product): the same read of the matrix with an
+  // accumulator per vector; the tiled picks below read such matrices at a third to a half of the copy rate.
   if (thin_product(p)) return Config{Kernel::Gemv, 1, math};
   // A short K over a large C in fp32: the product is bound by writing C, which the rows kernel does in one
   // pass with the most stores in flight. Below kSmallKRowsMinC elements of C the tiled kernels below are

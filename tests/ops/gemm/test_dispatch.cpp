@@ -444,21 +444,26 @@ TEST(GemmDispatch, VectorOperandTakesTheVectorKernel) {
   EXPECT_FALSE(can_implement(dense_rows(1, 3, 4), Config{Kernel::Gemv, 2}, DeviceModel::h100()));
 }
 
-// A thin product (2 to kGemvMaxRows rows or columns, K of at least kThinMinK) over a big matrix takes the
-// vector kernel in every math mode; a small matrix, a short K or a 17th vector keeps the tiles. The kernel
-// can run any product of at most kGemvMaxRows on the thin side, so the tuner times it there.
+// A thin product (2 to kThinMaxRows vectors) over a big matrix that runs along K, with vectors that fit L1,
+// takes the vector kernel in every math mode; a small matrix, a short K, too many vectors or too long a K, or
+// the matrix along the outputs keeps the tiles. The kernel can run any product of at most kGemvMaxRows on the
+// thin side, so the tuner times it there.
 TEST(GemmDispatch, ThinProductsOverABigMatrixTakeTheVectorKernel) {
+  auto linear = [](int m, int n, int k) {  // x @ W^T: the weight W (n x k) runs along K
+    Problem p = dense_rows(m, n, k);
+    p.b_sk = 1, p.b_sn = k;
+    return p;
+  };
   for (const DeviceModel& model : {DeviceModel::h100(), DeviceModel::h200(), DeviceModel::a100()})
     for (MathMode math : {MathMode::FP32, MathMode::TF32, MathMode::TF32x3}) {
-      for (const Problem& p : {dense_rows(8, 20480, 5120), dense_rows(2, 15456, 960), dense_rows(7477, 6, 11376),
-                               dense_rows(16, 3952, 12848), dense_rows(13, 10800, 384), dense_rows(4, 1024, 1024),
-                               dense_rows(16128, 7, 80)}) {
+      for (const Problem& p : {linear(8, 20480, 5120), linear(2, 15456, 960), dense_rows(1360, 2, 6112),
+                               dense_rows(4016, 3, 4867), dense_rows(10784, 4, 128), linear(4, 3568, 624)}) {
         const Config c = choose(p, math, model);
         EXPECT_EQ(c.kernel, Kernel::Gemv) << p.m << "x" << p.n << "x" << p.k << " " << math_mode_name(math);
         EXPECT_TRUE(can_implement(p, c, model));
       }
-      for (const Problem& p : {dense_rows(2, 1552, 576), dense_rows(17, 20480, 5120), dense_rows(4, 15824, 8),
-                               dense_rows(13, 1000, 1000), dense_rows(64, 4096, 4096)})
+      for (const Problem& p : {linear(2, 1552, 576), linear(9, 20480, 5120), linear(8, 8192, 32768),
+                               dense_rows(4, 15824, 8), dense_rows(7, 4538, 4586), dense_rows(64, 4096, 4096)})
         EXPECT_NE(choose(p, math, model).kernel, Kernel::Gemv)
             << p.m << "x" << p.n << "x" << p.k << " " << math_mode_name(math);
     }
