@@ -272,6 +272,19 @@ TEST(Gemm, F32_4095x4097x1023) {
   run_gemm_case(GemmCase(4095, 4097, 1023), Device::cuda(0));
 }
 
+// Batched products through the dispatcher with `vectors` on the thin side: a batch of (300 x 1000) matrices
+// against `vectors` columns each, and a batch of `vectors` rows against one (1000 x 700) weight broadcast over
+// the batch.
+void expect_batched_vectors(Device d, std::int64_t vectors) {
+  const Tensor a = randn({5, 300, 1000}, 7, d), x = randn({5, 1000, vectors}, 8, d);
+  expect_batches_match(matmul(a, x), a, x, {0, 2, 4});
+  const Tensor r = randn({6, vectors, 1000}, 9, d), w = randn({1000, 700}, 10, d);
+  const Tensor y = matmul(r, w);  // w broadcast over the batch
+  for (std::int64_t e : {0, 5})
+    expect_product(to_double(y.select(0, e)), to_double(r.select(0, e)), to_double(w),
+                   "entry " + std::to_string(e));
+}
+
 // Matrix-vector products (the vector kernel, Kernel::Gemv): the matrix along K (dot kernel) or along the
 // outputs (column kernel) by transposes, offset and strided views, K split over blocks (long K), alpha/beta
 // over a NaN-filled C, bias and activations, the TF32 modes (computed in fp32), batches and broadcasts.
@@ -298,14 +311,7 @@ TEST(Gemm, F32_MatrixVector) {
     run_both(c);
   }
   MT_REQUIRE_GPU();
-  const Device d = Device::cuda(0);
-  const Tensor a = randn({5, 300, 1000}, 7, d), x = randn({5, 1000, 1}, 8, d);
-  expect_batches_match(matmul(a, x), a, x, {0, 2, 4});
-  const Tensor r = randn({6, 1, 1000}, 9, d), w = randn({1000, 700}, 10, d);
-  const Tensor y = matmul(r, w);  // w broadcast over the batch
-  for (std::int64_t e : {0, 5})
-    expect_product(to_double(y.select(0, e)), to_double(r.select(0, e)), to_double(w),
-                   "entry " + std::to_string(e));
+  expect_batched_vectors(Device::cuda(0), 1);
 }
 
 // The operands of alpha * op(a) @ op(b) + beta * c0 + bias for a sweep of configurations over one shape: a
@@ -381,13 +387,7 @@ TEST(Gemm, F32_ThinProducts_TheVectorKernel) {
           }
     }
   EXPECT_EQ(ran, 8 * 2 * 8 * 2);
-  const Tensor a = randn({5, 300, 1000}, 7, d), x = randn({5, 1000, 6}, 8, d);
-  expect_batches_match(matmul(a, x), a, x, {0, 2, 4});
-  const Tensor r = randn({6, 4, 1000}, 9, d), w = randn({1000, 700}, 10, d);
-  const Tensor y = matmul(r, w);  // w broadcast over the batch
-  for (std::int64_t e : {0, 5})
-    expect_product(to_double(y.select(0, e)), to_double(r.select(0, e)), to_double(w),
-                   "entry " + std::to_string(e));
+  expect_batched_vectors(d, 6);
 }
 
 // Packed operands on the TMA kernel, K split 2 in a cluster, C in odd rows (the dispatcher's pick on 132
