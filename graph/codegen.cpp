@@ -66,17 +66,6 @@ std::string elementwise_expr(const NodeData& nd) {
   }
 }
 
-// s lays out the rows of r (the same extents, leading 1s aside).
-bool row_shaped_like(const Shape& s, const Shape& r) {
-  auto strip = [](const Shape& x) {
-    Shape out;
-    int d = 0;
-    while (d < x.rank() && x[d] == 1) ++d;
-    for (; d < x.rank(); ++d) out.push_back(x[d]);
-    return out;
-  };
-  return strip(s) == strip(r);
-}
 
 }  // namespace
 
@@ -187,7 +176,7 @@ std::string row_kernel_source(const Program& p, const Step& step) {
     const Shape& s = p.g.at(step.reads[j]).shape;
     const bool v = rp.read_varies[j];
     std::string off;
-    if (v && s.numel() == rp.n_rows * rp.len && row_shaped_like(s, r)) {
+    if (v && s.numel() == rp.n_rows * rp.len && row_shaped(s, r)) {
       off = "row * L";
     } else if (!v && s.numel() == rp.n_rows && s.numel() > 1) {
       off = "row";

@@ -222,11 +222,6 @@ Shape strip_leading_ones(const Shape& s) {
   return out;
 }
 
-// s is the row shape r (n_rows rows of r.back() elements).
-bool row_shaped(const Shape& s, const Shape& r) {
-  return strip_leading_ones(s) == strip_leading_ones(r);
-}
-
 // s holds one value per row of r, in row order: r with its last extent 1 (a keepdim reduction's shape).
 bool per_row_shaped(const Shape& s, const Shape& r) {
   if (r.rank() == 0) return false;
@@ -481,6 +476,10 @@ Program build_program(const GraphData& graph, const CompileFlags& flags) {
   }
   p.log.insert(p.log.begin() + static_cast<std::ptrdiff_t>(log_mark), limit_log.begin(), limit_log.end());
   return p;
+}
+
+bool row_shaped(const Shape& s, const Shape& r) {
+  return strip_leading_ones(s) == strip_leading_ones(r);
 }
 
 int RowPlan::cached_per_thread() const {

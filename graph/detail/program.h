@@ -70,6 +70,9 @@ struct CompileFlags {
   int max_row_cached = 32;
 };
 
+// s lays out the rows of r: the same extents, leading 1s aside ((1, n, d) and (n, d) are the same rows).
+bool row_shaped(const Shape& s, const Shape& r);
+
 // The launch shape of a row group over rows `row_shape` (..., len) that reads `read_shapes` (those that feed
 // a reduction: `read_in_pass`) and writes a root of `root_shape` (passes.cpp; a pure function, tested
 // without a GPU).

@@ -154,8 +154,29 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
 
 // ---------------------------------------------------------------- choose
 
+namespace {
+
 // The M of 33-64 rule's threshold on N x K: below it the 32-row tiles with a shallow split are faster.
 constexpr double kDeepSplitMinNK = 1 << 21;
+
+// A thin product the vector kernel takes (dispatch.h, kThinMaxRows and the constants beside it).
+bool thin_product(const Problem& p) {
+  const bool n_thin = p.n <= p.m;
+  const int thin = n_thin ? p.n : p.m, len = n_thin ? p.m : p.n;
+  const bool along_k = n_thin ? p.a_sk == 1 && p.a_sm != 1 : p.b_sk == 1 && p.b_sn != 1;
+  return along_k && thin >= 2 && thin <= kThinMaxRows && p.k >= kThinMinK &&
+         double(thin) * p.k <= kThinMaxVectorFloats && double(len) * p.k * p.batch >= kThinMinMatrix;
+}
+
+// A tile in the wave models of choose(): its kernel, its rate relative to the best tile's, and the blocks an
+// SM holds at once.
+struct TileOption {
+  Kernel kernel;
+  double rate;
+  int per_sm = 1;
+};
+
+}  // namespace
 
 // Pick the tile by the shape class, then split K while there are too few blocks to fill the machine.
 Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
@@ -258,13 +279,8 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // the share of its waves' slots the blocks fill (64x256 tiles two per SM, 64x128 three), times
     // ks / (ks + 32) for ks of K per split, at least 96. The splits reduce as the rule at the end says.
     // (The 32-row tiles below read B twice and filled a third of the card here; bench/gemm/DESIGN.md.)
-    struct Option {
-      Kernel kernel;
-      double rate;
-      int per_sm;
-    };
     double best = 0;
-    for (const Option o : {Option{Kernel::Simt64x256, 1.0, 2}, Option{Kernel::Simt64x128, 0.9, 3}}) {
+    for (const TileOption o : {TileOption{Kernel::Simt64x256, 1.0, 2}, TileOption{Kernel::Simt64x128, 0.9, 3}}) {
       if (o.kernel == Kernel::Simt64x256 && !vector_runs(p)) continue;
       const std::int64_t tiles = blocks(64, tile_of(o.kernel).bn);
       for (int s : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
@@ -401,15 +417,11 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // - ks / (ks + 32) for ks of K per split: each block's fixed cost and its share of the reduction come to
     //   about 32 of K.
     // The constants are fitted to H100 sweeps (bench/gemm/DESIGN.md (dispatch)).
-    struct Option {
-      Kernel kernel;
-      double rate;
-    };
     constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
     std::int64_t slots[std::size(kSplits)];
     for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);
     double best = 0;
-    for (const Option o : {Option{Kernel::Simt256x128, 1.0}, Option{Kernel::Simt128x128k16, 0.95}}) {
+    for (const TileOption o : {TileOption{Kernel::Simt256x128, 1.0}, TileOption{Kernel::Simt128x128k16, 0.95}}) {
       const TileInfo t = tile_of(o.kernel);
       const std::int64_t b = blocks(t.bm, t.bn);
       const double inside = double(p.m) * p.n * batch / (double(b) * t.bm * t.bn);

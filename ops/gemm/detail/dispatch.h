@@ -22,8 +22,8 @@ constexpr int kSmallKMax = 64;
 constexpr int kSmallKCandidateMax = 128;
 
 // The vector kernel (gemv.cu) runs products with at most kGemvMaxRows rows or columns. choose() gives it,
-// besides every vector operand, the thin products whose big matrix runs along K (its dot kernel: each 16-byte
-// load of the matrix feeds every vector), with 2 to kThinMaxRows vectors of K of at least kThinMinK that
+// besides every vector operand, the thin products (dispatch.cpp, thin_product) whose big matrix runs along K
+// (its dot kernel: each 16-byte load of the matrix feeds every vector), with 2 to kThinMaxRows vectors of K of at least kThinMinK that
 // together fit L1 (thin x K <= kThinMaxVectorFloats: each lane re-reads them per load of the matrix; past
 // that, L2 bounds the kernel) and a matrix of at least kThinMinMatrix elements (batch included). There a
 // tile holds mostly rows outside C and reads the matrix at a fraction of the copy rate. The column kernel
@@ -34,13 +34,6 @@ constexpr int kThinMaxRows = 8;
 constexpr int kThinMinK = 32;
 constexpr double kThinMaxVectorFloats = 40960;
 constexpr double kThinMinMatrix = 1 << 20;
-inline bool thin_product(const Problem& p) {
-  const bool n_thin = p.n <= p.m;
-  const int thin = n_thin ? p.n : p.m, len = n_thin ? p.m : p.n;
-  const bool along_k = n_thin ? p.a_sk == 1 && p.a_sm != 1 : p.b_sk == 1 && p.b_sn != 1;
-  return along_k && thin >= 2 && thin <= kThinMaxRows && p.k >= kThinMinK &&
-         double(thin) * p.k <= kThinMaxVectorFloats && double(len) * p.k * p.batch >= kThinMinMatrix;
-}
 
 // What dispatch needs to know about a device.
 struct DeviceModel {
