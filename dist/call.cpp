@@ -112,7 +112,7 @@ void Call::after(std::function<void()> fn) {
   });
 }
 
-void Call::launch(ncclResult_t result) {
+void Call::handle(ncclResult_t result) {
   if (m_grouped) {
     // Inside a group NCCL only queues the operation; ncclGroupEnd reports its progress.
     if (result != ncclSuccess && result != ncclInProgress) fail(*m_state, result, m_op);

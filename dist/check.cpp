@@ -72,7 +72,11 @@ void Call::check_across_ranks(const Signature& signature) {
   std::memcpy(words, encoded.data(), sizeof(encoded));
   MT_CUDA_CHECK(cudaMemcpyAsync(mine, words, sizeof(encoded), cudaMemcpyHostToDevice, m_stream));
   const std::string op = m_op + " (checked mode)";
-  check(*m_state, ncclAllGather(mine, device.data(), kWords, ncclInt64, m_state->comm, m_stream), op);
+  check(
+      *m_state,
+      watched({m_state}, op,
+              [&] { return ncclAllGather(mine, device.data(), kWords, ncclInt64, m_state->comm, m_stream); }),
+      op);
   MT_CUDA_CHECK(cudaMemcpyAsync(words, device.data(), bytes, cudaMemcpyDeviceToHost, m_stream));
   Event copied;
   copied.record(m_stream);

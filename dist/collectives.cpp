@@ -104,8 +104,10 @@ Work all_reduce(const Tensor& input, const Tensor& output, Communicator& comm, R
   Tensor src = in_place ? dst : call.contiguous(input);
   if (in_place && dst.data_ptr() != output.data_ptr()) dst.copy_(input);  // a non-contiguous in-place tensor
   if (input.numel() > 0) {
-    call.launch(ncclAllReduce(src.data_ptr(), dst.data_ptr(), static_cast<std::size_t>(input.numel()), type,
-                              detail::nccl_op(op), call.comm(), call.stream()));
+    call.launch([&] {
+      return ncclAllReduce(src.data_ptr(), dst.data_ptr(), static_cast<std::size_t>(input.numel()), type,
+                           detail::nccl_op(op), call.comm(), call.stream());
+    });
   }
   call.copy_back(output, dst);
   return call.finish({input, output});
@@ -139,8 +141,10 @@ Work all_gather(const Tensor& input, const Tensor& output, Communicator& comm, s
     gathered = call.contiguous(empty(staged, input.dtype(), input.device()));
   }
   if (input.numel() > 0) {
-    call.launch(ncclAllGather(src.data_ptr(), gathered.data_ptr(), static_cast<std::size_t>(input.numel()),
-                              type, call.comm(), call.stream()));
+    call.launch([&] {
+      return ncclAllGather(src.data_ptr(), gathered.data_ptr(), static_cast<std::size_t>(input.numel()), type,
+                           call.comm(), call.stream());
+    });
   }
   if (d != 0) {
     const std::vector<std::int64_t> perm = world_first(input.dim(), d);
@@ -180,8 +184,10 @@ Work reduce_scatter(const Tensor& input, const Tensor& output, Communicator& com
         src.view(Shape(split_dims(input.shape(), d, world))).permute(world_first(input.dim(), d)));
   Tensor dst = call.output_buffer(output);
   if (output.numel() > 0) {
-    call.launch(ncclReduceScatter(src.data_ptr(), dst.data_ptr(), static_cast<std::size_t>(output.numel()),
-                                  type, detail::nccl_op(op), call.comm(), call.stream()));
+    call.launch([&] {
+      return ncclReduceScatter(src.data_ptr(), dst.data_ptr(), static_cast<std::size_t>(output.numel()), type,
+                               detail::nccl_op(op), call.comm(), call.stream());
+    });
   }
   call.copy_back(output, dst);
   return call.finish({input, output});
@@ -199,8 +205,10 @@ Work broadcast(const Tensor& tensor, int root, Communicator& comm, const Collect
   call.check_across_ranks({Signature::Broadcast, -1, root, tensor.dtype(), tensor.shape()});
   Tensor buffer = call.contiguous(tensor);  // the root's data, or where the others receive it
   if (tensor.numel() > 0) {
-    call.launch(ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), static_cast<std::size_t>(tensor.numel()),
-                              type, root, call.comm(), call.stream()));
+    call.launch([&] {
+      return ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), static_cast<std::size_t>(tensor.numel()),
+                           type, root, call.comm(), call.stream());
+    });
   }
   call.copy_back(tensor, buffer);
   return call.finish({tensor});
@@ -224,8 +232,10 @@ Work send(const Tensor& tensor, int peer, Communicator& comm, const CollectiveOp
   const ncclDataType_t type = detail::nccl_dtype(tensor.dtype(), kOp);
   Tensor src = call.contiguous(tensor);
   if (tensor.numel() > 0) {
-    call.launch(ncclSend(src.data_ptr(), static_cast<std::size_t>(tensor.numel()), type, peer, call.comm(),
-                         call.stream()));
+    call.launch([&] {
+      return ncclSend(src.data_ptr(), static_cast<std::size_t>(tensor.numel()), type, peer, call.comm(),
+                      call.stream());
+    });
   }
   return call.finish({tensor});
 }
@@ -239,8 +249,10 @@ Work recv(const Tensor& tensor, int peer, Communicator& comm, const CollectiveOp
   const ncclDataType_t type = detail::nccl_dtype(tensor.dtype(), kOp);
   Tensor dst = call.output_buffer(tensor);
   if (tensor.numel() > 0) {
-    call.launch(ncclRecv(dst.data_ptr(), static_cast<std::size_t>(tensor.numel()), type, peer, call.comm(),
-                         call.stream()));
+    call.launch([&] {
+      return ncclRecv(dst.data_ptr(), static_cast<std::size_t>(tensor.numel()), type, peer, call.comm(),
+                      call.stream());
+    });
   }
   call.copy_back(tensor, dst);
   return call.finish({tensor});
@@ -251,8 +263,10 @@ Work barrier(Communicator& comm, const CollectiveOptions& options) {
   Call call(comm, kOp, options);
   call.check_across_ranks({Signature::Barrier, -1, 0, DType::I32, Shape{1}});
   Tensor token = call.contiguous(empty(Shape{1}, DType::I32, Device::cuda(call.state().device)));
-  call.launch(
-      ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclInt32, ncclSum, call.comm(), call.stream()));
+  call.launch([&] {
+    return ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclInt32, ncclSum, call.comm(),
+                         call.stream());
+  });
   const bool grouped = detail::group_state().depth > 0;
   const bool capturing = detail::capturing(call.stream());
   if (options.async_op || grouped || capturing) return call.finish({token});

@@ -141,6 +141,30 @@ void Poller::step() {
   }
 }
 
+void watchdog_fired(const std::vector<CommState*>& states, const std::string& op,
+                    std::chrono::milliseconds timeout) {
+  for (CommState* s : states) {
+    if (!s->blocking) continue;
+    s->comm = nullptr;  // the watchdog aborted it
+    s->aborted = true;
+  }
+  const CommState& first = *states.front();
+  throw DistError(::mt::detail::str("timed out after ", std::chrono::duration<double>(timeout).count(),
+                                    " s inside NCCL (a peer died, diverged or never joined); the watchdog "
+                                    "aborted the communicator (rebuild it)"),
+                  DistError::kNoCode, op, first.rank, first.world);
+}
+
+void abort_all(const std::vector<ncclComm_t>& comms) noexcept {
+  for (ncclComm_t comm : comms) {
+    const ncclResult_t result = ncclCommAbort(comm);
+    if (result != ncclSuccess && result != ncclInProgress) {
+      ::mt::detail::log_error(
+          ::mt::detail::str("the dist watchdog's ncclCommAbort failed: ", ncclGetErrorString(result)));
+    }
+  }
+}
+
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   MT_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));

@@ -21,7 +21,7 @@ std::shared_ptr<detail::CommState> make_state(int rank, int world, int device, c
   state->device = device;
   state->timeout = options.timeout;
   state->checked = options.checked;
-  state->blocking = options.blocking;
+  state->blocking = false;  // until make_blocking, when options.blocking
   return state;
 }
 
@@ -76,6 +76,46 @@ void finish_group_init(std::vector<std::shared_ptr<detail::CommState>>& states, 
   }
 }
 
+// Blocking communicators are born nonblocking: NCCL's init waits for every peer, which a nonblocking
+// communicator lets dist/ poll with the timeout (a blocking init would wait inside NCCL, where no handle
+// exists yet for the watchdog to abort). Each one is then split, every rank in one colour and in its own
+// order, into a blocking copy (the split, a collective of the nonblocking parents, is polled the same way),
+// and the parent is destroyed.
+void make_blocking(std::vector<std::shared_ptr<detail::CommState>>& states, const char* op) {
+  std::vector<ncclComm_t> children(states.size(), nullptr);
+  std::vector<ncclConfig_t> configs(states.size(), detail::comm_config(true));
+  ncclResult_t first_error = ncclGroupStart();
+  if (first_error == ncclSuccess) {
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      DeviceGuard guard(states[i]->device);
+      const ncclResult_t result =
+          ncclCommSplit(states[i]->comm, 0, states[i]->rank, &children[i], &configs[i]);
+      if (result != ncclSuccess && result != ncclInProgress && first_error == ncclSuccess)
+        first_error = result;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    if (first_error == ncclSuccess) first_error = end;
+  }
+  try {
+    finish_group_init(states, first_error, op);
+  } catch (...) {
+    for (ncclComm_t child : children)
+      if (child) (void)ncclCommAbort(child);
+    throw;
+  }
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    detail::CommState& state = *states[i];
+    DeviceGuard guard(state.device);
+    const ncclResult_t result = ncclCommDestroy(state.comm);
+    if (result != ncclSuccess && result != ncclInProgress) {
+      ::mt::detail::log_error(::mt::detail::str("ncclCommDestroy of the nonblocking parent failed on rank ",
+                                                state.rank, ": ", ncclGetErrorString(result)));
+    }
+    state.comm = children[i];
+    state.blocking = true;
+  }
+}
+
 }  // namespace
 
 Communicator::~Communicator() = default;
@@ -95,8 +135,8 @@ std::vector<Communicator> Communicator::local(const std::vector<int>& devices, c
   const int world = static_cast<int>(devices.size());
   const ncclUniqueId id = to_nccl(UniqueId::create());
   // ncclCommInitAll has no configuration argument (its communicators would block): the grouped
-  // ncclCommInitRankConfig below is what NCCL documents it to be, with the configuration of `options`.
-  std::vector<ncclConfig_t> configs(devices.size(), detail::comm_config(options.blocking));
+  // ncclCommInitRankConfig below is what NCCL documents it to be, nonblocking (make_blocking says why).
+  std::vector<ncclConfig_t> configs(devices.size(), detail::comm_config(false));
   std::vector<std::shared_ptr<detail::CommState>> states;
   for (int r = 0; r < world; ++r)
     states.push_back(make_state(r, world, devices[static_cast<std::size_t>(r)], options));
@@ -114,6 +154,7 @@ std::vector<Communicator> Communicator::local(const std::vector<int>& devices, c
   ncclResult_t end = ncclGroupEnd();
   if (first_error != ncclSuccess) end = first_error;
   finish_group_init(states, end, "Communicator::local");
+  if (options.blocking) make_blocking(states, "Communicator::local");
   auto group = std::make_shared<detail::LocalGroup>();
   group->size = world;
   for (auto& state : states) state->local = group;
@@ -134,7 +175,7 @@ Communicator Communicator::init(int rank, int world_size, const UniqueId& id, in
   check_device(Device::cuda(device));
   auto state = make_state(rank, world_size, device, options);
   DeviceGuard guard(device);
-  ncclConfig_t config = detail::comm_config(options.blocking);
+  ncclConfig_t config = detail::comm_config(false);
   const ncclUniqueId nccl_id = to_nccl(id);
   const ncclResult_t result = ncclCommInitRankConfig(&state->comm, world_size, nccl_id, rank, &config);
   if (result != ncclSuccess && result != ncclInProgress) {
@@ -149,6 +190,7 @@ Communicator Communicator::init(int rank, int world_size, const UniqueId& id, in
   }
   std::vector<std::shared_ptr<detail::CommState>> states{state};
   finish_group_init(states, ncclInProgress, "Communicator::init");
+  if (options.blocking) make_blocking(states, "Communicator::init");
   return Communicator(std::move(state));
 }
 

@@ -8,9 +8,11 @@
 //     UniqueId reaches the others through a file or the environment; Communicator::from_env() reads what
 //     scripts/launch.sh sets (RANK, WORLD_SIZE, LOCAL_RANK, MT_NCCL_ID_FILE).
 //
-// Every wait inside mt::dist polls NCCL's asynchronous error state with the communicator's timeout: a peer
-// that dies or diverges gives a DistError (and an aborted communicator), not a hang. An aborted communicator
-// throws DistError from every call until it is rebuilt. A communicator, and the Works it returns, are used
+// Every wait inside mt::dist is bounded by the communicator's timeout: waits on the GPU and on NCCL's
+// progress poll NCCL's asynchronous error state, and an NCCL call that may wait for peers inside NCCL runs
+// under a watchdog that aborts the communicator when the timeout passes. A peer that dies or diverges gives
+// a DistError (and an aborted communicator), not a hang. An aborted communicator throws DistError from every
+// call until it is rebuilt. A communicator, and the Works it returns, are used
 // from one thread at a time.
 #pragma once
 
@@ -35,7 +37,7 @@ std::string nccl_version();
 std::chrono::milliseconds default_timeout();
 // MT_DIST_CHECK=1 or 0 when set, else on in debug builds (NDEBUG undefined).
 bool default_checked();
-// MT_DIST_BLOCKING=1 or 0 when set, else false.
+// MT_DIST_BLOCKING=1 or 0 when set, else true.
 bool default_blocking();
 
 struct CommOptions {
@@ -46,11 +48,12 @@ struct CommOptions {
   // typed error (ShapeError, DTypeError, InvalidArgument) on a mismatch. Costs a host wait per collective;
   // skipped inside a Group and during CUDA-graph capture. Every rank must use the same setting.
   bool checked = default_checked();
-  // Blocking NCCL communicators: NCCL launches a group's kernels in the calling thread, where a nonblocking
-  // communicator hands them to NCCL's own thread (tens of microseconds per group, which is what an 8 MiB
-  // collective takes on NVLink). The price: init, and the first collective that connects two ranks, block
-  // inside NCCL without the timeout when a peer never comes; later waits keep the timeout. Every rank must
-  // use the same setting.
+  // Blocking NCCL communicators (the default): NCCL launches a group's kernels in the calling thread. A
+  // nonblocking communicator returns from every call at once and hands the launch to a thread NCCL starts
+  // per group (tens of microseconds per group, which is what an 8 MiB collective takes on NVLink). Both keep
+  // the timeout: a blocking communicator is made nonblocking and split into a blocking one (so init is
+  // polled), and its calls that may wait for peers (the first collective between two ranks connects them)
+  // run under the watchdog (dist/detail/watchdog.h). Every rank must use the same setting.
   bool blocking = default_blocking();
 };
 

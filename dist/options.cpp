@@ -59,7 +59,7 @@ bool default_checked() {
 
 bool default_blocking() {
   const char* text = std::getenv("MT_DIST_BLOCKING");
-  if (!text || !*text) return false;
+  if (!text || !*text) return true;
   MT_CHECK(std::strcmp(text, "0") == 0 || std::strcmp(text, "1") == 0, InvalidArgument, "MT_DIST_BLOCKING='",
            text, "' must be 0 or 1");
   return text[0] == '1';

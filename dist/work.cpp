@@ -83,8 +83,8 @@ void Group::end() {
   m_open = false;
   detail::GroupState& group = detail::group_state();
   --group.depth;
-  const ncclResult_t result = ncclGroupEnd();
   if (group.depth > 0) {  // nested: the outermost group launches
+    const ncclResult_t result = ncclGroupEnd();
     if (result != ncclSuccess && result != ncclInProgress && !group.comms.empty())
       detail::fail(*group.comms.front(), result, "Group::end");
     return;
@@ -93,6 +93,11 @@ void Group::end() {
   std::vector<std::function<void()>> after;
   comms.swap(group.comms);
   after.swap(group.after);
+  // The outermost end launches every queued operation; blocking communicators do it here, under the
+  // watchdog, and may wait for peers.
+  std::vector<detail::CommState*> states;
+  for (auto& comm : comms) states.push_back(comm.get());
+  const ncclResult_t result = detail::watched(states, "Group::end", [] { return ncclGroupEnd(); });
   if (result != ncclSuccess && result != ncclInProgress) {
     if (comms.empty()) {
       throw DistError(::mt::detail::str("ncclGroupEnd failed: ", ncclGetErrorString(result)),

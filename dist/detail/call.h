@@ -74,13 +74,20 @@ class Call {
   // Runs `fn` once the collective is launched, with the call's device and stream current.
   void after(std::function<void()> fn);
 
-  // The NCCL call's return code: inside a group only errors matter; outside, ncclInProgress is waited out.
-  void launch(ncclResult_t result);
+  // Makes the NCCL call `nccl_call` and handles its return code: inside a group NCCL only queues it and
+  // only errors matter; outside, a blocking communicator launches it under the watchdog (it may wait for
+  // peers) and a nonblocking one's ncclInProgress is waited out.
+  template <class Fn>
+  void launch(Fn&& nccl_call) {
+    handle(m_grouped ? nccl_call() : watched({m_state}, m_op, nccl_call));
+  }
   // Records every user tensor's use on the call's stream (record_stream), runs or defers what waits for the
   // launch, and returns the Work (pending with async_op).
   Work finish(std::initializer_list<Tensor> users);
 
  private:
+  void handle(ncclResult_t result);
+
   std::shared_ptr<CommState> m_state_owner;
   CommState* m_state;
   std::string m_op;

@@ -4,6 +4,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "minitensor/dist/detail/watchdog.h"
 #include "minitensor/runtime/event.h"
 #include "minitensor/runtime/stream.h"
 
@@ -33,7 +35,7 @@ struct CommState {
   int rank = -1, world = 0, device = -1;
   std::chrono::milliseconds timeout{0};
   bool checked = false;
-  bool blocking = false;  // CommOptions::blocking, fixed at init
+  bool blocking = false;  // a blocking NCCL communicator (CommOptions::blocking), set once it is one
   std::atomic<bool> aborted{false};
   std::shared_ptr<LocalGroup> local;  // the set made by Communicator::local (null for init())
   Stream stream;  // the communicator's own stream (async collectives), created on first use
@@ -64,9 +66,10 @@ struct WorkState {
   bool launched = false;
 };
 
-// The communicator's configuration. Nonblocking (the default): every NCCL call returns at once,
-// ncclInProgress while it still needs its peers, which wait_ready then polls with the timeout (blocking calls
-// could hang for ever on a dead peer). Blocking: CommOptions::blocking.
+// The communicator's configuration. Nonblocking: every NCCL call returns at once, ncclInProgress while it
+// still needs its peers, which wait_ready then polls with the timeout; every communicator starts so.
+// Blocking (CommOptions::blocking): calls launch in the calling thread and may wait for peers there, under
+// the watchdog (dist/detail/watchdog.h).
 ncclConfig_t comm_config(bool blocking);
 
 // Throws DistError for `code`, naming NCCL's text and its last message, the op, rank and world size. Errors
@@ -102,6 +105,36 @@ template <class Done>
 void poll_until(CommState& state, const std::string& op, std::chrono::milliseconds timeout, Done&& done) {
   Poller poller(state, op, timeout);
   while (!done()) poller.step();
+}
+
+// What the caller does after the watchdog aborted the blocking communicators among `states`: marks them
+// aborted and throws DistError (the timeout, `op`, the first one's rank).
+[[noreturn]] void watchdog_fired(const std::vector<CommState*>& states, const std::string& op,
+                                 std::chrono::milliseconds timeout);
+// ncclCommAbort on each of `comms`, logging failures: the watchdog's callback.
+void abort_all(const std::vector<ncclComm_t>& comms) noexcept;
+
+// Makes `call`, an NCCL call that may wait for peers, for the communicators `states`. Blocking ones run it
+// under a Watch with the shortest of their timeouts whose callback aborts them (watchdog.h): when it fired,
+// DistError, whatever the call returned. Nonblocking ones return from NCCL at once and run it bare.
+// Caveat, as for every watchdog of its kind: NCCL tears an aborted communicator down while the stuck call
+// unwinds (microseconds, against the teardown's milliseconds; in a Communicator::local set NCCL keeps the
+// memory until every rank of the set is finalized).
+template <class Fn>
+ncclResult_t watched(const std::vector<CommState*>& states, const std::string& op, Fn&& call) {
+  std::vector<ncclComm_t> comms;
+  std::chrono::milliseconds timeout = std::chrono::milliseconds::max();
+  for (CommState* s : states) {
+    if (!s->blocking || !s->comm) continue;
+    comms.push_back(s->comm);
+    timeout = std::min(timeout, s->timeout);
+  }
+  if (comms.empty()) return call();
+  Watch watch(timeout, [comms] { abort_all(comms); });
+  const ncclResult_t result = call();
+  watch.disarm();
+  if (watch.fired()) watchdog_fired(states, op, timeout);
+  return result;
 }
 
 // True when `stream` is being captured into a CUDA graph.

@@ -448,31 +448,34 @@ TEST_P(DistRanks, IntegerDTypes) {
   }
 }
 
-// Blocking communicators (CommOptions::blocking): the same collectives, launched in the calling thread; a
-// rebuild keeps the setting.
-TEST_P(DistRanks, BlockingCommunicators_AllReduceAndAllGather) {
+// Both kinds of communicator (CommOptions::blocking: launched in the calling thread, the default; or handed
+// to NCCL's thread): the same collectives, the same results; a rebuild keeps the setting.
+TEST_P(DistRanks, BlockingAndNonblockingCommunicators_AllReduceAndAllGather) {
   const int n = GetParam();
   MT_REQUIRE_GPUS(n);
   MT_REQUIRE_NCCL();
-  dist::CommOptions options;
-  options.blocking = true;
-  auto comms = Communicator::local(test::first_devices(n), options);
-  for (int round = 0; round < 2; ++round) {
-    on_each_rank(n, [&](int r) {
-      Communicator& comm = comms[static_cast<std::size_t>(r)];
-      Tensor x = full({1001}, 1.0 + r, DType::F32, Device::cuda(r));
-      dist::all_reduce(x, comm);
-      Tensor g = empty({n * 3}, DType::F32, Device::cuda(r));
-      dist::all_gather(full({3}, 1.0 * r, DType::F32, Device::cuda(r)), g, comm);
-      comm.synchronize();
-      const std::vector<float> sum = x.to_vector<float>();
-      EXPECT_EQ(sum.front(), n * (n + 1) / 2.0f);
-      EXPECT_EQ(sum.back(), n * (n + 1) / 2.0f);
-      const std::vector<float> gathered = g.to_vector<float>();
-      for (int i = 0; i < n * 3; ++i)
-        EXPECT_EQ(gathered[static_cast<std::size_t>(i)], static_cast<float>(i / 3));
-    });
-    if (round == 0) Communicator::rebuild_local(comms);
+  for (const bool blocking : {true, false}) {
+    SCOPED_TRACE(blocking ? "blocking" : "nonblocking");
+    dist::CommOptions options;
+    options.blocking = blocking;
+    auto comms = Communicator::local(test::first_devices(n), options);
+    for (int round = 0; round < 2; ++round) {
+      on_each_rank(n, [&](int r) {
+        Communicator& comm = comms[static_cast<std::size_t>(r)];
+        Tensor x = full({1001}, 1.0 + r, DType::F32, Device::cuda(r));
+        dist::all_reduce(x, comm);
+        Tensor g = empty({n * 3}, DType::F32, Device::cuda(r));
+        dist::all_gather(full({3}, 1.0 * r, DType::F32, Device::cuda(r)), g, comm);
+        comm.synchronize();
+        const std::vector<float> sum = x.to_vector<float>();
+        EXPECT_EQ(sum.front(), n * (n + 1) / 2.0f);
+        EXPECT_EQ(sum.back(), n * (n + 1) / 2.0f);
+        const std::vector<float> gathered = g.to_vector<float>();
+        for (int i = 0; i < n * 3; ++i)
+          EXPECT_EQ(gathered[static_cast<std::size_t>(i)], static_cast<float>(i / 3));
+      });
+      if (round == 0) Communicator::rebuild_local(comms);
+    }
   }
 }
 
@@ -531,7 +534,8 @@ TEST_P(DistRanks, DownloadWhileAPeerStillAllocates_Finishes) {
         dist::all_reduce(x, comm);
         const std::vector<float> sum = x.to_vector<float>();
         if (sum.front() != n * (n + 1) / 2.0f || sum.back() != n * (n + 1) / 2.0f)
-          throw std::runtime_error("rank " + std::to_string(r) + ": wrong sum " + std::to_string(sum.front()));
+          throw std::runtime_error("rank " + std::to_string(r) + ": wrong sum " +
+                                   std::to_string(sum.front()));
       });
     } catch (const std::exception& e) {
       failure = e.what();

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <filesystem>
@@ -11,7 +12,9 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <thread>
 
+#include "minitensor/dist/detail/watchdog.h"
 #include "tests/dist/dist_harness.h"
 
 namespace mt {
@@ -329,7 +332,12 @@ TEST(DistOptions, TimeoutAndCheckedModeFromTheEnvironment) {
   }
   {
     ScopedEnv env("MT_DIST_BLOCKING", std::nullopt);
+    EXPECT_TRUE(dist::default_blocking());
+  }
+  {
+    ScopedEnv env("MT_DIST_BLOCKING", "0");
     EXPECT_FALSE(dist::default_blocking());
+    EXPECT_FALSE(dist::CommOptions().blocking);
   }
   {
     ScopedEnv env("MT_DIST_BLOCKING", "1");
@@ -356,6 +364,43 @@ int run_launcher(const std::string& args, const std::string& out = "/dev/null", 
       env + " bash " + std::string(MT_TEST_SOURCE_DIR) + "/scripts/launch.sh " + args + " > " + out + " 2>&1";
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The watchdog behind blocking communicators (dist/detail/watchdog.h), on the host alone: a watch runs its
+// callback once after its timeout, never when disarmed in time; a short watch armed after a long one is not
+// held up by it; a callback that throws leaves the watchdog working.
+TEST(DistWatchdog, FiresOnceAfterItsTimeoutAndNeverWhenDisarmedInTime) {
+  using dist::detail::Watch;
+  using std::chrono::milliseconds;
+  std::atomic<int> calls{0};
+  {
+    Watch quick(milliseconds(10'000), [&] { calls += 100; });
+    quick.disarm();
+    EXPECT_FALSE(quick.fired());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  {
+    Watch slow(milliseconds(600'000), [&] { calls += 1000; });
+    Watch watch(milliseconds(50), [&] { calls += 1; });
+    while (!watch.fired() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+      std::this_thread::sleep_for(milliseconds(5));
+    EXPECT_TRUE(watch.fired());
+    EXPECT_FALSE(slow.fired());
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, milliseconds(50));
+  EXPECT_LT(elapsed, std::chrono::seconds(20));
+  EXPECT_EQ(calls.load(), 1);  // once, and neither the disarmed nor the long watch
+  {
+    Watch throws(milliseconds(1), [] { throw std::runtime_error("a callback that throws"); });
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  Watch after(milliseconds(1), [&] { calls += 1; });
+  while (!after.fired() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+    std::this_thread::sleep_for(milliseconds(5));
+  after.disarm();
+  EXPECT_EQ(calls.load(), 2);
 }
 
 TEST(DistLaunchScript, UsageErrorsExitWithStatus2) {
