@@ -4,7 +4,7 @@
 // efficiency counter is t1 / (N tN) for tensor parallel, throughput / (N x 1-GPU throughput) for data
 // parallel. bench/dist/torch_mlp_tp.py times the same Megatron MLP in PyTorch (bench/dist/DESIGN.md).
 //
-//   Parallel/megatron_mlp/<math>/<tokens>x<d>/gpus:<N>    y = gelu(x W1 + b1) W2 + b2, FFN 4d, 4 chunks
+//   Parallel/megatron_mlp/<math>/<tokens>x<d>/gpus:<N>    y = gelu(x W1 + b1) W2 + b2, FFN 4d, 1 chunk
 //   Parallel/data_parallel_mlp/4096x4096/gpus:<N>         4096 rows per GPU, FFN 4d
 //   Parallel/tp_sgemm/16384/gpus:<N>                      C = A B, B split along N, C all-gathered
 //
@@ -16,6 +16,7 @@
 #include <barrier>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -183,7 +184,10 @@ MlpWeights mlp_weights(std::int64_t d, int device) {
 
 void BM_MegatronMlp(benchmark::State& state, MathMode math, std::int64_t tokens, std::int64_t d, int n) {
   if (skip_unless(state, n)) return;
-  const int chunks = 4;
+  // One chunk (the recipe's default) unless MT_BENCH_MLP_CHUNKS says otherwise: bench/dist/DESIGN.md has the
+  // 1 / 2 / 4-chunk comparison behind that default.
+  const char* chunks_env = std::getenv("MT_BENCH_MLP_CHUNKS");
+  const int chunks = chunks_env && *chunks_env ? std::max(1, std::atoi(chunks_env)) : 1;
   std::vector<float> out;
   // Every rank shards the weights on its own device.
   const double ms = time_ranks(
