@@ -220,6 +220,20 @@ TEST_P(GraphDist, DataParallelMlp_EqualsOneGpu) {
   for (int run = 0; run < 2; ++run) {
     expect_close(host(dp.run({{"x", x.cuda(0)}}).at("y")), want, 1e-4, "device inputs");
     expect_close(host(dp.run({{"x", x}}).at("y")), want, 1e-4, "host inputs");
+    // On another replica's GPU (its own block a view, the others copied to their GPUs), and as a strided
+    // view (copied through Tensor::to).
+    expect_close(host(dp.run({{"x", x.cuda(n - 1)}}).at("y")), want, 1e-4, "inputs on the last GPU");
+    const Tensor strided = x.t().contiguous().cuda(0).t();
+    ASSERT_FALSE(strided.is_contiguous());
+    expect_close(host(dp.run({{"x", strided}}).at("y")), want, 1e-4, "strided inputs");
+  }
+  // New data in the same buffers: each run's copies land before its replicas read them.
+  const Tensor x2 = randn({batch * n, d}, 10);
+  const std::vector<float> want2 = host(one.run({{"x", x2.cuda(0)}}).at("y"));
+  for (int run = 0; run < 3; ++run) {
+    const bool second = run % 2 == 1;
+    expect_close(host(dp.run({{"x", (second ? x2 : x).cuda(0)}}).at("y")), second ? want2 : want, 1e-4,
+                 "alternating inputs");
   }
   EXPECT_THROW(dp.run({{"x", randn({batch * n + 1, d}, 1)}}), ShapeError);
 }
