@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iostream>
 #include <numeric>
+#include <unordered_map>
 
 #include "minitensor/graph/detail/collective.h"
 #include "minitensor/graph/detail/executor_impl.h"
@@ -144,9 +145,12 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
   flags.fuse_rows = options.compile.fuse_rows;
   m_prog = build_program(m_source, flags);
 
-  // NVRTC for every fused group; a failure splits the group back into eager ops (and warns).
+  // NVRTC for every fused group; a failure splits the group back into eager ops (and warns). Backwards, so
+  // that unfusing a step leaves the steps still to visit where they were; the kernels are kept by the
+  // group's root (a node heads one step), as the indices after an unfused step move.
   const DeviceProperties& props = device_properties(m_device.index());
   const int arch = props.cc_major * 10 + props.cc_minor;
+  std::unordered_map<int, std::shared_ptr<FusedKernel>> compiled;
   for (int i = static_cast<int>(m_prog.steps.size()) - 1; i >= 0; --i) {
     const Step& s = m_prog.steps[static_cast<size_t>(i)];
     if (s.kind == Step::Kind::Op) continue;
@@ -161,14 +165,14 @@ ExecutorImpl::ExecutorImpl(const GraphData& graph, const ExecOptions& options)
                            " group at ", m_prog.node_label(s.root), " (", s.members.size(), " nodes): ",
                            first_line, "; running its nodes through the precompiled eager kernels instead"));
       unfuse_step(m_prog, i);
+    } else {
+      compiled[s.root] = r.kernel;
     }
   }
   m_kernels.assign(m_prog.steps.size(), nullptr);
   for (size_t i = 0; i < m_prog.steps.size(); ++i) {
     const Step& s = m_prog.steps[i];
-    if (s.kind != Step::Kind::Op)
-      m_kernels[i] =
-          compile_fused_kernel(step_kernel_source(m_prog, s), arch, options.kernel_cache_dir, false).kernel;
+    if (s.kind != Step::Kind::Op) m_kernels[i] = compiled.at(s.root);
   }
 
   // Steps the precompiled kernels cannot do without allocating (non-consecutive reduction axes) run the eager
