@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "tests/dist/dist_harness.h"
 
@@ -118,6 +119,44 @@ TEST(DistLaunchedFault, ARankThatThrowsBeforeACollectiveGivesItsPeerDistError) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(40));
   EXPECT_TRUE(comm.aborted());
+}
+
+// A peer that is alive but never joins, as processes: the first collective of a fresh blocking communicator
+// waits inside NCCL (connecting the ranks needs the peer), and the watchdog ends it with DistError at the
+// timeout. Its own launch (a communicator per launch: the id file serves one id).
+TEST(DistLaunchedWatchdog, AFirstCollectiveWithoutItsPeerTimesOutInsideNccl) {
+  MT_REQUIRE_GPUS(2);
+  MT_REQUIRE_NCCL();
+  MT_REQUIRE_LAUNCHED();
+  dist::CommOptions options;
+  options.timeout = std::chrono::seconds(3);
+  options.checked = false;
+  options.blocking = true;
+  Communicator comm = Communicator::from_env(options);
+  if (comm.rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(8));  // alive, and never in the collective
+    comm.abort();
+    return;
+  }
+  const Device device = Device::cuda(comm.device());
+  DeviceGuard guard(device);
+  Tensor x = from_vector(values(0, 1001), device);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    dist::all_reduce(x, comm);
+    comm.synchronize();
+    FAIL() << "the first all_reduce finished without its peers";
+  } catch (const DistError& e) {
+    EXPECT_NE(std::string(e.what()).find("timed out after 3 s"), std::string::npos) << e.what();
+    EXPECT_EQ(e.rank(), 0);
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(2500));
+  EXPECT_LT(elapsed, std::chrono::seconds(30));
+  EXPECT_TRUE(comm.aborted());
+  // The device is usable afterwards.
+  Tensor y = from_vector(values(0, 16), device);
+  test::expect_equal(y.to_vector<float>(), values(0, 16), "the device after the watchdog");
 }
 
 }  // namespace
