@@ -34,11 +34,15 @@ class Watchdog {
   }
 
   void arm(WatchEntry* entry) {
+    bool sooner = false;
     {
       std::lock_guard<std::mutex> lock(m_mutex);
       m_entries.push_back(entry);
+      sooner = entry->deadline < m_waiting_until;
     }
-    m_changed.notify_one();
+    // Only a deadline before the one the thread sleeps towards wakes it: with one timeout for every call,
+    // that is the first watch after an idle spell, not one per collective.
+    if (sooner) m_changed.notify_one();
   }
 
   void disarm(WatchEntry* entry) {
@@ -68,6 +72,7 @@ class Watchdog {
       Clock::time_point next = Clock::time_point::max();
       for (const WatchEntry* e : m_entries)
         if (!e->fired) next = std::min(next, e->deadline);
+      m_waiting_until = next;
       if (next == Clock::time_point::max()) {
         m_changed.wait(lock);
       } else {
@@ -90,7 +95,8 @@ class Watchdog {
   std::condition_variable m_changed;
   std::list<WatchEntry*> m_entries;
   bool m_stop = false;
-  std::thread m_thread;  // last: started once the members above exist
+  Clock::time_point m_waiting_until = Clock::time_point::min();  // until the thread first computes it
+  std::thread m_thread;                                          // last: started once the members above exist
 };
 
 }  // namespace
