@@ -19,8 +19,9 @@ namespace mt::dist::detail {
 struct WatchEntry;
 
 // Arms the watchdog until destroyed: if `timeout` passes first, the watchdog thread runs `on_timeout` once.
-// The destructor waits for a callback in progress, so fired() read after it is final. Cheap: a mutex, a list
-// insertion and a notify. Used from one thread.
+// The destructor waits for a callback in progress, so fired() read after it is final. Cheap: a mutex and a
+// list insertion (the thread is woken only for a deadline sooner than the one it sleeps towards). Used from
+// one thread.
 class Watch {
  public:
   Watch(std::chrono::milliseconds timeout, std::function<void()> on_timeout);
