@@ -8,7 +8,7 @@
 //   mt::Graph g;
 //   g.set_world_size(comm.size());
 //   auto x = g.input("x", {tokens, d});
-//   g.output("y", mt::megatron_mlp(g, x, weights, comm.rank(), {.chunks = 4}));
+//   g.output("y", mt::megatron_mlp(g, x, weights, comm.rank()));
 //   mt::ExecOptions options;
 //   options.device = mt::Device::cuda(comm.device());
 //   options.comm = &comm;
@@ -58,7 +58,9 @@ struct MlpWeights {
 struct MegatronOptions {
   // The rows of x (all dims but the last, flattened) are split into this many chunks, each its own column ->
   // row chain and all-reduce: the executor's streams then overlap the all-reduce of one chunk with the GEMMs
-  // of the next (the collectives share one stream, the chunks' GEMMs take the others). 1: no split.
+  // of the next (the collectives share one stream, the chunks' GEMMs take the others). 1: no split, the
+  // default: on NVLink the all-reduce is a few percent of the forward, and chunks of fewer rows cost the GEMMs
+  // more than that (bench/dist/DESIGN.md measures 1, 2 and 4).
   int chunks = 1;
 };
 
