@@ -456,6 +456,7 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
       AttentionOptions o;
       o.causal = n.causal;
       o.scale = n.scalar;
+      o.math = m_opt.compile.math;
       if (n.has_mask) o.mask = in(3);
       attention_out(in(0), in(1), in(2), out, o);
       break;

@@ -228,7 +228,8 @@ struct CompileOptions {
   bool inplace = true;             // elementwise ops may overwrite a dying input of their shape
   bool multi_stream = true;        // false: everything on one stream (debugging)
   int max_streams = 4;
-  std::optional<MathMode> math{};  // the GEMMs' math mode; unset: default_math_mode()
+  // The math mode of the GEMMs and of the fused attention; unset: default_math_mode().
+  std::optional<MathMode> math{};
   // TF32 modes: a GEMM whose B is a parameter or constant (2-D) gets it packed once, when the executor is
   // built, instead of at every run (pack_b). The packed copy is a snapshot: a device parameter changed in
   // place afterwards is not seen by those GEMMs (set false to read it at every run, or build a new executor;

@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "minitensor/ops/gemm.h"
 #include "minitensor/tensor/tensor.h"
 
 namespace mt {
@@ -17,6 +18,10 @@ struct AttentionOptions {
   Tensor mask;
   // The scores' scale; unset: 1 / sqrt(head_dim).
   std::optional<double> scale;
+  // The products' arithmetic on the GPU (unset: default_math_mode()): FP32 on the CUDA cores; TF32x3 on the
+  // tensor cores with float32-class accuracy; TF32 on the tensor cores, about 1e-3 relative. The CPU and the
+  // composed path (head dims without a fused kernel) compute in float32 or better whatever the mode.
+  std::optional<MathMode> math;
 };
 
 // q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv), the same leading dims (batch, heads); the result is

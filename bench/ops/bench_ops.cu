@@ -104,6 +104,39 @@ double time_ms(benchmark::State& state, const std::function<void()>& launch) {
   return ms.empty() ? 0 : ms[ms.size() / 2];
 }
 
+// Device time per call with the host path taken out: `n` calls captured into one CUDA graph, the graph
+// replayed `rounds` times between two events each, median per call. For ops whose single call is short
+// enough that the host path before the kernel would be most of its time. `launch` must not allocate.
+double graph_ms(const std::function<void()>& launch, int n = 20, int rounds = 11) {
+  cudaStream_t s = stream();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  MT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n; ++i) launch();
+  MT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  MT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  MT_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
+  cudaEvent_t start, stop;
+  MT_CUDA_CHECK(cudaEventCreate(&start));
+  MT_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  for (int r = 0; r < rounds; ++r) {
+    MT_CUDA_CHECK(cudaEventRecord(start, s));
+    MT_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    MT_CUDA_CHECK(cudaEventRecord(stop, s));
+    MT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    MT_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t / n);
+  }
+  MT_CUDA_CHECK(cudaEventDestroy(start));
+  MT_CUDA_CHECK(cudaEventDestroy(stop));
+  MT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MT_CUDA_CHECK(cudaGraphDestroy(graph));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 double g_copy_gbps = 0;
 
 void report(benchmark::State& state, double bytes, double ms) {
@@ -307,15 +340,19 @@ void BM_row_norm(benchmark::State& state, std::int64_t d, bool rms) {
       });
 }
 
-// ---- fused attention, (B, 12 heads, T, 64), fp32, causal or not (bench/ops/torch_attention.py times
-// PyTorch's scaled_dot_product_attention on the same shapes). Counter TFLOPs: 4 B H T^2 D (halved causal).
-void BM_attention(benchmark::State& state, std::int64_t batch, std::int64_t t, bool causal) {
+// ---- fused attention, (B, 12 heads, T, 64), fp32 (BM_attention: the CUDA-core kernel) or TF32x3
+// (BM_attention_tf32x3: the tensor-core kernel), causal or not (bench/ops/torch_attention.py times PyTorch's
+// scaled_dot_product_attention in float32 on the same shapes). median_us times one call (host path included),
+// graph_us the device time per call (20 calls replayed as one CUDA graph). Counter TFLOPs (from graph_us):
+// 4 B H T^2 D (halved causal).
+void BM_attention(benchmark::State& state, std::int64_t batch, std::int64_t t, bool causal, MathMode math) {
   const std::int64_t heads = 12, dh = 64;
   const Device dev = Device::cuda(0);
   const Tensor q = randn({batch, heads, t, dh}, 1, dev), k = randn({batch, heads, t, dh}, 2, dev),
                v = randn({batch, heads, t, dh}, 3, dev);
   AttentionOptions o;
   o.causal = causal;
+  o.math = math;
   Tensor out;
   auto launch = [&] { out = attention(q, k, v, o); };
   launch();
@@ -330,8 +367,10 @@ void BM_attention(benchmark::State& state, std::int64_t batch, std::int64_t t, b
     return;
   }
   const double ms = time_ms(state, launch);
-  state.counters["median_us"] = ms * 1e3;
-  state.counters["TFLOPs"] = 4.0 * batch * heads * t * t * dh * (causal ? 0.5 : 1.0) / (ms * 1e-3) / 1e12;
+  const double replay = graph_ms([&] { attention_out(q, k, v, out, o); });
+  state.counters["median_us"] = ms * 1e3;  // one call, its host path included
+  state.counters["graph_us"] = replay * 1e3;
+  state.counters["TFLOPs"] = 4.0 * batch * heads * t * t * dh * (causal ? 0.5 : 1.0) / (replay * 1e-3) / 1e12;
 }
 
 // ---- transposes of the 16384 x 16384 matrix. Bytes: 8 * n.
@@ -420,11 +459,19 @@ BENCHMARK_CAPTURE(BM_row_norm, layer_norm_768, 768, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_row_norm, layer_norm_1024, 1024, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_row_norm, layer_norm_4096, 4096, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_row_norm, rms_norm_4096, 4096, true)->Apply(timed);
-BENCHMARK_CAPTURE(BM_attention, 8x128, 8, 128, false)->Apply(timed);
-BENCHMARK_CAPTURE(BM_attention, 8x128_causal, 8, 128, true)->Apply(timed);
-BENCHMARK_CAPTURE(BM_attention, 4x512, 4, 512, false)->Apply(timed);
-BENCHMARK_CAPTURE(BM_attention, 4x512_causal, 4, 512, true)->Apply(timed);
-BENCHMARK_CAPTURE(BM_attention, 1x1024_causal, 1, 1024, true)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 8x128, 8, 128, false, MathMode::FP32)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 8x128_causal, 8, 128, true, MathMode::FP32)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 4x512, 4, 512, false, MathMode::FP32)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 4x512_causal, 4, 512, true, MathMode::FP32)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention, 1x1024_causal, 1, 1024, true, MathMode::FP32)->Apply(timed);
+void BM_attention_tf32x3(benchmark::State& state, std::int64_t batch, std::int64_t t, bool causal) {
+  BM_attention(state, batch, t, causal, MathMode::TF32x3);
+}
+BENCHMARK_CAPTURE(BM_attention_tf32x3, 8x128, 8, 128, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention_tf32x3, 8x128_causal, 8, 128, true)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention_tf32x3, 4x512, 4, 512, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention_tf32x3, 4x512_causal, 4, 512, true)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention_tf32x3, 1x1024_causal, 1, 1024, true)->Apply(timed);
 BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)->Apply(timed);
 BENCHMARK(BM_permute_021)->Apply(timed);

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch baseline for bench_ops' attention rows: torch.nn.functional.scaled_dot_product_attention in float32
-(TF32 off), (B, 12 heads, T, 64), causal or not, timed with CUDA events after warm-up (median of 20).
+(TF32 off), (B, 12 heads, T, 64), causal or not, timed with CUDA events after warm-up two ways, as bench_ops
+times its rows: one call (median of 20; the host path included) and the device time per call, 20 calls
+captured as one CUDA graph and replayed (median of 11 replays).
 
     python3 bench/ops/torch_attention.py [--mt-json bench_ops.json]
 
 With --mt-json (bench_ops' --benchmark_out) it also prints PyTorch's time over minitensor's (> 1: minitensor
-faster) for each row.
+faster) for each row: the float32 kernel (BM_attention) and the TF32x3 tensor-core kernel (BM_attention_tf32x3,
+float32-class accuracy), both against PyTorch's float32 (whose fused kernel runs 3xTF32 on the tensor cores
+on sm_80 and later).
 """
 import argparse
 import json
@@ -33,6 +37,30 @@ def median_us(fn, iters=20, warmup=5):
     return times[len(times) // 2]
 
 
+def graph_us(fn, n=20, rounds=11):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            fn()
+    graph.replay()
+    times = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / n)
+    times.sort()
+    return times[len(times) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mt-json")
@@ -42,16 +70,26 @@ def main():
     mt = {}
     if args.mt_json:
         for b in json.load(open(args.mt_json))["benchmarks"]:
-            if b["name"].startswith("BM_attention/"):
-                mt[b["name"].split("/")[1]] = b.get("median_us")
-    print(f"{'row':16s} {'torch SDPA us':>14s} {'minitensor us':>14s} {'torch/mt':>9s}")
+            for prefix, kind in (("BM_attention/", "fp32"), ("BM_attention_tf32x3/", "x3")):
+                if b["name"].startswith(prefix):
+                    mt[(kind, b["name"].split("/")[1])] = (b.get("median_us"), b.get("graph_us"))
+
+    def ratio(t, ours):
+        return f"{t / ours:9.3f}" if ours else f"{'':9s}"
+
+    print("one call (host path included), then 20 calls as one CUDA graph (device time per call); "
+          "torch/mt > 1: minitensor faster")
+    print(f"{'row':16s} {'timing':7s} {'torch us':>9s} {'fp32 us':>9s} {'torch/mt':>9s} {'x3 us':>9s} "
+          f"{'torch/x3':>9s}")
     for name, batch, t, causal in ROWS:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(batch, 12, t, 64, device="cuda", generator=g) for _ in range(3))
-        us = median_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-        ours = mt.get(name)
-        ratio = f"{us / ours:9.3f}" if ours else ""
-        print(f"{name:16s} {us:14.1f} {ours if ours else float('nan'):14.1f} {ratio}")
+        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+        for i, (timing, us) in enumerate((("call", median_us(fn)), ("graph", graph_us(fn)))):
+            f32 = mt.get(("fp32", name), (None, None))[i]
+            x3 = mt.get(("x3", name), (None, None))[i]
+            print(f"{name:16s} {timing:7s} {us:9.1f} {f32 or float('nan'):9.1f} {ratio(us, f32)} "
+                  f"{x3 or float('nan'):9.1f} {ratio(us, x3)}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "minitensor/ops/gemm.h"
 #include "minitensor/tensor/tensor.h"
 
 namespace mt::detail {
@@ -24,10 +25,14 @@ struct AttnProblem {
   std::int64_t o0 = 0, o1 = 0, ot = 0;
   float scale = 1.f;
   bool causal = false;
+  MathMode math = MathMode::FP32;  // TF32, TF32x3: launch_attention_tc's products
 };
 
-// false where the head dim has no fused kernel (32, 64 and 128 have).
+// Each returns false where the head dim has no kernel. launch_attention runs float32 on the CUDA cores
+// (ops/attention.cu; head dims 32, 64, 128), launch_attention_tc the TF32 / TF32x3 products on the tensor
+// cores (ops/attention_tc.cu; head dims 32 and 64).
 bool launch_attention(const AttnProblem& p, cudaStream_t stream);
+bool launch_attention_tc(const AttnProblem& p, cudaStream_t stream);
 
 // float64 per query row; a fully masked row gives zeros. q, k, v and mask as for mt::attention, mask already
 // expanded to (..., Tq, Tk) or undefined.

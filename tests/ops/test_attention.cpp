@@ -125,6 +125,82 @@ TEST(Attention, FullyMaskedRowsGiveZeros) {
   EXPECT_TRUE(cmp.ok) << cmp.summary();
 }
 
+// The tensor-core kernel (AttentionOptions::math): TF32x3 within the float32 kernel's tolerance of the
+// float64 reference, TF32 within TF32's (about 1e-3 relative on the scores); every head dim, ragged lengths,
+// causal, masks, strided views. On the CPU the mode changes nothing (the harness's CPU half is the reference
+// itself).
+void run_attention_math(MathMode math, const Shape& q, const Shape& kv, bool causal,
+                        Layout layout = Layout::Contiguous, const Shape& mask = {}, bool with_mask = false) {
+  OpCase c;
+  c.name = std::string("attention ") + math_mode_name(math) + (causal ? " causal" : "") +
+           (with_mask ? " mask" : "");
+  c.inputs = {InputSpec{q, layout}, InputSpec{kv, layout}, InputSpec{kv, Layout::Contiguous}};
+  if (with_mask) c.inputs.push_back(InputSpec{mask, Layout::Contiguous, DType::F32, -3.0, 3.0});
+  c.tol = math == MathMode::TF32x3 ? Tolerance::close(2e-5, 1e-4) : Tolerance::close(5e-3, 5e-3);
+  c.run = [=](const std::vector<Tensor>& in) {
+    AttentionOptions o;
+    o.causal = causal;
+    o.math = math;
+    if (with_mask) o.mask = in[3];
+    return attention(in[0], in[1], in[2], o);
+  };
+  test::run_case(c);
+}
+
+TEST(Attention, TensorCores_HeadDims_Lengths_Causal_Masks) {
+  for (MathMode math : {MathMode::TF32x3, MathMode::TF32}) {
+    for (std::int64_t d : {32, 64, 128})
+      for (std::int64_t t : {1, 17, 64, 130})
+        for (bool causal : {false, true}) run_attention_math(math, {2, 3, t, d}, {2, 3, t, d}, causal);
+    run_attention_math(math, {1, 2, 70, 64}, {1, 2, 150, 64}, true);
+    run_attention_math(math, {1, 2, 150, 64}, {1, 2, 70, 64}, false);
+    run_attention_math(math, {2, 2, 65, 64}, {2, 2, 65, 64}, true, Layout::Strided);
+    run_attention_math(math, {2, 3, 70, 64}, {2, 3, 70, 64}, false, Layout::Contiguous, {70, 70}, true);
+    run_attention_math(math, {1, 2, 20, 128}, {1, 2, 90, 128}, false, Layout::Contiguous, {1, 2, 20, 90},
+                       true);
+  }
+}
+
+// Rows not 16-byte aligned on the tensor cores: q, k and v one float past an aligned start (4-byte tile
+// copies), and an out whose rows start at odd offsets (scalar stores), every head dim with a kernel.
+TEST(Attention, TensorCores_UnalignedRows) {
+  for (std::int64_t d : {32, 64}) {
+    OpCase c;
+    c.name = "attention TF32x3 unaligned rows, head dim " + std::to_string(d);
+    c.inputs = {InputSpec{{2, 2, 45, d}, Layout::Offset1}, InputSpec{{2, 2, 77, d}, Layout::Offset1},
+                InputSpec{{2, 2, 77, d}, Layout::Offset1}};
+    c.tol = Tolerance::close(2e-5, 1e-4);
+    c.run = [d](const std::vector<Tensor>& in) {
+      AttentionOptions o;
+      o.causal = true;
+      o.math = MathMode::TF32x3;
+      const Tensor buf = full({2, 2, 45, d + 1}, 7.0, DType::F32, in[0].device());
+      Tensor out = buf.narrow(-1, 1, d);
+      attention_out(in[0], in[1], in[2], out, o);
+      return out;
+    };
+    test::run_case(c);
+  }
+}
+
+// A fully masked row gives zeros on the tensor cores too.
+TEST(Attention, TensorCores_FullyMaskedRowsGiveZeros) {
+  const std::int64_t t = 70;
+  std::vector<float> m(static_cast<size_t>(t * t), 0.f);
+  for (std::int64_t j = 0; j < t; ++j) m[static_cast<size_t>(5 * t + j)] = -INFINITY;  // row 5
+  const Tensor q = rand({1, 2, t, 64}, 4), k = rand({1, 2, t, 64}, 5), v = rand({1, 2, t, 64}, 6);
+  AttentionOptions o;
+  o.mask = from_vector(m, Shape{t, t});
+  const Tensor ref = attention(q, k, v, o);
+  MT_REQUIRE_GPU();
+  o.mask = o.mask.cuda();
+  o.math = MathMode::TF32x3;
+  const Tensor got = attention(q.cuda(), k.cuda(), v.cuda(), o);
+  for (float x : got.select(1, 0).select(1, 5).to_vector<float>()) EXPECT_EQ(x, 0.f);
+  const test::Comparison cmp = test::compare(got, ref, Tolerance::close(2e-5, 1e-4));
+  EXPECT_TRUE(cmp.ok) << cmp.summary();
+}
+
 TEST(Attention, Errors) {
   const Tensor q = rand({2, 8, 16}, 1);
   EXPECT_THROW(attention(zeros({2, 8, 16}, DType::I32), q, q), DTypeError);
