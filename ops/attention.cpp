@@ -159,7 +159,8 @@ Tensor& attention_out(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
   p.math = o.math.value_or(default_math_mode());
   cudaStream_t stream = detail::stream_for(q.device());
   // The tensor-core kernel covers head dims 32 and 64; 128 runs on the CUDA cores in every mode.
-  if (p.math == MathMode::FP32 || !detail::launch_attention_tc(p, stream)) detail::launch_attention(p, stream);
+  if (p.math == MathMode::FP32 || !detail::launch_attention_tc(p, stream))
+    detail::launch_attention(p, stream);
   for (const Tensor* t : {&q4, &k4, &v4, static_cast<const Tensor*>(&m4), static_cast<const Tensor*>(&out)})
     if (t->defined()) detail::record_stream(*t, stream);
   return out;

@@ -184,7 +184,8 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
     for (int kk = 0; kk < kSteps; ++kk)
 #pragma unroll
       for (int nt = 0; nt < kNt; ++nt) {  // B = K^T: key 8 nt + g, d 8 kk + 2t and + 1
-        const uint4 b = *reinterpret_cast<const uint4*>(k_plane + (8 * nt + g) * Smem::kLdK + 16 * kk + 4 * t);
+        const uint4 b =
+            *reinterpret_cast<const uint4*>(k_plane + (8 * nt + g) * Smem::kLdK + 16 * kk + 4 * t);
         mma_parts<PASSES>(s[nt], qa_big[kk], qa_small[kk], b);
       }
 
@@ -231,10 +232,11 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
       l[h] = l[h] * corr[h] + row_sum[h];
     }
 #pragma unroll
-    for (int nd = 0; nd < kNd; ++nd) o[nd][0] *= corr[0], o[nd][1] *= corr[0], o[nd][2] *= corr[1], o[nd][3] *= corr[1];
+    for (int nd = 0; nd < kNd; ++nd)
+      o[nd][0] *= corr[0], o[nd][1] *= corr[0], o[nd][2] *= corr[1], o[nd][3] *= corr[1];
 
-    // o += P V, one 8-key step at a time: P's A fragment {(r0, 2t), (r1, 2t), (r0, 2t + 1), (r1, 2t + 1)}
-    // is the accumulator {0, 2, 1, 3} of s[tt].
+      // o += P V, one 8-key step at a time: P's A fragment {(r0, 2t), (r1, 2t), (r0, 2t + 1), (r1, 2t + 1)}
+      // is the accumulator {0, 2, 1, 3} of s[tt].
 #pragma unroll
     for (int tt = 0; tt < kNt; ++tt) {
       const float pa[4] = {s[tt][0], s[tt][2], s[tt][1], s[tt][3]};
@@ -246,7 +248,8 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
       }
 #pragma unroll
       for (int nd = 0; nd < kNd; ++nd) {  // B = V: keys 8 tt + 2t and + 1, column 8 nd + g
-        const uint4 b = *reinterpret_cast<const uint4*>(v_plane + (8 * nd + g) * Smem::kLdV + 16 * tt + 4 * t);
+        const uint4 b =
+            *reinterpret_cast<const uint4*>(v_plane + (8 * nd + g) * Smem::kLdV + 16 * tt + 4 * t);
         mma_parts<PASSES>(o[nd], pa_big, pa_small, b);
       }
     }
@@ -264,7 +267,8 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
         *reinterpret_cast<float2*>(dst + 8 * nd) = make_float2(o[nd][2 * h] * inv, o[nd][2 * h + 1] * inv);
     } else {
 #pragma unroll
-      for (int nd = 0; nd < kNd; ++nd) dst[8 * nd] = o[nd][2 * h] * inv, dst[8 * nd + 1] = o[nd][2 * h + 1] * inv;
+      for (int nd = 0; nd < kNd; ++nd)
+        dst[8 * nd] = o[nd][2 * h] * inv, dst[8 * nd + 1] = o[nd][2 * h + 1] * inv;
     }
   }
 }

@@ -183,6 +183,15 @@ TEST(Attention, TensorCores_UnalignedRows) {
   }
 }
 
+// More blocks than the card holds at once (3 per SM): later blocks reuse shared memory and registers of
+// finished ones; a mask over Tq != Tk at head dim 32.
+TEST(Attention, TensorCores_ManyBlocks) {
+  for (bool causal : {false, true})
+    run_attention_math(MathMode::TF32x3, {2, 12, 700, 64}, {2, 12, 700, 64}, causal);
+  run_attention_math(MathMode::TF32x3, {2, 12, 700, 32}, {2, 12, 300, 32}, false, Layout::Contiguous,
+                     {700, 300}, true);
+}
+
 // A fully masked row gives zeros on the tensor cores too.
 TEST(Attention, TensorCores_FullyMaskedRowsGiveZeros) {
   const std::int64_t t = 70;
