@@ -253,8 +253,9 @@ void bm_host(benchmark::State& state, HostMode mode, std::int64_t chunk = 0, int
 // ---------------------------------------------------------------- a transformer block (GPT-2 style)
 // graph/models.h: x -> layer_norm -> q, k, v linears (heads) -> causal attention -> projection + residual ->
 // layer_norm -> linear + GELU (tanh) -> linear + residual, weights drawn as nn.Linear draws them. With
-// MT_BLOCK_DUMP set to a folder, the first run writes x, every weight and y there as .npy files
-// (bench/graph/torch_block.py builds the same block in PyTorch from them and reports the difference).
+// MT_BLOCK_DUMP set to a folder, the fp32 run writes x, every weight and y there as .npy files and the 3xTF32
+// run its y as y_tf32x3 (bench/graph/torch_block.py builds the same block in PyTorch from them and reports
+// both differences).
 struct BlockSetup {
   Graph g;
   BlockWeights weights;
@@ -283,12 +284,16 @@ void bm_block(benchmark::State& state, std::int64_t b, std::int64_t t, std::int6
   Executor exec(m.g, o);
   const TensorMap in = {{"x", m.x}};
   const Tensor y = exec.run(in).at("y");
-  if (const char* dir = std::getenv("MT_BLOCK_DUMP"); dir && !tf32x3 && !unfolded) {
+  if (const char* dir = std::getenv("MT_BLOCK_DUMP"); dir && !unfolded) {
     const std::string base = std::string(dir) + "/block_" + std::to_string(b) + "x" + std::to_string(t) +
                              "_" + std::to_string(d) + "_";
-    save_npy(base + "x.npy", m.x.cpu());
-    save_npy(base + "y.npy", y.cpu());
-    for (const auto& [name, w] : m.weights.named()) save_npy(base + name + ".npy", w.cpu());
+    if (tf32x3) {  // the same x and weights (the same seeds); only y differs
+      save_npy(base + "y_tf32x3.npy", y.cpu());
+    } else {
+      save_npy(base + "x.npy", m.x.cpu());
+      save_npy(base + "y.npy", y.cpu());
+      for (const auto& [name, w] : m.weights.named()) save_npy(base + name + ".npy", w.cpu());
+    }
   }
   state.counters["launches"] = exec.n_launches();
   time_runs(state, 20, [&] { benchmark::DoNotOptimize(exec.run(in)); });

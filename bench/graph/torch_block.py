@@ -5,8 +5,9 @@ residual), float32 with TF32 off, as eager ops, as a CUDA graph and through torc
 
     python3 bench/graph/torch_block.py [--mt-json bench_graph.json] [--dump DIR] [--no-compile]
 
---dump: the folder bench_graph wrote with MT_BLOCK_DUMP (x, weights and minitensor's y as .npy): the block
-runs on those weights and the max difference to minitensor's y is printed. --mt-json: minitensor's times
+--dump: the folder bench_graph wrote with MT_BLOCK_DUMP (x, weights and minitensor's y, fp32 and 3xTF32, as
+.npy): the block runs on those weights and the max differences to minitensor's two y are printed ("max diff"
+fp32, "diff x3" 3xTF32). --mt-json: minitensor's times
 (bench_graph's --benchmark_out) beside PyTorch's, as PyTorch's CUDA-graph time over minitensor's (> 1:
 minitensor faster).
 """
@@ -67,7 +68,7 @@ def main():
             if r["name"].startswith("Block/"):
                 mt[r["name"].split("/iterations")[0]] = (r["real_time"], r.get("launches"))
     print(f"{'block':22s} {'eager':>8s} {'graph':>8s} {'compile':>8s} {'mt fp32':>8s} {'mt 3xtf32':>9s} "
-          f"{'graph/mt':>9s} {'launches':>8s} {'max diff':>9s}")
+          f"{'graph/mt':>9s} {'launches':>8s} {'max diff':>9s} {'diff x3':>9s}")
     g = torch.Generator(device="cuda").manual_seed(0)
     for d, h in DIMS:
         for b, t in SHAPES:
@@ -76,12 +77,14 @@ def main():
                 w = {n: torch.from_numpy(np.load(base + n + ".npy")).cuda() for n in NAMES}
                 x = torch.from_numpy(np.load(base + "x.npy")).cuda()
                 y_mt = torch.from_numpy(np.load(base + "y.npy")).cuda()
+                y3 = base + "y_tf32x3.npy"
+                y_mt3 = torch.from_numpy(np.load(y3)).cuda() if os.path.exists(y3) else None
             else:
                 shapes = {"w1": (d, 4 * d), "b1": (4 * d,), "w2": (4 * d, d)}
                 w = {n: torch.randn(*shapes.get(n, (d, d) if n[0] == "w" else (d,)), device="cuda",
                                     generator=g) * 0.02 for n in NAMES}
                 x = torch.randn(b * t, d, device="cuda", generator=g)
-                y_mt = None
+                y_mt = y_mt3 = None
             with torch.no_grad():
                 eager = per_run_us(lambda: block(x, w, b, t, d, h))
                 static_x = x.clone()
@@ -102,12 +105,14 @@ def main():
                         comp = per_run_us(lambda: cb(x))
                     except Exception as e:  # noqa: BLE001 (a missing compiler is reported, not fatal)
                         print(f"torch.compile failed: {e}")
-                diff = (block(x, w, b, t, d, h) - y_mt).abs().max().item() if y_mt is not None else float("nan")
+                ref = block(x, w, b, t, d, h)
+                diff = (ref - y_mt).abs().max().item() if y_mt is not None else float("nan")
+                diff3 = (ref - y_mt3).abs().max().item() if y_mt3 is not None else float("nan")
             key = f"Block/d{d}/{b}x{t}"
             ours, launches = mt.get(key + "/fp32", (float("nan"), None))
             ours3, _ = mt.get(key + "/tf32x3", (float("nan"), None))
             print(f"{key:22s} {eager:8.1f} {graph:8.1f} {comp:8.1f} {ours:8.1f} {ours3:9.1f} {graph / ours:9.3f} "
-                  f"{launches if launches is not None else '':>8} {diff:9.2e}")
+                  f"{launches if launches is not None else '':>8} {diff:9.2e} {diff3:9.2e}")
 
 
 if __name__ == "__main__":
