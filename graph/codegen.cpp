@@ -2,6 +2,7 @@
 #include "minitensor/graph/detail/codegen.h"
 
 #include "minitensor/ops/functors_source.h"
+#include "minitensor/runtime/launch.h"
 
 #include <nvrtc.h>
 
@@ -441,13 +442,9 @@ void FusedKernel::launch(std::int64_t n, const std::vector<const void*>& ins, vo
   for (auto& p : ptrs) args.push_back(&p);
   args.push_back(&out);
   constexpr int kThreads = 256;
-  // Grid-stride: up to 8 resident 256-thread blocks per SM (enough to saturate bandwidth on sm_80/90).
-  static const int max_blocks = [] {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    return std::max(1, sms) * 8;
-  }();
+  // Grid-stride: up to 8 resident 256-thread blocks per SM of the current device (enough to saturate
+  // bandwidth on sm_80/90); counted per call, as GPUs of one process may differ.
+  const int max_blocks = std::max(1, current_sm_count()) * 8;
   const std::int64_t want = (n + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(std::min<std::int64_t>(want, max_blocks));
   MT_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(m_kernel), dim3(blocks), dim3(kThreads),
