@@ -184,12 +184,7 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
 
 template <int D>
 void run(const AttnProblem& p, cudaStream_t stream) {
-  auto* kernel = attention_fwd<D>;
-  constexpr std::size_t bytes = AttnSmem<D>::kBytes;
-  if (bytes > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
-  const std::int64_t blocks = static_cast<std::int64_t>((p.tq + kBM - 1) / kBM) * p.b0 * p.b1;
-  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(p);
-  MT_CUDA_CHECK_LAUNCH();
+  launch_attention_grid(attention_fwd<D>, kBM, kThreads, AttnSmem<D>::kBytes, p, stream);
 }
 
 }  // namespace

@@ -70,13 +70,6 @@ __device__ __forceinline__ void mma_parts(float (&acc)[4], const std::uint32_t (
   mma_tf32_m16n8k8(acc, a_big, b_big);
 }
 
-// 2^x, flushing results below the normal range to 0 (a softmax weight that small adds nothing to the sum).
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __device__ __forceinline__ uint4 parts_pair(float x, float y) {
   const Tf32Parts a = split_tf32(x), b = split_tf32(y);
   return make_uint4(a.big, b.big, a.small, b.small);
@@ -215,14 +208,14 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
       row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
       const float m_new = fmaxf(m[h], row_max[h]);
       m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: every p is 0
-      corr[h] = exp2_ftz(m[h] - m_use[h]);
+      corr[h] = exp2_approx(m[h] - m_use[h]);
       m[h] = m_new;
     }
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp2_ftz(s[nt][e] - m_use[e >> 1]);
+        s[nt][e] = exp2_approx(s[nt][e] - m_use[e >> 1]);
         row_sum[e >> 1] += s[nt][e];
       }
 #pragma unroll
@@ -275,12 +268,7 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
 
 template <int D, int PASSES>
 void run(const AttnProblem& p, cudaStream_t stream) {
-  auto* kernel = attention_tc<D, PASSES>;
-  constexpr std::size_t bytes = TcSmem<D>::kBytes;
-  if (bytes > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
-  const std::int64_t blocks = static_cast<std::int64_t>((p.tq + kBM - 1) / kBM) * p.b0 * p.b1;
-  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(p);
-  MT_CUDA_CHECK_LAUNCH();
+  launch_attention_grid(attention_tc<D, PASSES>, kBM, kThreads, TcSmem<D>::kBytes, p, stream);
 }
 
 }  // namespace

@@ -223,15 +223,6 @@ __global__ void __launch_bounds__(512)
 constexpr int kMaxStages = 8;
 constexpr float kLog2e = 1.44269504088896341f;
 
-// 2^x on the special-function unit (relative error ~2^-22; results below 2^-126 flush to 0). With the
-// argument (x - m) * log2(e) this is e^(x - m) to ~1e-6 relative for |x - m| < 10, where the terms that
-// matter live, in 2 instructions instead of expf's ~8.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Merges (max, sum) pairs held one per lane, the sum relative to its max (a -Inf max holds a sum of 0, or NaN
 // from NaN elements); every lane gets the result. warp_max skips NaN maxima; they still make the row NaN
 // through the sum.

@@ -1,10 +1,17 @@
-// Tile loads shared by the attention kernels (ops/attention.cu, ops/attention_tc.cu): rows of one (b, h)
-// slice of q, k or v copied into shared memory by cp.async, zeros past the sequence's end.
+// Tile loads and the launch shared by the attention kernels (ops/attention.cu, ops/attention_tc.cu): rows of
+// one (b, h) slice of q, k or v copied into shared memory by cp.async (zeros past the sequence's end), and
+// the grid of query blocks.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
 #include <cstdint>
 
+#include "minitensor/ops/detail/attention.h"
 #include "minitensor/runtime/detail/device_primitives.cuh"
+#include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail {
 
@@ -42,6 +49,16 @@ __device__ __forceinline__ void attn_load_rows(float* dst, const float* src, std
     const bool in = row0 + r < t_len;
     cp_async4(dst + r * LD + c, in ? src + (row0 + r) * st + c : src, in ? 4 : 0);
   }
+}
+
+// Launches an attention kernel over `p`: one block of `threads` per `rows` queries of each (b0, b1) slice,
+// `smem` bytes of dynamic shared memory (the limit raised past 48 KiB).
+inline void launch_attention_grid(void (*kernel)(AttnProblem), int rows, int threads, std::size_t smem,
+                                  const AttnProblem& p, cudaStream_t stream) {
+  if (smem > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
+  const std::int64_t blocks = static_cast<std::int64_t>((p.tq + rows - 1) / rows) * p.b0 * p.b1;
+  kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(p);
+  MT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mt::detail
