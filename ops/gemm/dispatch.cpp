@@ -159,13 +159,17 @@ namespace {
 // The M of 33-64 rule's threshold on N x K: below it the 32-row tiles with a shallow split are faster.
 constexpr double kDeepSplitMinNK = 1 << 21;
 
-// A thin product the vector kernel takes (dispatch.h, kThinMaxRows and the constants beside it).
+// A thin product the vector kernel takes (dispatch.h, kThinMinK and the constants beside it).
 bool thin_product(const Problem& p) {
   const bool n_thin = p.n <= p.m;
   const int thin = n_thin ? p.n : p.m, len = n_thin ? p.m : p.n;
+  const double matrix = double(len) * p.k * p.batch;
+  if (thin < 2 || thin > kGemvMaxRows || p.k < kThinMinK || matrix < kThinMinMatrix) return false;
   const bool along_k = n_thin ? p.a_sk == 1 && p.a_sm != 1 : p.b_sk == 1 && p.b_sn != 1;
-  return along_k && thin >= 2 && thin <= kThinMaxRows && p.k >= kThinMinK &&
-         double(thin) * p.k <= kThinMaxVectorFloats && double(len) * p.k * p.batch >= kThinMinMatrix;
+  if (!along_k) return thin <= kThinMaxRows;
+  if (thin <= kThinMaxRows && (double(thin) * p.k <= kThinMaxVectorFloats || matrix >= kThinTileMinMatrix))
+    return true;
+  return matrix >= kThinBigMatrix;
 }
 
 // A tile in the wave models of choose(): its kernel, its rate relative to the best tile's, and the blocks an
@@ -183,7 +187,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
   // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
   if (p.m == 1 || p.n == 1) return Config{Kernel::Gemv, 1, math};
-  // A thin product over a large matrix along K (thin_product): the same read of the matrix with an
+  // A thin product over a large matrix (thin_product): the same read of the matrix with an
   // accumulator per vector; the tiled picks below read such matrices at a third to a half of the copy rate.
   if (thin_product(p)) return Config{Kernel::Gemv, 1, math};
   // A short K over a large C in fp32: the product is bound by writing C, which the rows kernel does in one
@@ -280,7 +284,8 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // ks / (ks + 32) for ks of K per split, at least 96. The splits reduce as the rule at the end says.
     // (The 32-row tiles below read B twice and filled a third of the card here; bench/gemm/DESIGN.md.)
     double best = 0;
-    for (const TileOption o : {TileOption{Kernel::Simt64x256, 1.0, 2}, TileOption{Kernel::Simt64x128, 0.9, 3}}) {
+    for (const TileOption o :
+         {TileOption{Kernel::Simt64x256, 1.0, 2}, TileOption{Kernel::Simt64x128, 0.9, 3}}) {
       if (o.kernel == Kernel::Simt64x256 && !vector_runs(p)) continue;
       const std::int64_t tiles = blocks(64, tile_of(o.kernel).bn);
       for (int s : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
@@ -421,7 +426,8 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     std::int64_t slots[std::size(kSplits)];
     for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);
     double best = 0;
-    for (const TileOption o : {TileOption{Kernel::Simt256x128, 1.0}, TileOption{Kernel::Simt128x128k16, 0.95}}) {
+    for (const TileOption o :
+         {TileOption{Kernel::Simt256x128, 1.0}, TileOption{Kernel::Simt128x128k16, 0.95}}) {
       const TileInfo t = tile_of(o.kernel);
       const std::int64_t b = blocks(t.bm, t.bn);
       const double inside = double(p.m) * p.n * batch / (double(b) * t.bm * t.bn);

@@ -2,22 +2,27 @@
 // once, so they take one streaming pass over it at full bandwidth, not a tiled k-loop built for a reuse that
 // a few vectors do not have.
 //
-// The product is seen as `rows` vectors against a matrix of `len` outputs, out(r, i) = sum_p mat(i, p) vec(r, p):
+// The product is seen as `rows` vectors against a matrix of `len` outputs,
+// out(r, i) = sum_p mat(i, p) vec(r, p):
 //   N thin: mat = A (i along m), the vectors are B's columns;   M thin: mat = B^T (i along n), A's rows.
-// Two kernels by the matrix's layout:
-//   dot     the matrix contiguous along K (A row-major, or an nn.Linear weight used as B^T): a group of G
-//           threads per output reads its row in 16-byte loads, each load feeding every vector, and adds with
-//           shuffles;
-//   column  the matrix contiguous along the outputs: a thread per output, each K step one coalesced row and
-//           a broadcast element of each vector.
-// Napkin maths: 4 bytes of matrix per `rows` FMAs (vectors and C are small beside it). The column kernel's
-// vector reads are warp-uniform (one load serves the warp); the dot kernel's are per lane from L1, so at 16
-// rows it is bound by L1 (about 17 loads per 16-byte matrix load) near half the DRAM rate.
+// Three kernels by the matrix's layout and the vector count:
+//   dot       the matrix contiguous along K (A row-major, or an nn.Linear weight used as B^T), up to 8
+//             vectors over a small matrix (dispatch.h, kThinTileMinMatrix), else 1-2: a group of G threads
+//             per output reads its row in 16-byte loads, each load feeding every vector from L1, and adds
+//             with shuffles;
+//   dot tile  the same layout, the other vector counts: the block stages its K range of the vectors in
+//             shared memory and a group of 8 lanes takes O rows, so each vector run read feeds O rows;
+//   column    the matrix contiguous along the outputs: a thread takes 4 outputs (one 16-byte load a K step)
+//             and 4 K steps at a time, the vectors' elements the same for the whole warp.
+// Napkin maths: 4 bytes of matrix per `rows` FMAs (vectors and C are small beside it). With the vectors read
+// per lane once per 16-byte matrix load, 16 vectors make L1 the bound near half the DRAM rate (the dot
+// kernel's limit); the tile reads a vector run from shared memory once per O matrix loads of a lane.
 // K is split over blocks (gridDim.y) when the outputs alone would not fill the card; the partial sums then go
 // through the split-K workspace and the reduce kernel, which runs the epilogue in split order
 // (deterministic). Unsplit, the kernels run the epilogue themselves.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "minitensor/ops/gemm/detail/device.cuh"
 #include "minitensor/ops/gemm/detail/dispatch.h"
@@ -57,10 +62,10 @@ Gemv gemv_of(const Problem& p) {
 __device__ __forceinline__ void finish(const Problem& p, const Gemv& g, float acc, int r, int i, int b,
                                        float* ws) {
   if (ws) {
-    const std::int64_t e = g.over_n ? static_cast<std::int64_t>(r) * g.len + i
-                                    : static_cast<std::int64_t>(i) * g.rows + r;
-    ws[(static_cast<std::int64_t>(blockIdx.y) * p.batch + b) * (static_cast<std::int64_t>(g.len) * g.rows) + e] =
-        acc;
+    const std::int64_t e =
+        g.over_n ? static_cast<std::int64_t>(r) * g.len + i : static_cast<std::int64_t>(i) * g.rows + r;
+    ws[(static_cast<std::int64_t>(blockIdx.y) * p.batch + b) * (static_cast<std::int64_t>(g.len) * g.rows) +
+       e] = acc;
     return;
   }
   float* c = c_batch(p, b) + i * g.s_o + r * g.s_or;
@@ -125,7 +130,8 @@ __global__ void __launch_bounds__(kThreads) gemv_dot(Problem p, Gemv g, float* w
       }
     }
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = C == 4 ? (a[r][0] + a[r][1 % C]) + (a[r][2 % C] + a[r][3 % C]) : a[r][0];
+    for (int r = 0; r < R; ++r)
+      acc[r] = C == 4 ? (a[r][0] + a[r][1 % C]) + (a[r][2 % C] + a[r][3 % C]) : a[r][0];
   }
   // Every lane reaches the shuffles (lanes past the last output add zeros).
   if constexpr (G < 32) {
@@ -158,28 +164,156 @@ __global__ void __launch_bounds__(kThreads) gemv_dot(Problem p, Gemv g, float* w
       if (r < g.rows) finish(p, g, acc[r], r, i, b, ws);
 }
 
-// A thread per output; each K step reads one coalesced run of the matrix and, per vector, one element that
-// is the same for the whole warp (a 16-byte load of four steps where the vectors run along K in aligned rows).
-template <int R>
-__global__ void __launch_bounds__(kThreads) gemv_column(Problem p, Gemv g, float* ws) {
-  constexpr int C = kChains<R>;
+// The matrix along K with 3 or more vectors: reading each vector from L1 once per 16-byte load of the matrix
+// (gemv_dot) makes L1 the bound. Here a group of 8 lanes takes O rows of the matrix at once, so each 16-byte
+// run of a vector feeds O rows, and the block first stages its K range of every vector in shared memory,
+// where the warp's four groups read the same runs (one wavefront). 32 groups a block, 32 * O rows.
+constexpr int kTileLanes = 8;
+constexpr int kTileGroups = kThreads / kTileLanes;
+// Shared memory for the staged vectors (floats): rows x k_per_split stays within it.
+constexpr int kTileVectorFloats = 12288;
+
+template <int R, int O, bool V4>
+__global__ void __launch_bounds__(kThreads) gemv_dot_tile(Problem p, Gemv g, float* ws) {
+  extern __shared__ float4 staged4[];  // [g.rows][ld / 4]
+  float* staged = reinterpret_cast<float*>(staged4);
   const int b = blockIdx.z;
-  const int i = blockIdx.x * kThreads + threadIdx.x;
-  if (i >= g.len) return;
+  const int p0 = blockIdx.y * g.k_per_split, n = min(p.k, p0 + g.k_per_split) - p0;
+  const int ld = g.k_per_split;  // a multiple of 4 (the launcher's)
+  // Staged as one flat loop over every vector, so that each thread has several loads in flight (16-byte
+  // ones where the vectors run along K in aligned rows); zeros past the split's end.
+  const int runs = ld / 4;
+  if (g.s_v == 1 && (g.rows == 1 || g.s_r % 4 == 0) &&
+      (reinterpret_cast<std::uintptr_t>(vec_row(g, b, 0) + p0) & 15u) == 0) {
+#pragma unroll 4
+    for (int e = threadIdx.x; e < g.rows * runs; e += kThreads) {
+      const int r = e / runs, t = 4 * (e % runs);
+      const float* v = vec_row(g, b, r) + p0 + t;
+      float4 y;
+      if (t + 4 <= n) {
+        y = __ldg(reinterpret_cast<const float4*>(v));
+      } else {
+        y.x = t < n ? __ldg(v) : 0.f, y.y = t + 1 < n ? __ldg(v + 1) : 0.f;
+        y.z = t + 2 < n ? __ldg(v + 2) : 0.f, y.w = t + 3 < n ? __ldg(v + 3) : 0.f;
+      }
+      staged4[e] = y;
+    }
+  } else {
+#pragma unroll 4
+    for (int e = threadIdx.x; e < g.rows * ld; e += kThreads) {
+      const int r = e / ld, t = e % ld;
+      staged[e] = t < n ? __ldg(vec_row(g, b, r) + static_cast<std::int64_t>(p0 + t) * g.s_v) : 0.f;
+    }
+  }
+  __syncthreads();
+  const int j = threadIdx.x % kTileLanes;
+  const int i0 = (blockIdx.x * kTileGroups + threadIdx.x / kTileLanes) * O;
+  // Rows past the last read the last row (no branch in the loop); their sums are dropped.
+  const float* row[O];
+#pragma unroll
+  for (int o = 0; o < O; ++o)
+    row[o] = g.mat + b * g.mat_sb + static_cast<std::int64_t>(min(i0 + o, g.len - 1)) * g.s_i + p0;
+  float acc[O][R];
+#pragma unroll
+  for (int o = 0; o < O; ++o)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[o][r] = 0.f;
+  int q = 0;
+  if constexpr (V4) {
+    const int n4 = n / 4;
+#pragma unroll 2
+    for (int t = j; t < n4; t += kTileLanes) {
+      float4 x[O];
+#pragma unroll
+      for (int o = 0; o < O; ++o) x[o] = __ldcs(reinterpret_cast<const float4*>(row[o]) + t);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= g.rows) break;
+        const float4 y = staged4[r * runs + t];
+#pragma unroll
+        for (int o = 0; o < O; ++o) {
+          acc[o][r] = fmaf(x[o].x, y.x, acc[o][r]), acc[o][r] = fmaf(x[o].y, y.y, acc[o][r]);
+          acc[o][r] = fmaf(x[o].z, y.z, acc[o][r]), acc[o][r] = fmaf(x[o].w, y.w, acc[o][r]);
+        }
+      }
+    }
+    q = 4 * n4;
+  }
+#pragma unroll 4
+  for (int t = q + j; t < n; t += kTileLanes) {
+    float x[O];
+#pragma unroll
+    for (int o = 0; o < O; ++o) x[o] = __ldcs(row[o] + t);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= g.rows) break;
+      const float y = staged[r * ld + t];
+#pragma unroll
+      for (int o = 0; o < O; ++o) acc[o][r] = fmaf(x[o], y, acc[o][r]);
+    }
+  }
+  // The group's 8 lanes add their sums; lane j then finishes the entries (o, r) with (o * R + r) % 8 == j.
+#pragma unroll
+  for (int o = 0; o < O; ++o)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int off = kTileLanes / 2; off > 0; off /= 2)
+        acc[o][r] += __shfl_xor_sync(0xffffffffu, acc[o][r], off);
+#pragma unroll
+  for (int o = 0; o < O; ++o)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if ((o * R + r) % kTileLanes == j && r < g.rows && i0 + o < g.len)
+        finish(p, g, acc[o][r], r, i0 + o, b, ws);
+}
+
+// The matrix along the outputs: a block of tx x ty threads (tx * ty = kThreads) takes 4 * tx consecutive
+// outputs; thread (x, y) reads 4 outputs (a 16-byte load where V4: the matrix is contiguous along them with
+// 16-byte aligned rows) of 4 consecutive K steps at a time, at K offsets 4 y, 4 y + 4 ty, ..., so a warp
+// reads whole 16-byte runs of 4 rows per step and each thread has four loads in flight. A vector's
+// elements are the same for every thread of a y (one load serves them). The ty partial sums of an output
+// are added through shared memory at the end.
+template <int R, bool V4>
+__global__ void __launch_bounds__(kThreads) gemv_column(Problem p, Gemv g, float* ws) {
+  __shared__ float4 part[kThreads];
+  const int tx = threadIdx.x, ty = threadIdx.y, nx = blockDim.x, ny = blockDim.y;
+  const int b = blockIdx.z;
+  const int i0 = (blockIdx.x * nx + tx) * 4;
   const int p0 = blockIdx.y * g.k_per_split, p1 = min(p.k, p0 + g.k_per_split);
-  const float* m = g.mat + b * g.mat_sb + i * g.s_i;
-  float a[R][C];
+  const float* m = g.mat + b * g.mat_sb;
+  const bool full = i0 + 3 < g.len;
+  const bool vec4 = g.s_v == 1 && (g.rows == 1 || g.s_r % 4 == 0) &&
+                    (reinterpret_cast<std::uintptr_t>(vec_row(g, b, 0) + p0) & 15u) == 0;
+  float acc[R][4];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int c = 0; c < C; ++c) a[r][c] = 0.f;
-  const bool vec4 = g.s_v == 1 && (g.rows == 1 || g.s_r % 4 == 0) &&
-                    (reinterpret_cast<std::uintptr_t>(vec_row(g, b, 0) + p0) & 15u) == 0;
-  int t = p0;
-  for (; t + 4 <= p1; t += 4) {
-    float x[4];
+    for (int e = 0; e < 4; ++e) acc[r][e] = 0.f;
+  // Four outputs of K step t (zeros past the last output).
+  auto load = [&](int t) {
+    const float* at = m + static_cast<std::int64_t>(t) * g.s_p;
+    if (V4 && full) {
+      const float4 v = __ldcs(reinterpret_cast<const float4*>(at + i0));
+      return v;
+    }
+    float4 v;
+    v.x = i0 < g.len ? __ldcs(at + static_cast<std::int64_t>(i0) * g.s_i) : 0.f;
+    v.y = i0 + 1 < g.len ? __ldcs(at + static_cast<std::int64_t>(i0 + 1) * g.s_i) : 0.f;
+    v.z = i0 + 2 < g.len ? __ldcs(at + static_cast<std::int64_t>(i0 + 2) * g.s_i) : 0.f;
+    v.w = i0 + 3 < g.len ? __ldcs(at + static_cast<std::int64_t>(i0 + 3) * g.s_i) : 0.f;
+    return v;
+  };
+  auto fma4 = [](float(&a)[4], const float4& x, float y) {
+    a[0] = fmaf(x.x, y, a[0]), a[1] = fmaf(x.y, y, a[1]), a[2] = fmaf(x.z, y, a[2]),
+    a[3] = fmaf(x.w, y, a[3]);
+  };
+  int t = p0 + 4 * ty;
+#pragma unroll 2
+  for (; t + 4 <= p1; t += 4 * ny) {
+    float4 x[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) x[u] = __ldcs(m + (t + u) * g.s_p);
+    for (int u = 0; u < 4; ++u) x[u] = load(t + u);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (R > 1 && r >= g.rows) break;
@@ -190,24 +324,37 @@ __global__ void __launch_bounds__(kThreads) gemv_column(Problem p, Gemv g, float
         y[0] = y4.x, y[1] = y4.y, y[2] = y4.z, y[3] = y4.w;
       } else {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) y[u] = __ldg(v + (t + u) * g.s_v);
+        for (int u = 0; u < 4; ++u) y[u] = __ldg(v + static_cast<std::int64_t>(t + u) * g.s_v);
       }
 #pragma unroll
-      for (int u = 0; u < 4; ++u) a[r][u % C] = fmaf(x[u], y[u], a[r][u % C]);
+      for (int u = 0; u < 4; ++u) fma4(acc[r], x[u], y[u]);
     }
   }
-  for (; t < p1; ++t) {
-    const float x = __ldcs(m + t * g.s_p);
+  for (; t < p1; ++t) {  // the last 1-3 K steps (one thread row)
+    const float4 x = load(t);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (R > 1 && r >= g.rows) break;
-      a[r][0] = fmaf(x, __ldg(vec_row(g, b, r) + t * g.s_v), a[r][0]);
+      fma4(acc[r], x, __ldg(vec_row(g, b, r) + static_cast<std::int64_t>(t) * g.s_v));
     }
   }
+  // Per vector: each thread's four sums into shared memory, then thread e of the first 4 * tx adds output
+  // e's ty partial sums and finishes it.
+  const int lin = ty * nx + tx;
+  const int out = blockIdx.x * nx * 4 + lin;
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (r < g.rows)
-      finish(p, g, C == 4 ? (a[r][0] + a[r][1 % C]) + (a[r][2 % C] + a[r][3 % C]) : a[r][0], r, i, b, ws);
+  for (int r = 0; r < R; ++r) {
+    if (R > 1 && r >= g.rows) break;
+    part[lin] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    __syncthreads();
+    if (lin < 4 * nx && out < g.len) {
+      const float* f = reinterpret_cast<const float*>(part);
+      float s = 0.f;
+      for (int y = 0; y < ny; ++y) s += f[y * 4 * nx + lin];
+      finish(p, g, s, r, out, b, ws);
+    }
+    __syncthreads();
+  }
 }
 
 // Threads per output for the dot kernel: enough groups in flight to fill the card (about 1,024 threads per
@@ -221,11 +368,7 @@ int group_size(std::int64_t outputs, int k, int sms) {
 }
 
 template <int R>
-void launch_rows(const Problem& p, const Gemv& g, bool dot, int G, dim3 grid, float* ws, cudaStream_t stream) {
-  if (!dot) {
-    gemv_column<R><<<grid, kThreads, 0, stream>>>(p, g, ws);
-    return;
-  }
+void launch_dot(const Problem& p, const Gemv& g, int G, dim3 grid, float* ws, cudaStream_t stream) {
   switch (G) {
     case 8:
       gemv_dot<8, R><<<grid, kThreads, 0, stream>>>(p, g, ws);
@@ -247,6 +390,40 @@ void launch_rows(const Problem& p, const Gemv& g, bool dot, int G, dim3 grid, fl
   }
 }
 
+template <int R, bool V4>
+void launch_dot_tile(const Problem& p, const Gemv& g, int O, dim3 grid, float* ws, cudaStream_t stream) {
+  const std::size_t smem = sizeof(float) * static_cast<std::size_t>(g.rows) * g.k_per_split;
+  if (O == 4)
+    gemv_dot_tile<R, 4, V4><<<grid, kThreads, smem, stream>>>(p, g, ws);
+  else if (O == 2)
+    gemv_dot_tile<R, 2, V4><<<grid, kThreads, smem, stream>>>(p, g, ws);
+  else
+    gemv_dot_tile<R, 1, V4><<<grid, kThreads, smem, stream>>>(p, g, ws);
+}
+
+// Calls f with the vector count as a compile-time bound (1, 2, 4, 8 or 16, at least g.rows).
+template <class F>
+void with_rows(int rows, F&& f) {
+  if (rows == 1)
+    f(std::integral_constant<int, 1>{});
+  else if (rows == 2)
+    f(std::integral_constant<int, 2>{});
+  else if (rows <= 4)
+    f(std::integral_constant<int, 4>{});
+  else if (rows <= 8)
+    f(std::integral_constant<int, 8>{});
+  else
+    f(std::integral_constant<int, 16>{});
+}
+
+// The largest split of K (a power of two under 64) that keeps the blocks within about 4 per SM and at least
+// min_k of K per split, and at least `min_split`.
+int split_k(const Problem& p, std::int64_t blocks, std::int64_t min_k, int min_split, int sms) {
+  int split = 1;
+  while (blocks * p.batch * split * 2 <= 4LL * sms && p.k / (split * 2) >= min_k && split < 64) split *= 2;
+  return std::max(split, min_split);
+}
+
 }  // namespace
 
 void launch_gemv(const Problem& p, const Config&, cudaStream_t stream) {
@@ -255,33 +432,70 @@ void launch_gemv(const Problem& p, const Config&, cudaStream_t stream) {
            " is not a thin product (at most ", kGemvMaxRows, " rows or columns)");
   const int sms = current_sm_count();
   const bool dot = g.s_p == 1 && g.s_i != 1;
-  const int G = dot ? group_size(static_cast<std::int64_t>(g.len) * p.batch, p.k, sms) : 1;
-  const std::int64_t blocks_x = (static_cast<std::int64_t>(g.len) * G + kThreads - 1) / kThreads;
-  // Split K while the blocks fill under 4 per SM, keeping enough K per split to outweigh the reduce launch
-  // (a group's row, or a thread's column, long enough to keep its loads in flight). A column thread issues
-  // one coalesced row per K step, so a short column (32 steps) already streams; a dot group needs a long row.
-  const int min_k = dot ? 2048 : 32;
-  int split = 1;
-  while (blocks_x * p.batch * split * 2 <= 4LL * sms && p.k / (split * 2) >= min_k && split < 64) split *= 2;
-  g.k_per_split = (p.k + split - 1) / split;
-  g.k_per_split = (g.k_per_split + 3) / 4 * 4;  // 16-byte steps stay aligned across splits
-  split = (p.k + g.k_per_split - 1) / g.k_per_split;
+  const double matrix = static_cast<double>(g.len) * p.k * p.batch;
+  const bool tile = dot && (g.rows > kThinTileMinRows || (g.rows >= 3 && matrix >= kThinTileMinMatrix));
+  const auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+  // The split of K and the grid along the outputs, per kernel:
+  //   dot       G threads an output; a group needs a long row (2,048 of K per split) to keep its loads in
+  //             flight;
+  //   dot tile  32 * O rows a block, O = 4 where that still gives 2 blocks per SM over splits of 256 of K
+  //             (else 2, else 1); the staged vectors bound K per split;
+  //   column    4 * tx outputs a block (tx threads along them: 32, or 16 / 8 for fewer outputs), at least 2
+  //             steps of 4 K rows a thread per split.
+  int G = 1, O = 1, split = 1, nx = 32;
+  std::int64_t blocks_x = 0;
+  if (tile) {
+    const std::int64_t k_units = ceil_div(p.k, 256);
+    for (O = 4; O > 1 && ceil_div(g.len, kTileGroups * O) * p.batch * k_units < 2LL * sms; O /= 2) {
+    }
+    blocks_x = ceil_div(g.len, kTileGroups * O);
+    const int max_per_split = kTileVectorFloats / g.rows / 4 * 4;
+    split = split_k(p, blocks_x, 256, static_cast<int>(ceil_div(p.k, max_per_split)), sms);
+  } else if (dot) {
+    G = group_size(static_cast<std::int64_t>(g.len) * p.batch, p.k, sms);
+    blocks_x = ceil_div(static_cast<std::int64_t>(g.len) * G, kThreads);
+    split = split_k(p, blocks_x, 2048, 1, sms);
+  } else {
+    nx = g.len > 64 ? 32 : g.len > 32 ? 16 : 8;
+    blocks_x = ceil_div(g.len, 4 * nx);
+    split = split_k(p, blocks_x, 2 * 4 * (kThreads / nx), 1, sms);
+  }
+  g.k_per_split = static_cast<int>(ceil_div(ceil_div(p.k, split), 4) * 4);  // 16-byte steps stay aligned
+  split = static_cast<int>(ceil_div(p.k, g.k_per_split));
   float* ws = split > 1 ? split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * g.len *
                                             static_cast<std::size_t>(g.rows),
                                         stream)
                         : nullptr;
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(split),
                   static_cast<unsigned>(p.batch));
-  if (g.rows == 1)
-    launch_rows<1>(p, g, dot, G, grid, ws, stream);
-  else if (g.rows == 2)
-    launch_rows<2>(p, g, dot, G, grid, ws, stream);
-  else if (g.rows <= 4)
-    launch_rows<4>(p, g, dot, G, grid, ws, stream);
-  else if (g.rows <= 8)
-    launch_rows<8>(p, g, dot, G, grid, ws, stream);
-  else
-    launch_rows<16>(p, g, dot, G, grid, ws, stream);
+  const bool mat_runs16 = (p.batch == 1 || g.mat_sb % 4 == 0) && aligned16(g.mat);
+  if (tile) {
+    const bool v4 = mat_runs16 && g.s_i % 4 == 0;
+    with_rows(g.rows, [&](auto r) {
+      constexpr int R = decltype(r)::value;
+      if constexpr (R >= 4) {
+        if (v4)
+          launch_dot_tile<R, true>(p, g, O, grid, ws, stream);
+        else
+          launch_dot_tile<R, false>(p, g, O, grid, ws, stream);
+      }
+    });
+  } else if (dot) {
+    with_rows(g.rows, [&](auto r) {
+      constexpr int R = decltype(r)::value;
+      if constexpr (R <= kThinTileMinRows) launch_dot<R>(p, g, G, grid, ws, stream);
+    });
+  } else {
+    const bool v4 = mat_runs16 && g.s_i == 1 && g.s_p % 4 == 0;
+    const dim3 block(static_cast<unsigned>(nx), static_cast<unsigned>(kThreads / nx));
+    with_rows(g.rows, [&](auto r) {
+      constexpr int R = decltype(r)::value;
+      if (v4)
+        gemv_column<R, true><<<grid, block, 0, stream>>>(p, g, ws);
+      else
+        gemv_column<R, false><<<grid, block, 0, stream>>>(p, g, ws);
+    });
+  }
   MT_CUDA_CHECK_LAUNCH();
   if (split > 1) launch_splitk_reduce(p, ws, split, stream);
 }

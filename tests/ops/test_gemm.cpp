@@ -273,8 +273,8 @@ TEST(Gemm, F32_4095x4097x1023) {
 }
 
 // Batched products through the dispatcher with `vectors` on the thin side: a batch of (300 x 1000) matrices
-// against `vectors` columns each, and a batch of `vectors` rows against one (1000 x 700) weight broadcast over
-// the batch.
+// against `vectors` columns each, and a batch of `vectors` rows against one (1000 x 700) weight broadcast
+// over the batch.
 void expect_batched_vectors(Device d, std::int64_t vectors) {
   const Tensor a = randn({5, 300, 1000}, 7, d), x = randn({5, 1000, vectors}, 8, d);
   expect_batches_match(matmul(a, x), a, x, {0, 2, 4});
@@ -356,15 +356,19 @@ void expect_config_matches(const SweepOperands& o, Guarded& g, const detail::gem
 }
 
 // Thin products on the vector kernel (2 to kGemvMaxRows vectors, forced): either side thin, both matrix
-// layouts (the dot and the column kernel) by transposes, an operand at offset 1 (scalar loads), a short K (dot
-// groups under a warp), a long K (split over blocks, the partial sums laid out as C), alpha and beta over a
+// layouts (the dot kernel or dot tile, and the column kernel) by transposes, an operand at offset 1 (scalar
+// loads), a short K (dot groups under a warp), a long K (split over blocks, the partial sums laid out as C;
+// the dot tile's staged vectors bound its K per split), alpha and beta over a
 // NaN-filled C, bias and an activation; then batches through the dispatcher, one with a weight broadcast.
 TEST(Gemm, F32_ThinProducts_TheVectorKernel) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   const Device d = Device::cuda(0);
-  const std::int64_t shapes[][3] = {{2, 300, 777}, {3, 1000, 36}, {5, 129, 4100}, {8, 64, 1000},
-                                    {9, 515, 300}, {16, 700, 128}, {13, 37, 9000}, {16, 16, 16}};
+  // The last two: 4 and 2 rows a group in the dot tile (the block count), rows past the last in its last
+  // block.
+  const std::int64_t shapes[][3] = {{2, 300, 777},   {3, 1000, 36},  {5, 129, 4100}, {8, 64, 1000},
+                                    {9, 515, 300},   {16, 700, 128}, {13, 37, 9000}, {16, 16, 16},
+                                    {6, 33000, 520}, {12, 9000, 700}};
   int ran = 0;
   for (const auto& s : shapes)
     for (bool n_thin : {false, true}) {
@@ -386,7 +390,7 @@ TEST(Gemm, F32_ThinProducts_TheVectorKernel) {
             }
           }
     }
-  EXPECT_EQ(ran, 8 * 2 * 8 * 2);
+  EXPECT_EQ(ran, 10 * 2 * 8 * 2);
   expect_batched_vectors(d, 6);
 }
 
@@ -889,11 +893,11 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
 }
 
 // The short-K kernels, launched directly: K = 1, 2, 7, 16, 17, 31, 64, 65, 127 (one round of 16 or 32,
-// several, a partial last one); M and N prime (edge tiles both ways); A and B each plain, transposed, at offset 1 or strided
-// (every loader order, no 16-byte runs); C in aligned rows (float4 stores) and in odd rows at offset 1
-// (scalar stores); beta = -1.5 with bias and relu, beta = 0 over a NaN-filled C with gelu; then batched with
-// B broadcast, and through the dispatcher (which takes the rows kernel for a short K over a large C in fp32)
-// and in a TF32 mode (the tuner's candidates). Guard bands intact.
+// several, a partial last one); M and N prime (edge tiles both ways); A and B each plain, transposed, at
+// offset 1 or strided (every loader order, no 16-byte runs); C in aligned rows (float4 stores) and in odd
+// rows at offset 1 (scalar stores); beta = -1.5 with bias and relu, beta = 0 over a NaN-filled C with gelu;
+// then batched with B broadcast, and through the dispatcher (which takes the rows kernel for a short K over a
+// large C in fp32) and in a TF32 mode (the tuner's candidates). Guard bands intact.
 TEST(Gemm, F32_SmallK_AwkwardShapes) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;

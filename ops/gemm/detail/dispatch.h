@@ -22,18 +22,25 @@ constexpr int kSmallKMax = 64;
 constexpr int kSmallKCandidateMax = 128;
 
 // The vector kernel (gemv.cu) runs products with at most kGemvMaxRows rows or columns. choose() gives it,
-// besides every vector operand, the thin products (dispatch.cpp, thin_product) whose big matrix runs along K
-// (its dot kernel: each 16-byte load of the matrix feeds every vector), with 2 to kThinMaxRows vectors of K of at least kThinMinK that
-// together fit L1 (thin x K <= kThinMaxVectorFloats: each lane re-reads them per load of the matrix; past
-// that, L2 bounds the kernel) and a matrix of at least kThinMinMatrix elements (batch included). There a
-// tile holds mostly rows outside C and reads the matrix at a fraction of the copy rate. The column kernel
-// (the matrix along the outputs) and more vectors are tuner candidates only: measured slower than the tiles
-// (bench/gemm/DESIGN.md, section 8).
+// besides every vector operand, the thin products (dispatch.cpp, thin_product): vectors of K of at least
+// kThinMinK over a matrix of at least kThinMinMatrix elements (batch included), and
+// - the matrix along K: 2 to kThinMaxRows vectors that together fit L1 (thin x K <= kThinMaxVectorFloats)
+//   or over a matrix the dot tile takes (kThinTileMinMatrix elements, below); up to kGemvMaxRows over a
+//   matrix of kThinBigMatrix elements;
+// - the matrix along the outputs: 2 to kThinMaxRows vectors.
+// There a tile holds mostly rows outside C and reads the matrix at a fraction of the copy rate. Elsewhere the
+// tiles measured faster (bench/gemm/DESIGN.md, thin products), and the kernel stays a tuner candidate.
 constexpr int kGemvMaxRows = 16;
 constexpr int kThinMaxRows = 8;
 constexpr int kThinMinK = 32;
 constexpr double kThinMaxVectorFloats = 40960;
 constexpr double kThinMinMatrix = 1 << 20;
+constexpr double kThinBigMatrix = 1 << 23;
+// Within the vector kernel, the matrix along K: the dot tile (vectors staged in shared memory, several rows
+// per lane group) for more than kThinTileMinRows vectors, or from 3 over a matrix of kThinTileMinMatrix
+// elements; under that its staging and split reduction cost more than the dot kernel's L1 reads.
+constexpr int kThinTileMinRows = 8;
+constexpr double kThinTileMinMatrix = 3 << 20;
 
 // What dispatch needs to know about a device.
 struct DeviceModel {

@@ -285,7 +285,8 @@ TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
   const int sms = model().sm_count;
   for (int k : {1, 2, 7, kSmallKRowsMax}) {
     SCOPED_TRACE("k " + std::to_string(k));
-    for (const Problem& p : {dense_rows(349, 5842, k), dense_rows(4096, 4096, k), dense(64, 64, k, 2 * sms)}) {
+    for (const Problem& p :
+         {dense_rows(349, 5842, k), dense_rows(4096, 4096, k), dense(64, 64, k, 2 * sms)}) {
       const Config c = pick(p);
       EXPECT_EQ(c.kernel, Kernel::SmallKRows) << config_name(c);
       EXPECT_EQ(c.split_k, 1);
@@ -318,8 +319,8 @@ TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
 
 // Projections of 33-64 tokens against a big weight (n x k of at least 2^21; B an nn.Linear weight or plain):
 // one row of 64-row tiles with K split deep, as the wave model picks them (the tuner's picks on an H200,
-// bench/gemm/DESIGN.md section 3c). A small weight keeps the 32-row tiles. A batch of products at most 64 wide
-// under a small M: 32x64 tiles. A batch of small products (150 on a side): 64x64 on the ring.
+// bench/gemm/DESIGN.md section 3c). A small weight keeps the 32-row tiles. A batch of products at most 64
+// wide under a small M: 32x64 tiles. A batch of small products (150 on a side): 64x64 on the ring.
 TEST_P(GemmDispatchHopper, F32_SmallMProjectionsAndSmallBatches) {
   auto linear = [](int m, int n, int k) {
     Problem p = dense_rows(m, n, k);
@@ -444,10 +445,11 @@ TEST(GemmDispatch, VectorOperandTakesTheVectorKernel) {
   EXPECT_FALSE(can_implement(dense_rows(1, 3, 4), Config{Kernel::Gemv, 2}, DeviceModel::h100()));
 }
 
-// A thin product (2 to kThinMaxRows vectors) over a big matrix that runs along K, with vectors that fit L1,
-// takes the vector kernel in every math mode; a small matrix, a short K, too many vectors or too long a K, or
-// the matrix along the outputs keeps the tiles. The kernel can run any product of at most kGemvMaxRows on the
-// thin side, so the tuner times it there.
+// A thin product over a big matrix takes the vector kernel in every math mode: 2 to kThinMaxRows vectors
+// in either layout (along K, vectors that fit L1 or a matrix the dot tile takes), or up to kGemvMaxRows
+// along K over a matrix of kThinBigMatrix elements. A small matrix, a short K, more vectors, 9-16 vectors
+// along the outputs or over a mid-size matrix, long vectors over a small matrix keep the tiles. The kernel
+// can run any product of at most kGemvMaxRows on the thin side, so the tuner times it there.
 TEST(GemmDispatch, ThinProductsOverABigMatrixTakeTheVectorKernel) {
   auto linear = [](int m, int n, int k) {  // x @ W^T: the weight W (n x k) runs along K
     Problem p = dense_rows(m, n, k);
@@ -457,13 +459,17 @@ TEST(GemmDispatch, ThinProductsOverABigMatrixTakeTheVectorKernel) {
   for (const DeviceModel& model : {DeviceModel::h100(), DeviceModel::h200(), DeviceModel::a100()})
     for (MathMode math : {MathMode::FP32, MathMode::TF32, MathMode::TF32x3}) {
       for (const Problem& p : {linear(8, 20480, 5120), linear(2, 15456, 960), dense_rows(1360, 2, 6112),
-                               dense_rows(4016, 3, 4867), dense_rows(10784, 4, 128), linear(4, 3568, 624)}) {
+                               dense_rows(4016, 3, 4867), dense_rows(10784, 4, 128), linear(4, 3568, 624),
+                               linear(9, 20480, 5120), linear(16, 8192, 32768), dense_rows(7, 4538, 4586),
+                               dense_rows(8832, 13, 14928), dense_rows(720, 7, 7600)}) {
         const Config c = choose(p, math, model);
         EXPECT_EQ(c.kernel, Kernel::Gemv) << p.m << "x" << p.n << "x" << p.k << " " << math_mode_name(math);
         EXPECT_TRUE(can_implement(p, c, model));
       }
-      for (const Problem& p : {linear(2, 1552, 576), linear(9, 20480, 5120), linear(8, 8192, 32768),
-                               dense_rows(4, 15824, 8), dense_rows(7, 4538, 4586), dense_rows(64, 4096, 4096)})
+      for (const Problem& p :
+           {linear(2, 1552, 576), linear(17, 20480, 5120), dense_rows(4, 15824, 8),
+            dense_rows(24, 4538, 4586), dense_rows(64, 4096, 4096), dense_rows(10, 12928, 368),
+            dense_rows(6541, 12, 767), dense_rows(300, 7, 7600)})
         EXPECT_NE(choose(p, math, model).kernel, Kernel::Gemv)
             << p.m << "x" << p.n << "x" << p.k << " " << math_mode_name(math);
     }
