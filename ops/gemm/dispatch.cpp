@@ -330,9 +330,10 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       if (blocks(32, 128) * c.split_k < sms) c.split_k = split_for(blocks(32, 128), 4 * sms, 128);
     }
   } else if (blocks(64, 64) < sms) {
-    if (runs16 && p.k >= 512 && p.m >= 128 && p.n >= 128) {
-      // Few output tiles but K of 512 or more: the 16-deep register-staged tile, K split to one wave and
-      // added by a second kernel.
+    if ((runs16 || (a_reg_stageable(p) && b_reg_stageable(p))) && p.k >= 512 && p.m >= 128 && p.n >= 128) {
+      // Few output tiles but K of 512 or more: the 16-deep register-staged tile (scalar runs where the rows
+      // are not in 16-byte steps), K split to one wave and added by a second kernel. The 4-byte rings below
+      // left such problems at a fraction of a wave (317x855x2513: 70 blocks, 0.37x cuBLAS, against 0.70x).
       c.kernel = Kernel::Simt128x128k16;
       c.split_k = split_to_fill(blocks(128, 128), sms, 64);
       reduce = SplitReduce::Kernel;
@@ -378,11 +379,12 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     c.split_k = split_for(blocks(128, 64), 2 * sms, 256);
     c.staging = Staging::CpAsync;
     if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
-  } else if (runs16 && blocks(256, 128) >= 3 * sms / 4 &&
+  } else if (runs16 && blocks(256, 128) >= 3 * sms / 4 && inside(256, 128) >= 0.75 &&
              (p.k >= 512 || (p.k >= 256 && !edges256 && c_vectorisable(p)))) {
     // Big problems: 256x128 tiles of 16x8 threads (the fewest shared-memory reads per FMA), register-staged;
     // 16 deep, but 8 deep where C is not in float4 runs, where a K of at most 1024 leaves edge tiles, or
-    // where K is under 512.
+    // where K is under 512. Where a quarter of their area or more lies outside C (M of 128, say) the wave
+    // model below weighs that waste (128x15056x13680: 0.49x cuBLAS on 256x128 tiles, 0.85x on 128x128).
     c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) && p.k >= 512 ? Kernel::Simt256x128k16
                                                                              : Kernel::Simt256x128;
     const std::int64_t tiles = blocks(256, 128);

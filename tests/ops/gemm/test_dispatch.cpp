@@ -134,6 +134,19 @@ TEST_P(GemmDispatchHopper, F32_SplitsKToFillTheLastWave) {
   EXPECT_EQ(pick(dense_rows(2048, 2056, 2040)).split_k, 1) << "1020 of K per split";
 }
 
+// 256x128 tiles half outside C (M of 128) leave the big-problem rule for the wave model, which takes the
+// 128x128 tile; a few output tiles over rows not in 16-byte steps take the 16-deep tile on scalar runs, K
+// split to one wave and added by the second kernel, not a 4-byte ring at a fraction of a wave.
+TEST_P(GemmDispatchHopper, F32_EdgeWasteAndUnalignedFewTiles) {
+  const Config m128 = pick(dense_rows(128, 15056, 13680));
+  EXPECT_EQ(m128.kernel, Kernel::Simt128x128k16) << config_name(m128);
+  const Config few = pick(dense_rows(317, 855, 2513));  // 21 tiles of 128x128
+  EXPECT_EQ(few.kernel, Kernel::Simt128x128k16) << config_name(few);
+  EXPECT_EQ(few.split_k, 6) << config_name(few);
+  EXPECT_EQ(few.reduce, SplitReduce::Kernel) << config_name(few);
+  EXPECT_EQ(few.staging, Staging::Registers) << config_name(few);
+}
+
 // Under 3/4 of a wave of 256x128 tiles with K of 512 or more, the wave model: the tile and split that keep
 // the most SMs busy over their waves (as many blocks per wave as fit in whole clusters), less each block's
 // fixed cost; the 128x128 tile counts at 0.95 of the 256x128 tile's rate. K split in a cluster.
