@@ -330,10 +330,9 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       if (blocks(32, 128) * c.split_k < sms) c.split_k = split_for(blocks(32, 128), 4 * sms, 128);
     }
   } else if (blocks(64, 64) < sms) {
-    if ((runs16 || (a_reg_stageable(p) && b_reg_stageable(p))) && p.k >= 512 && p.m >= 128 && p.n >= 128) {
-      // Few output tiles but K of 512 or more: the 16-deep register-staged tile (scalar runs where the rows
-      // are not in 16-byte steps), K split to one wave and added by a second kernel. The 4-byte rings below
-      // left such problems at a fraction of a wave (317x855x2513: 70 blocks, 0.37x cuBLAS, against 0.70x).
+    if (runs16 && p.k >= 512 && p.m >= 128 && p.n >= 128) {
+      // Few output tiles but K of 512 or more: the 16-deep register-staged tile, K split to one wave and
+      // added by a second kernel.
       c.kernel = Kernel::Simt128x128k16;
       c.split_k = split_to_fill(blocks(128, 128), sms, 64);
       reduce = SplitReduce::Kernel;
