@@ -3,8 +3,8 @@
 
     python3 scripts/plot_bench.py OUT_DIR [--img docs/img]
 
-Reads OUT_DIR/bench_ops.json, bench_gemm.json, bench_graph.json, bench_memory.json (Google Benchmark JSON), and
-torch_mlp.json (bench/graph/torch_mlp.py --json) where present, and the card's name from OUT_DIR/gpu.txt
+Reads OUT_DIR/bench_ops.json, bench_gemm.json, bench_graph.json, bench_memory.json (Google Benchmark JSON),
+torch_mlp.json (bench/graph/torch_mlp.py --json) and space_*.json (bench_gemm --space --json) where present, and the card's name from OUT_DIR/gpu.txt
 (nvidia-smi), and writes one PNG per plot into --img:
 
     ops_bandwidth.png    memory-bound ops: achieved GB/s against the cudaMemcpy D2D copy (bench_ops)
@@ -12,6 +12,8 @@ torch_mlp.json (bench/graph/torch_mlp.py --json) where present, and the card's n
     mlp_latency.png      the MLP per run: eager ops and the executor's modes, beside PyTorch (bench_graph)
     allocator_pairs.png  allocate + free pairs: the caching allocator's hit path, cudaMalloc, cudaMallocAsync
                          (bench_memory)
+    gemm_space.png       the shape space: each seed's 300 ratios to cuBLAS, sorted, per part (bench_gemm --space
+                         --json=OUT_DIR/space_SEED.json)
 
 A missing file skips its plot. Needs matplotlib (apt-get install python3-matplotlib, or pip install matplotlib).
 """
@@ -204,6 +206,29 @@ def plot_memory(plt, ctx, rows, card, img_dir):
     plt.close(fig)
 
 
+def plot_space(plt, runs, card, img_dir):
+    """Each seed's ratios (cuBLAS time / ours), sorted: the whole sample and its transformer-layer part."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, part in zip(axes, (None, "transformer")):
+        for name, run in runs:
+            ratios = sorted(s["ratio"] for s in run["shapes"] if part is None or s["part"] == part)
+            if not ratios:
+                continue
+            xs = [100.0 * (i + 0.5) / len(ratios) for i in range(len(ratios))]
+            ax.plot(xs, ratios, label=f"seed {run.get('seed', name)}")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axvline(10.0, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_xlabel("shapes, % (sorted by ratio)")
+        ax.set_title(("all shapes" if part is None else "transformer-layer products") + f" ({len(ratios)} a seed)")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("cuBLAS time / minitensor time (> 1: faster)")
+    axes[0].legend()
+    math = runs[0][1].get("math", "fp32")
+    fig.suptitle(f"SGEMM over random user shapes ({math}, bench_gemm --space)\n{card}")
+    save(fig, img_dir, "gemm_space.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description="Plots of scripts/gpu_check.sh's benchmark JSON.")
     ap.add_argument("out_dir", help="the GPU check's output folder (out/gpu_check)")
@@ -237,6 +262,14 @@ def main():
         print(f"plot_bench: no bench_graph.json in {args.out_dir}: MLP plot skipped")
     else:
         plot_mlp(plt, ctx, rows, loaded["torch_mlp"][1], card, args.img)
+        made += 1
+    runs = []
+    for f in sorted(os.listdir(args.out_dir)):
+        if f.startswith("space_") and f.endswith(".json") and "tune" not in f:
+            with open(os.path.join(args.out_dir, f)) as fh:
+                runs.append((f[len("space_"):-len(".json")], json.load(fh)))
+    if runs:
+        plot_space(plt, runs, runs[0][1].get("device", card), args.img)
         made += 1
     if made == 0:
         print("plot_bench: nothing to plot", file=sys.stderr)
