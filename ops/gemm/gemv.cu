@@ -77,6 +77,14 @@ __device__ __forceinline__ const float* vec_row(const Gemv& g, int b, int r) {
   return g.vec + b * g.vec_sb + r * g.s_r;
 }
 
+// Whether vector r (< R, the compile-time bound) is one of the product's. The loops over vectors run all R,
+// loading zeros past g.rows: a predicated load, where a branch out of the loop would keep the compiler from
+// issuing the next vector's load before the FMAs on this one (a round trip to L1 per vector).
+template <int R>
+__device__ __forceinline__ bool live_row(const Gemv& g, int r) {
+  return R == 1 || r < g.rows;
+}
+
 // Independent accumulator chains per vector: four for one or two vectors, else the vectors themselves.
 template <int R>
 constexpr int kChains = R >= 4 ? 1 : 4;
@@ -113,8 +121,9 @@ __global__ void __launch_bounds__(kThreads) gemv_dot(Problem p, Gemv g, float* w
         const float4 x = __ldcs(r4 + t);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          if (R > 1 && r >= g.rows) break;
-          const float4 y = __ldg(reinterpret_cast<const float4*>(vec_row(g, b, r) + p0) + t);
+          const float4 y = live_row<R>(g, r)
+                               ? __ldg(reinterpret_cast<const float4*>(vec_row(g, b, r) + p0) + t)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
           a[r][0] = fmaf(x.x, y.x, a[r][0]), a[r][1 % C] = fmaf(x.y, y.y, a[r][1 % C]);
           a[r][2 % C] = fmaf(x.z, y.z, a[r][2 % C]), a[r][3 % C] = fmaf(x.w, y.w, a[r][3 % C]);
         }
@@ -124,10 +133,8 @@ __global__ void __launch_bounds__(kThreads) gemv_dot(Problem p, Gemv g, float* w
     for (int t = q + lane; t < p1; t += G) {
       const float x = __ldcs(row + t);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (R > 1 && r >= g.rows) break;
-        a[r][0] = fmaf(x, __ldg(vec_row(g, b, r) + t * g.s_v), a[r][0]);
-      }
+      for (int r = 0; r < R; ++r)
+        a[r][0] = fmaf(x, live_row<R>(g, r) ? __ldg(vec_row(g, b, r) + t * g.s_v) : 0.f, a[r][0]);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -275,7 +282,7 @@ __global__ void __launch_bounds__(kThreads) gemv_dot_tile(Problem p, Gemv g, flo
 // elements are the same for every thread of a y (one load serves them). The ty partial sums of an output
 // are added through shared memory at the end.
 template <int R, bool V4>
-__global__ void __launch_bounds__(kThreads) gemv_column(Problem p, Gemv g, float* ws) {
+__global__ void __launch_bounds__(kThreads, 2) gemv_column(Problem p, Gemv g, float* ws) {
   __shared__ float4 part[kThreads];
   const int tx = threadIdx.x, ty = threadIdx.y, nx = blockDim.x, ny = blockDim.y;
   const int b = blockIdx.z;
@@ -316,15 +323,16 @@ __global__ void __launch_bounds__(kThreads) gemv_column(Problem p, Gemv g, float
     for (int u = 0; u < 4; ++u) x[u] = load(t + u);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      if (R > 1 && r >= g.rows) break;
       const float* v = vec_row(g, b, r);
+      const bool in = live_row<R>(g, r);
       float y[4];
       if (vec4) {
-        const float4 y4 = __ldg(reinterpret_cast<const float4*>(v + t));
+        const float4 y4 =
+            in ? __ldg(reinterpret_cast<const float4*>(v + t)) : make_float4(0.f, 0.f, 0.f, 0.f);
         y[0] = y4.x, y[1] = y4.y, y[2] = y4.z, y[3] = y4.w;
       } else {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) y[u] = __ldg(v + static_cast<std::int64_t>(t + u) * g.s_v);
+        for (int u = 0; u < 4; ++u) y[u] = in ? __ldg(v + static_cast<std::int64_t>(t + u) * g.s_v) : 0.f;
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u) fma4(acc[r], x[u], y[u]);
@@ -333,10 +341,9 @@ __global__ void __launch_bounds__(kThreads) gemv_column(Problem p, Gemv g, float
   for (; t < p1; ++t) {  // the last 1-3 K steps (one thread row)
     const float4 x = load(t);
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (R > 1 && r >= g.rows) break;
-      fma4(acc[r], x, __ldg(vec_row(g, b, r) + static_cast<std::int64_t>(t) * g.s_v));
-    }
+    for (int r = 0; r < R; ++r)
+      fma4(acc[r], x,
+           live_row<R>(g, r) ? __ldg(vec_row(g, b, r) + static_cast<std::int64_t>(t) * g.s_v) : 0.f);
   }
   // Per vector: each thread's four sums into shared memory, then thread e of the first 4 * tx adds output
   // e's ty partial sums and finishes it.
