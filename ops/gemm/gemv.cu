@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(kThreads) gemv_dot_tile(Problem p, Gemv g, flo
 // elements are the same for every thread of a y (one load serves them). The ty partial sums of an output
 // are added through shared memory at the end.
 template <int R, bool V4>
-__global__ void __launch_bounds__(kThreads, 2) gemv_column(Problem p, Gemv g, float* ws) {
+__global__ void __launch_bounds__(kThreads) gemv_column(Problem p, Gemv g, float* ws) {
   __shared__ float4 part[kThreads];
   const int tx = threadIdx.x, ty = threadIdx.y, nx = blockDim.x, ny = blockDim.y;
   const int b = blockIdx.z;
@@ -323,16 +323,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_column(Problem p, Gemv g, fl
     for (int u = 0; u < 4; ++u) x[u] = load(t + u);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
+      if (R > 1 && r >= g.rows) break;
       const float* v = vec_row(g, b, r);
-      const bool in = live_row<R>(g, r);
       float y[4];
       if (vec4) {
-        const float4 y4 =
-            in ? __ldg(reinterpret_cast<const float4*>(v + t)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 y4 = __ldg(reinterpret_cast<const float4*>(v + t));
         y[0] = y4.x, y[1] = y4.y, y[2] = y4.z, y[3] = y4.w;
       } else {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) y[u] = in ? __ldg(v + static_cast<std::int64_t>(t + u) * g.s_v) : 0.f;
+        for (int u = 0; u < 4; ++u) y[u] = __ldg(v + static_cast<std::int64_t>(t + u) * g.s_v);
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u) fma4(acc[r], x[u], y[u]);
@@ -341,9 +340,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_column(Problem p, Gemv g, fl
   for (; t < p1; ++t) {  // the last 1-3 K steps (one thread row)
     const float4 x = load(t);
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      fma4(acc[r], x,
-           live_row<R>(g, r) ? __ldg(vec_row(g, b, r) + static_cast<std::int64_t>(t) * g.s_v) : 0.f);
+    for (int r = 0; r < R; ++r) {
+      if (R > 1 && r >= g.rows) break;
+      fma4(acc[r], x, __ldg(vec_row(g, b, r) + static_cast<std::int64_t>(t) * g.s_v));
+    }
   }
   // Per vector: each thread's four sums into shared memory, then thread e of the first 4 * tx adds output
   // e's ty partial sums and finishes it.
