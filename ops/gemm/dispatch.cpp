@@ -154,6 +154,10 @@ std::vector<Config> candidates(const Problem& p, MathMode math) {
 
 // ---------------------------------------------------------------- choose
 
+bool gemv_matrix_along_k(const Problem& p) {
+  return p.n <= p.m ? p.a_sk == 1 && p.a_sm != 1 : p.b_sk == 1 && p.b_sn != 1;
+}
+
 namespace {
 
 // The M of 33-64 rule's threshold on N x K: below it the 32-row tiles with a shallow split are faster.
@@ -165,8 +169,7 @@ bool thin_product(const Problem& p) {
   const int thin = n_thin ? p.n : p.m, len = n_thin ? p.m : p.n;
   const double matrix = double(len) * p.k * p.batch;
   if (thin < 2 || thin > kGemvMaxRows || p.k < kThinMinK || matrix < kThinMinMatrix) return false;
-  const bool along_k = n_thin ? p.a_sk == 1 && p.a_sm != 1 : p.b_sk == 1 && p.b_sn != 1;
-  if (!along_k) return thin <= kThinMaxRows;
+  if (!gemv_matrix_along_k(p)) return thin <= kThinMaxRows;
   if (thin <= kThinMaxRows && (double(thin) * p.k <= kThinMaxVectorFloats || matrix >= kThinTileMinMatrix))
     return true;
   return matrix >= kThinBigMatrix;

@@ -438,7 +438,7 @@ void launch_gemv(const Problem& p, const Config&, cudaStream_t stream) {
   MT_CHECK(g.rows >= 1 && g.rows <= kGemvMaxRows, InvalidArgument, "gemv: ", p.m, "x", p.n,
            " is not a thin product (at most ", kGemvMaxRows, " rows or columns)");
   const int sms = current_sm_count();
-  const bool dot = g.s_p == 1 && g.s_i != 1;
+  const bool dot = gemv_matrix_along_k(p);
   const double matrix = static_cast<double>(g.len) * p.k * p.batch;
   const bool tile = dot && (g.rows > kThinTileMinRows || (g.rows >= 3 && matrix >= kThinTileMinMatrix));
   const auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };

@@ -41,6 +41,9 @@ constexpr double kThinBigMatrix = 1 << 23;
 // elements; under that its staging and split reduction cost more than the dot kernel's L1 reads.
 constexpr int kThinTileMinRows = 8;
 constexpr double kThinTileMinMatrix = 3 << 20;
+// Whether the vector kernel's matrix runs along K (its dot kernels) rather than along the outputs (the column
+// kernel). The thinner side gives the vectors (N where M == N), the other operand the matrix.
+bool gemv_matrix_along_k(const Problem& p);
 
 // What dispatch needs to know about a device.
 struct DeviceModel {
