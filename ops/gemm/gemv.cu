@@ -440,7 +440,11 @@ void launch_gemv(const Problem& p, const Config&, cudaStream_t stream) {
   const int sms = current_sm_count();
   const bool dot = gemv_matrix_along_k(p);
   const double matrix = static_cast<double>(g.len) * p.k * p.batch;
-  const bool tile = dot && (g.rows > kThinTileMinRows || (g.rows >= 3 && matrix >= kThinTileMinMatrix));
+  // The dot tile's staged vectors bound its K per split, so a K past 65,535 of those splits (the grid's y
+  // limit) takes the dot kernel.
+  const int tile_k = kTileVectorFloats / g.rows / 4 * 4;
+  const bool tile = dot && (g.rows > kThinTileMinRows || (g.rows >= 3 && matrix >= kThinTileMinMatrix)) &&
+                    (p.k + tile_k - 1) / tile_k <= 65535;
   const auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
   // The split of K and the grid along the outputs, per kernel:
   //   dot       G threads an output; a group needs a long row (2,048 of K per split) to keep its loads in
@@ -456,8 +460,7 @@ void launch_gemv(const Problem& p, const Config&, cudaStream_t stream) {
     for (O = 4; O > 1 && ceil_div(g.len, kTileGroups * O) * p.batch * k_units < 2LL * sms; O /= 2) {
     }
     blocks_x = ceil_div(g.len, kTileGroups * O);
-    const int max_per_split = kTileVectorFloats / g.rows / 4 * 4;
-    split = split_k(p, blocks_x, 256, static_cast<int>(ceil_div(p.k, max_per_split)), sms);
+    split = split_k(p, blocks_x, 256, static_cast<int>(ceil_div(p.k, tile_k)), sms);
   } else if (dot) {
     G = group_size(static_cast<std::int64_t>(g.len) * p.batch, p.k, sms);
     blocks_x = ceil_div(static_cast<std::int64_t>(g.len) * G, kThreads);
@@ -488,10 +491,7 @@ void launch_gemv(const Problem& p, const Config&, cudaStream_t stream) {
       }
     });
   } else if (dot) {
-    with_rows(g.rows, [&](auto r) {
-      constexpr int R = decltype(r)::value;
-      if constexpr (R <= kThinTileMinRows) launch_dot<R>(p, g, G, grid, ws, stream);
-    });
+    with_rows(g.rows, [&](auto r) { launch_dot<decltype(r)::value>(p, g, G, grid, ws, stream); });
   } else {
     const bool v4 = mat_runs16 && g.s_i == 1 && g.s_p % 4 == 0;
     const dim3 block(static_cast<unsigned>(nx), static_cast<unsigned>(kThreads / nx));
