@@ -14,10 +14,14 @@ minitensor faster).
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from torch_graph import capture  # noqa: E402 (bench/torch_graph.py)
 
 SHAPES = [(1, 128), (8, 128), (4, 512), (1, 1024)]
 DIMS = [(768, 12), (1024, 16)]
@@ -88,15 +92,7 @@ def main():
             with torch.no_grad():
                 eager = per_run_us(lambda: block(x, w, b, t, d, h))
                 static_x = x.clone()
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for _ in range(3):
-                        block(static_x, w, b, t, d, h)
-                torch.cuda.current_stream().wait_stream(s)
-                cg = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(cg):
-                    out = block(static_x, w, b, t, d, h)
+                cg = capture(lambda: block(static_x, w, b, t, d, h))
                 graph = per_run_us(cg.replay)
                 comp = float("nan")
                 if not args.no_compile:

@@ -12,9 +12,14 @@ float32 throughout, TF32 off (PyTorch's default for matmul), same shapes and ini
 import argparse
 import datetime
 import json
+import os
+import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from torch_graph import capture  # noqa: E402 (bench/torch_graph.py)
 
 SIZES = [(64, 512), (256, 1024), (4096, 4096)]
 
@@ -49,15 +54,7 @@ def mlp(batch, hidden):
 
     reps = 5 if hidden >= 4096 else 200
     eager = per_run_us(f, reps)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            f()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = f()
+    graph = capture(f)
     graphed = per_run_us(graph.replay, reps)
     return eager, graphed
 

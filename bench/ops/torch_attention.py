@@ -13,9 +13,14 @@ on sm_80 and later).
 """
 import argparse
 import json
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from torch_graph import capture  # noqa: E402 (bench/torch_graph.py)
 
 ROWS = [("8x128", 8, 128, False), ("8x128_causal", 8, 128, True), ("4x512", 4, 512, False),
         ("4x512_causal", 4, 512, True), ("1x1024_causal", 1, 1024, True)]
@@ -38,16 +43,7 @@ def median_us(fn, iters=20, warmup=5):
 
 
 def graph_us(fn, n=20, rounds=11):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            fn()
+    graph = capture(fn, calls=n)
     graph.replay()
     times = []
     for _ in range(rounds):
