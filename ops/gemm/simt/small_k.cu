@@ -159,14 +159,19 @@ struct SmallK64x64 {
 
 // For K of a few (up to about 16) the tiles above spend most of a block's life loading and syncing for a
 // handful of FMAs, and two 256-thread blocks per SM leave too few stores in flight. Here a block is 4 warps
-// over a 32 x 128 tile: each warp owns 8 rows, each lane 4 adjacent columns, so every store instruction of a
-// warp writes 512 contiguous bytes of one row (streaming, st.global.cs: C is not read back by this kernel).
-// A and B for 16 of K at a time sit in shared memory, k-major: per k a lane reads its 4 columns of B as one
-// float4 and its warp's 8 rows of A as two broadcast float4s, then does 32 FMAs. The small block and ~64
-// registers per thread give 8 blocks (32 warps) per SM.
+// over a 32 x 128 tile: each warp owns 8 rows and each lane 4 of the tile's columns, so every store
+// instruction of a warp writes contiguous bytes of one row (streaming, st.global.cs: C is not read back by
+// this kernel). Where C takes float4 stores (kVecC) a lane's columns are adjacent and a store writes 512
+// bytes; else they are lane, lane + 32, lane + 64 and lane + 96, so that each scalar store still writes 128
+// contiguous bytes (4 adjacent columns per lane would spread a warp's scalar store over 512 bytes in 4-byte
+// pieces, a quarter of each sector). A and B for 16 of K at a time sit in shared memory, k-major: per k a
+// lane reads its 4 columns of B (one float4, or 4 conflict-free scalars) and its warp's 8 rows of A as two
+// broadcast float4s, then does 32 FMAs. The small block and ~64 registers per thread give 8 blocks (32
+// warps) per SM.
 constexpr int kRowsThreads = 128, kRowsBM = 32, kRowsBN = 128, kRowsTM = 8, kRowsKC = 16;
 
-__global__ void __launch_bounds__(kRowsThreads) gemm_small_k_rows(Problem p, bool c_vec) {
+template <bool kVecC>
+__global__ void __launch_bounds__(kRowsThreads) gemm_small_k_rows(Problem p) {
   constexpr int BM = kRowsBM, BN = kRowsBN, TM = kRowsTM, KC = kRowsKC;
   static_assert(BM == TM * kRowsThreads / 32 && BN == 4 * 32, "8 rows per warp, 4 columns per lane");
   // Rows padded by 4 floats: 16-byte aligned float4 reads, and staging stores along k spread over banks.
@@ -192,7 +197,11 @@ __global__ void __launch_bounds__(kRowsThreads) gemm_small_k_rows(Problem p, boo
     __syncthreads();
 #pragma unroll 4
     for (int q = 0; q < kc; ++q) {
-      const float4 bv = *reinterpret_cast<const float4*>(&Bs[q][lane * 4]);
+      float4 bv;
+      if constexpr (kVecC)
+        bv = *reinterpret_cast<const float4*>(&Bs[q][lane * 4]);
+      else
+        bv = make_float4(Bs[q][lane], Bs[q][lane + 32], Bs[q][lane + 64], Bs[q][lane + 96]);
       const float4 a0 = *reinterpret_cast<const float4*>(&As[q][warp * TM]);
       const float4 a1 = *reinterpret_cast<const float4*>(&As[q][warp * TM + 4]);
       const float a[TM] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
@@ -207,8 +216,25 @@ __global__ void __launch_bounds__(kRowsThreads) gemm_small_k_rows(Problem p, boo
   }
 
   float* C = c_batch(p, b);
+  if constexpr (kVecC) {
 #pragma unroll
-  for (int i = 0; i < TM; ++i) store_run<4, true>(p, C, m0 + warp * TM + i, n0 + lane * 4, acc[i], c_vec);
+    for (int i = 0; i < TM; ++i) store_run<4, true>(p, C, m0 + warp * TM + i, n0 + lane * 4, acc[i], true);
+  } else {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const int row = m0 + warp * TM + i;
+      if (row >= p.m) break;
+      float* dst = C + static_cast<std::int64_t>(row) * p.c_sm;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int j = n0 + lane + 32 * c;
+        if (j < p.n) {
+          float* e = dst + static_cast<std::int64_t>(j) * p.c_sn;
+          __stcs(e, epilogue_value(p, acc[i][c], e, j));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -217,7 +243,10 @@ void launch_small_k_rows(const Problem& p, const Config&, cudaStream_t stream) {
   const std::int64_t tiles =
       static_cast<std::int64_t>((p.m + kRowsBM - 1) / kRowsBM) * ((p.n + kRowsBN - 1) / kRowsBN);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.batch));
-  gemm_small_k_rows<<<grid, kRowsThreads, 0, stream>>>(p, c_vectorisable(p));
+  if (c_vectorisable(p))
+    gemm_small_k_rows<true><<<grid, kRowsThreads, 0, stream>>>(p);
+  else
+    gemm_small_k_rows<false><<<grid, kRowsThreads, 0, stream>>>(p);
   MT_CUDA_CHECK_LAUNCH();
 }
 
