@@ -175,6 +175,28 @@ bool thin_product(const Problem& p) {
   return matrix >= kThinBigMatrix;
 }
 
+// A single product with a short K (up to kShortTileMaxK) over at least a wave of 64x64 tiles, M and N past
+// 64: its blocks' lives are short k-loops, so many small blocks (four per SM) beat the large tiles' reuse,
+// and a pack costs about as much as the product. B in aligned 16-byte rows: 64x64 register-staged (the float4
+// loads of B); where A runs so too, K is 32 or more and C has kShortTileBigC elements, 128x128 two per SM
+// (more reuse once K amortises the fill). Else the 4-byte cp.async ring, which reads any alignment at its
+// full rate: 32x128 under kShortTileRingMinM rows (half the edge waste of a 64-row tile there), else 64x64.
+// Fitted to H200 sweeps of K 1-132 (bench/gemm/DESIGN.md, short K); nullopt where the rule does not apply.
+std::optional<Config> short_k_tiles(const Problem& p, MathMode math, const DeviceModel& model) {
+  if (math != MathMode::FP32 || p.batch != 1 || p.k > kShortTileMaxK || p.m <= 64 || p.n <= 64) return {};
+  if (std::ceil(p.m / 64.0) * std::ceil(p.n / 64.0) < model.sm_count) return {};
+  Config c{Kernel::Simt64x64, 1, math};
+  if (b_runs16(p) && b_reg_stageable(p) && a_reg_stageable(p)) {
+    if (a_runs16(p) && p.k >= kShortTileBigMinK && double(p.m) * p.n >= kShortTileBigC)
+      c.kernel = Kernel::Simt128x128x2;
+  } else {
+    c.kernel = p.m < kShortTileRingMinM ? Kernel::Simt32x128 : Kernel::Simt64x64;
+    c.staging = Staging::CpAsync;
+  }
+  if (!can_implement(p, c, model)) return {};
+  return c;
+}
+
 // A tile in the wave models of choose(): its kernel, its rate relative to the best tile's, and the blocks an
 // SM holds at once.
 struct TileOption {
@@ -193,13 +215,17 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   // A thin product over a large matrix (thin_product): the same read of the matrix with an
   // accumulator per vector; the tiled picks below read such matrices at a third to a half of the copy rate.
   if (thin_product(p)) return Config{Kernel::Gemv, 1, math};
-  // A short K over a large C in fp32: the product is bound by writing C, which the rows kernel does in one
-  // pass with the most stores in flight. Below kSmallKRowsMinC elements of C the tiled kernels below are
-  // faster (about half the time at a few thousand elements), and so they are from K = 17 on, where the
-  // short-K tiles lost to them too: those stay tuner candidates (bench/gemm/DESIGN.md, short K). The TF32
-  // modes keep their kernels (wgmma takes a short K in one k tile).
-  if (math == MathMode::FP32 && p.k <= kSmallKRowsMax && double(p.m) * p.n * p.batch >= kSmallKRowsMinC)
+  // A short K over a large C in fp32 whose rows do not take float4 stores: the product is bound by writing
+  // C, which the rows kernel does in one pass of coalesced scalar stores (the tiles' scalar stores reach a
+  // quarter of each sector). Where C takes float4 stores the 64x64 tiles below are faster; below
+  // kSmallKRowsMinC elements of C the tiles are faster too (about half the time at a few thousand elements),
+  // and so they are from K = 17 on, where the short-K tiles lost to them as well: those stay tuner
+  // candidates (bench/gemm/DESIGN.md, short K). The TF32 modes keep their kernels (wgmma takes a short K in
+  // one k tile).
+  if (math == MathMode::FP32 && p.k <= kSmallKRowsMax && !c_vectorisable(p) &&
+      double(p.m) * p.n * p.batch >= kSmallKRowsMinC)
     return Config{Kernel::SmallKRows, 1, math};
+  if (const std::optional<Config> c = short_k_tiles(p, math, model)) return *c;
   if (math == MathMode::FP32 && needs_pack(p)) {
     // Operands without whole 16-byte runs are copied once into aligned scratch where each copied element
     // feeds enough FMAs for the copy to pay (the kernel then takes 16-byte loads instead of 4 scalar ones):

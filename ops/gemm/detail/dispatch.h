@@ -14,12 +14,21 @@
 namespace mt::detail::gemm {
 
 // choose() takes the short-K rows kernel in fp32 for K up to kSmallKRowsMax over a C of at least
-// kSmallKRowsMinC elements (batch included); candidates() offers every short-K kernel up to
-// kSmallKCandidateMax of K, and the tuner ranks them first up to kSmallKMax.
+// kSmallKRowsMinC elements (batch included) whose rows do not take float4 stores; candidates() offers every
+// short-K kernel up to kSmallKCandidateMax of K, and the tuner ranks them first up to kSmallKMax.
 constexpr int kSmallKRowsMax = 16;
 constexpr double kSmallKRowsMinC = 1 << 20;
 constexpr int kSmallKMax = 64;
 constexpr int kSmallKCandidateMax = 128;
+// Other single products in fp32 with K up to kShortTileMaxK, M and N past 64 and at least a wave of 64x64
+// tiles take unsplit tiles and no pack (dispatch.cpp, short_k_tiles): 64x64 register-staged where B runs in
+// aligned 16-byte rows (128x128 two per SM where both operands do, K >= kShortTileBigMinK and C has
+// kShortTileBigC elements), else the 4-byte cp.async ring, 32x128 under kShortTileRingMinM rows and 64x64
+// from there.
+constexpr int kShortTileMaxK = 160;
+constexpr int kShortTileBigMinK = 32;
+constexpr double kShortTileBigC = 1 << 22;
+constexpr int kShortTileRingMinM = 512;
 
 // The vector kernel (gemv.cu) runs products with at most kGemvMaxRows rows or columns. choose() gives it,
 // besides every vector operand, the thin products (dispatch.cpp, thin_product): vectors of K of at least

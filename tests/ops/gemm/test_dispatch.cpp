@@ -287,14 +287,15 @@ TEST_P(GemmDispatchHopper, Wgmma_SplitsFewTiles) {
   }
 }
 
-// A short K over a large C in fp32: the rows kernel, whatever the layout (transposed, unaligned, batched),
-// unsplit. A small C, or K past kSmallKRowsMax, takes the tiled kernels; the TF32 modes keep theirs.
+// A short K over a large C in fp32 whose rows do not take float4 stores (odd N, an offset view): the rows
+// kernel, whatever the operands' layout (transposed, unaligned, batched), unsplit. C in float4 rows, a small
+// C, or K past kSmallKRowsMax take the tiled kernels; the TF32 modes keep theirs.
 TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
   const int sms = model().sm_count;
   for (int k : {1, 2, 7, kSmallKRowsMax}) {
     SCOPED_TRACE("k " + std::to_string(k));
-    for (const Problem& p :
-         {dense_rows(349, 5842, k), dense_rows(4096, 4096, k), dense(64, 64, k, 2 * sms)}) {
+    for (const Problem& p : {dense_rows(349, 5842, k), dense_rows(1155, 6553, k), dense_rows(14771, 401, k),
+                             dense(63, 65, k, 2 * sms)}) {
       const Config c = pick(p);
       EXPECT_EQ(c.kernel, Kernel::SmallKRows) << config_name(c);
       EXPECT_EQ(c.split_k, 1);
@@ -305,24 +306,74 @@ TEST_P(GemmDispatchHopper, F32_SmallKTakesTheShortKKernel) {
     const Config tc = pick(t);
     EXPECT_EQ(tc.kernel, Kernel::SmallKRows) << config_name(tc);
     EXPECT_TRUE(can_implement(t, tc, model()));
+    // C in float4 rows: the tiles.
+    EXPECT_FALSE(is_small_k(pick(dense_rows(4096, 4096, k)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense_rows(2368, 9376, k)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense(64, 64, k, 2 * sms)).kernel));
     // Under kSmallKRowsMinC elements of C: the tiled kernels.
-    EXPECT_FALSE(is_small_k(pick(dense_rows(400, 4, k)).kernel));
-    EXPECT_FALSE(is_small_k(pick(dense_rows(336, 304, k)).kernel));
-    EXPECT_FALSE(is_small_k(pick(dense(64, 64, k, 2)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense_rows(400, 5, k)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense_rows(336, 307, k)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense(63, 65, k, 2)).kernel));
   }
   for (int k : {kSmallKRowsMax + 1, 32, 64}) {
     SCOPED_TRACE("k " + std::to_string(k));
-    EXPECT_FALSE(is_small_k(pick(dense_rows(349, 5842, k)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense_rows(349, 5843, k)).kernel));
     EXPECT_FALSE(is_small_k(pick(dense_rows(4096, 4096, k)).kernel));
-    EXPECT_FALSE(is_small_k(pick(dense(128, 128, k, 2 * sms)).kernel));
+    EXPECT_FALSE(is_small_k(pick(dense(128, 129, k, 2 * sms)).kernel));
   }
   EXPECT_FALSE(is_small_k(pick(dense_rows(4096, 4096, kSmallKMax + 1)).kernel));
-  EXPECT_FALSE(is_small_k(pick(dense_rows(349, 5842, kSmallKMax + 1)).kernel));
+  EXPECT_FALSE(is_small_k(pick(dense_rows(349, 5843, kSmallKMax + 1)).kernel));
   EXPECT_EQ(pick(dense_rows(256, 1024, 32), MathMode::TF32).kernel, Kernel::Wgmma);
   EXPECT_FALSE(is_small_k(pick(dense_rows(64, 512, 32), MathMode::TF32).kernel));
+  EXPECT_FALSE(is_small_k(pick(dense_rows(349, 5843, 7), MathMode::TF32).kernel));
   // A vector operand stays on the vector kernel.
   EXPECT_EQ(pick(dense_rows(1, 4096, 7)).kernel, Kernel::Gemv);
   EXPECT_EQ(pick(dense_rows(4096, 1, 7)).kernel, Kernel::Gemv);
+}
+
+// Other single products with K up to kShortTileMaxK over at least a wave of 64x64 tiles (M and N past 64):
+// unsplit tiles, never packed. B in aligned 16-byte rows: 64x64 register-staged, or 128x128 two per SM with
+// both operands so, K >= kShortTileBigMinK and kShortTileBigC elements of C. Else the 4-byte cp.async ring,
+// 32x128 under kShortTileRingMinM rows. The shapes are the H200 sweeps' (bench/gemm/DESIGN.md, short K).
+TEST_P(GemmDispatchHopper, F32_ShortKTakesUnsplitTiles) {
+  const Config regs64{Kernel::Simt64x64, 1, MathMode::FP32};
+  const Config regs128{Kernel::Simt128x128x2, 1, MathMode::FP32};
+  const Config ring64{Kernel::Simt64x64, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
+  const Config ring32{Kernel::Simt32x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
+  auto expect = [&](const Problem& p, const Config& want) {
+    const Config c = pick(p);
+    EXPECT_EQ(config_name(c), config_name(want)) << p.m << "x" << p.n << "x" << p.k;
+    EXPECT_FALSE(c.pack);
+    EXPECT_TRUE(can_implement(p, c, model()));
+  };
+  // C (and B) in float4 rows at K of 1-16 (the rows kernel's range), A in any rows.
+  for (int k : {1, 3, 6, 16}) {
+    expect(dense_rows(2368, 9376, k), regs64);
+    expect(dense_rows(9680, 1392, k), regs64);
+    expect(dense_rows(4096, 4096, k), regs64);
+  }
+  expect(dense_rows(1000, 1000, 24), regs64);
+  expect(dense_rows(207, 5108, 31), regs64);  // A's rows of 31: B's float4 loads still pay
+  expect(dense_rows(1648, 768, 80), regs64);  // 2^20 elements of C: under kShortTileBigC
+  expect(dense_rows(464, 8880, kShortTileMaxK), regs64);
+  expect(dense_rows(4096, 4096, 32), regs128);
+  expect(dense_rows(8192, 1024, 48), regs128);
+  expect(dense_rows(2048, 2048, kShortTileMaxK), regs128);
+  // B not in aligned rows: the ring.
+  expect(dense_rows(1850, 5075, 85), ring64);
+  expect(dense_rows(3000, 3001, 100), ring64);
+  expect(dense_rows(7904, 105, 7), ring64);  // a C under kSmallKRowsMinC: not the rows kernel
+  expect(dense_rows(67, 15399, 88), ring32);
+  expect(dense_rows(511, 3001, 17), ring32);
+  Problem tn = rows(11678, 346, 132, 11678, 346);
+  tn.a_sm = 1, tn.a_sk = 11678;  // A transposed
+  expect(tn, ring64);
+  // Outside the rule: K past kShortTileMaxK (rows of 161 floats: the pack rule), a batch (the batched rule's
+  // ring), under a wave of 64x64 tiles (the split rules), the TF32 modes.
+  EXPECT_TRUE(pick(dense_rows(4096, 4096, kShortTileMaxK + 1)).pack);
+  EXPECT_EQ(pick(dense(512, 512, 32, 8)).staging, Staging::CpAsync);
+  EXPECT_GT(pick(dense_rows(640, 640, 64)).split_k, 1);  // 100 tiles of 64x64 under 132 SMs: the split rules
+  EXPECT_EQ(pick(dense_rows(4096, 4096, 32), MathMode::TF32).kernel, Kernel::Wgmma);
 }
 
 // Projections of 33-64 tokens against a big weight (n x k of at least 2^21; B an nn.Linear weight or plain):
