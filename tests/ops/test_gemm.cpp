@@ -1408,6 +1408,14 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   const Tensor a = test::make_input(InputSpec{Shape{batch, 100, 68}}, 51, Device::cuda(0));
   const Tensor b = test::make_input(InputSpec{Shape{batch, 68, 260}}, 52, Device::cuda(0));
   expect_batches_match(matmul(a, b), a, b, {0, batch - 1});
+  // Batches of small products under 64 wide and in unaligned rows (the batched rule's 64x64 and 32x64 tiles
+  // on the 4-byte ring, in place).
+  for (const auto& [bs, m, n, k] :
+       {std::array<std::int64_t, 4>{136, 189, 53, 68}, {254, 89, 32, 101}, {40, 495, 87, 320}}) {
+    const Tensor x = test::make_input(InputSpec{Shape{bs, m, k}}, 53, Device::cuda(0));
+    const Tensor y = test::make_input(InputSpec{Shape{bs, k, n}}, 54, Device::cuda(0));
+    expect_batches_match(matmul(x, y), x, y, {0, bs / 2, bs - 1});
+  }
 }
 
 TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {

@@ -29,6 +29,9 @@ constexpr int kShortTileMaxK = 160;
 constexpr int kShortTileBigMinK = 32;
 constexpr double kShortTileBigC = 1 << 22;
 constexpr int kShortTileRingMinM = 512;
+// A batch of small products (at most 512 on every side) takes 64x64 tiles on the cp.async ring, or 32x64
+// under kSmallBatchMinM rows where those waste fewer rows (dispatch.cpp).
+constexpr int kSmallBatchMinM = 128;
 
 // The vector kernel (gemv.cu) runs products with at most kGemvMaxRows rows or columns. choose() gives it,
 // besides every vector operand, the thin products (dispatch.cpp, thin_product): vectors of K of at least

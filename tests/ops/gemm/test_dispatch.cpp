@@ -221,13 +221,34 @@ TEST_P(GemmDispatchHopper, F32_SmallM_SkinnyN_ShortKBatched) {
   EXPECT_EQ(skinny.split_k, 2);
   EXPECT_EQ(skinny.reduce, SplitReduce::Kernel);
   // A batch of 100x1040x68 with at least one 64x256 tile per SM: 64x256, unsplit; rows of A not in whole
-  // 16-byte runs take another tile. A batch of small products (100x260x68) takes 64x64 tiles on the ring.
+  // 16-byte runs take another tile. A batch of small products (100x260x68, 200x260x68) takes 64x64 tiles on
+  // the ring; with M of 65-96 (90x260x68: 96 rows of 32-row tiles against 128 of 64-row ones) 32x64 tiles;
+  // from kSmallBatchMinM rows on 64x64 whatever the waste.
   const std::int64_t batch = (sms + 3) / 4;
   EXPECT_EQ(pick(dense(100, 1040, 68, batch)).kernel, Kernel::Simt64x256);
   EXPECT_NE(pick(dense(100, 1040, 67, batch)).kernel, Kernel::Simt64x256);  // rows of 67
-  const Config small = pick(dense(100, 260, 68, batch));
-  EXPECT_EQ(small.kernel, Kernel::Simt64x64) << config_name(small);
-  EXPECT_EQ(small.staging, Staging::CpAsync) << config_name(small);
+  for (int m : {100, 200, kSmallBatchMinM + 32}) {
+    const Config small = pick(dense(m, 260, 68, batch));
+    EXPECT_EQ(small.kernel, Kernel::Simt64x64) << m << ": " << config_name(small);
+    EXPECT_EQ(small.staging, Staging::CpAsync) << config_name(small);
+  }
+  for (int m : {65, 90, 96}) {
+    const Config small_rows = pick(dense(m, 260, 68, batch));
+    EXPECT_EQ(small_rows.kernel, Kernel::Simt32x64) << m << ": " << config_name(small_rows);
+    EXPECT_EQ(small_rows.staging, Staging::CpAsync) << config_name(small_rows);
+  }
+  // A batch of small products under 64 wide takes the batched rule, not the skinny-N rules' 128-row tiles
+  // (H200 sweeps, bench/gemm/DESIGN.md section 3c); unaligned rows stay in place on the 4-byte ring (no
+  // pack: the ring reads any alignment at its full rate).
+  for (const Problem& p : {dense(189, 53, 68, 136), dense(370, 48, 40, 70), dense(141, 33, 139, 162),
+                           dense(272, 46, 74, 113), dense(316, 158, 356, 254), dense(495, 87, 320, 40)}) {
+    const Config c = pick(p);
+    EXPECT_EQ(c.kernel, Kernel::Simt64x64) << config_name(c);
+    EXPECT_EQ(c.staging, Staging::CpAsync) << config_name(c);
+    EXPECT_FALSE(c.pack) << config_name(c);
+  }
+  EXPECT_EQ(pick(dense(89, 32, 101, 254)).kernel, Kernel::Simt32x64);
+  EXPECT_EQ(pick(dense(123, 100, 33, 62)).kernel, Kernel::Simt64x64);
   // Few tiles of 512x512x256 and 64x512x512, operands in aligned rows: 32x64 tiles on the 16-byte ring, K
   // split (in a cluster); B in rows of 511 takes the 4-byte ring.
   for (const Problem& p : {dense(512, 512, 256, 1), dense(64, 512, 512, 1)}) {
