@@ -175,18 +175,22 @@ bool thin_product(const Problem& p) {
   return matrix >= kThinBigMatrix;
 }
 
-// A single product with a short K (up to kShortTileMaxK) over at least a wave of 64x64 tiles, M and N past
-// 64: its blocks' lives are short k-loops, so many small blocks (four per SM) beat the large tiles' reuse,
+// A single product with a short K (up to kShortTileMaxK) over at least a wave of 64x64 tiles, M past 64:
+// its blocks' lives are short k-loops, so many small blocks (four per SM) beat the large tiles' reuse,
 // and a pack costs about as much as the product. B in aligned 16-byte rows: 64x64 register-staged (the float4
 // loads of B); where A runs so too, K is 32 or more and C has kShortTileBigC elements, 128x128 two per SM
 // (more reuse once K amortises the fill). Else the 4-byte cp.async ring, which reads any alignment at its
 // full rate: 32x128 under kShortTileRingMinM rows (half the edge waste of a 64-row tile there), else 64x64.
 // Fitted to H200 sweeps of K 1-132 (bench/gemm/DESIGN.md, short K); nullopt where the rule does not apply.
 std::optional<Config> short_k_tiles(const Problem& p, MathMode math, const DeviceModel& model) {
-  if (math != MathMode::FP32 || p.batch != 1 || p.k > kShortTileMaxK || p.m <= 64 || p.n <= 64) return {};
+  if (math != MathMode::FP32 || p.batch != 1 || p.k > kShortTileMaxK || p.m <= 64) return {};
   if (std::ceil(p.m / 64.0) * std::ceil(p.n / 64.0) < model.sm_count) return {};
+  const bool b16 = b_runs16(p) && b_reg_stageable(p) && a_reg_stageable(p);
+  // N of 64 or less: the ring only, where B's rows would otherwise be packed for the skinny-N rules' TMA
+  // tiles (16128x7x64: 0.38x cuBLAS packed, 1.38x on 64x64 tiles in place).
+  if (p.n <= 64 && b16) return {};
   Config c{Kernel::Simt64x64, 1, math};
-  if (b_runs16(p) && b_reg_stageable(p) && a_reg_stageable(p)) {
+  if (b16) {
     if (a_runs16(p) && p.k >= kShortTileBigMinK && double(p.m) * p.n >= kShortTileBigC)
       c.kernel = Kernel::Simt128x128x2;
   } else {
@@ -385,12 +389,13 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       c.staging = Staging::CpAsync16;
       if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
     } else if (p.m >= 256 && p.n >= 256 && p.k >= 256) {
-      // The same with other layouts: 32x128 tiles on the 4-byte ring, K split to about one wave, reduced in
-      // a cluster.
+      // The same with other layouts: 32x128 tiles on the 4-byte ring, K split to about eight blocks per SM
+      // down to 64 of K, added by the second kernel (H200: 317x855x2513 0.36x cuBLAS unsplit, 0.72x split 8;
+      // 481x309x587 1.15x split 8, 0.72x split 2 in a cluster).
       c.kernel = Kernel::Simt32x128;
-      c.split_k = split_for(blocks(32, 128), sms, 64);
+      c.split_k = split_for(blocks(32, 128), 8 * sms, 64);
       c.staging = Staging::CpAsync;
-      if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
+      reduce = SplitReduce::Kernel;
     } else {
       // Few output tiles of a small problem: latency bound; 64x64 tiles, K split to about four blocks per
       // SM, on the cp.async ring.

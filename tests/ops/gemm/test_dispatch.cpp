@@ -259,6 +259,15 @@ TEST_P(GemmDispatchHopper, F32_SmallM_SkinnyN_ShortKBatched) {
     EXPECT_EQ(c.reduce, SplitReduce::Cluster);
   }
   EXPECT_EQ(pick(dense(64, 511, 512, 1)).staging, Staging::CpAsync);
+  // Few tiles of 317x855x2513 and 481x309x587, B in rows of odd length: 32x128 tiles on the 4-byte ring, K
+  // split to about eight blocks per SM (8 here), added by the second kernel.
+  for (const Problem& p : {dense(317, 855, 2513, 1), dense(481, 309, 587, 1)}) {
+    const Config c = pick(p);
+    EXPECT_EQ(c.kernel, Kernel::Simt32x128) << config_name(c);
+    EXPECT_EQ(c.staging, Staging::CpAsync) << config_name(c);
+    EXPECT_EQ(c.split_k, 8) << config_name(c);
+    EXPECT_EQ(c.reduce, SplitReduce::Kernel) << config_name(c);
+  }
 }
 
 // Without a TMA-capable device the same rules take the register-staged tiles (the other branch of the
@@ -386,6 +395,10 @@ TEST_P(GemmDispatchHopper, F32_ShortKTakesUnsplitTiles) {
   expect(dense_rows(7904, 105, 7), ring64);  // a C under kSmallKRowsMinC: not the rows kernel
   expect(dense_rows(67, 15399, 88), ring32);
   expect(dense_rows(511, 3001, 17), ring32);
+  // N of 64 or less with B not in 16-byte runs: the ring in place (not packed for the skinny-N rules); with
+  // B in aligned rows the skinny-N rules keep it.
+  expect(dense_rows(16128, 7, 64), ring64);
+  EXPECT_NE(pick(dense_rows(16128, 32, 64)).kernel, Kernel::Simt64x64);
   Problem tn = rows(11678, 346, 132, 11678, 346);
   tn.a_sm = 1, tn.a_sk = 11678;  // A transposed
   expect(tn, ring64);
