@@ -4,8 +4,8 @@
     python3 scripts/plot_bench.py OUT_DIR [--img docs/img]
 
 Reads OUT_DIR/bench_ops.json, bench_gemm.json, bench_graph.json, bench_memory.json (Google Benchmark JSON),
-torch_mlp.json (bench/graph/torch_mlp.py --json) and space_*.json (bench_gemm --space --json) where present, and the card's name from OUT_DIR/gpu.txt
-(nvidia-smi), and writes one PNG per plot into --img:
+torch_mlp.json (bench/graph/torch_mlp.py --json) and space_*.json (bench_gemm --space --json) where present,
+and the card's name from OUT_DIR/gpu.txt (nvidia-smi), and writes one PNG per plot into --img:
 
     ops_bandwidth.png    memory-bound ops: achieved GB/s against the cudaMemcpy D2D copy (bench_ops)
     gemm_vs_cublas.png   the dispatched FP32 SGEMM's speed relative to cuBLAS, per shape (bench_gemm)

@@ -358,8 +358,8 @@ void expect_config_matches(const SweepOperands& o, Guarded& g, const detail::gem
 // Thin products on the vector kernel (2 to kGemvMaxRows vectors, forced): either side thin, both matrix
 // layouts (the dot kernel or dot tile, and the column kernel) by transposes, an operand at offset 1 (scalar
 // loads), a short K (dot groups under a warp), a long K (split over blocks, the partial sums laid out as C;
-// the dot tile's staged vectors bound its K per split), alpha and beta over a
-// NaN-filled C, bias and an activation; then batches through the dispatcher, one with a weight broadcast.
+// the dot tile's staged vectors bound its K per split), alpha and beta over a NaN-filled C, bias and an
+// activation; then batches through the dispatcher, one with a weight broadcast.
 TEST(Gemm, F32_ThinProducts_TheVectorKernel) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -896,8 +896,9 @@ TEST(Gemm, F32_Tma_AwkwardShapes) {
 // several, a partial last one); M and N prime (edge tiles both ways); A and B each plain, transposed, at
 // offset 1 or strided (every loader order, no 16-byte runs); C in aligned rows (float4 stores) and in odd
 // rows at offset 1 (scalar stores); beta = -1.5 with bias and relu, beta = 0 over a NaN-filled C with gelu;
-// then batched with B broadcast, and through the dispatcher (which takes the rows kernel for a short K over a
-// large C in fp32) and in a TF32 mode (the tuner's candidates). Guard bands intact.
+// then batched with B broadcast, and through the dispatcher (the rows kernel for a short K over a large C
+// without float4 rows in fp32, the short-K tiles elsewhere) and in a TF32 mode (the tuner's candidates).
+// Guard bands intact.
 TEST(Gemm, F32_SmallK_AwkwardShapes) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;

@@ -21,10 +21,10 @@ constexpr double kSmallKRowsMinC = 1 << 20;
 constexpr int kSmallKMax = 64;
 constexpr int kSmallKCandidateMax = 128;
 // Other single products in fp32 with K up to kShortTileMaxK, M past 64 (N past 64, or B not in 16-byte
-// runs) and at least a wave of 64x64 tiles take unsplit tiles and no pack (dispatch.cpp, short_k_tiles): 64x64 register-staged where B runs in
-// aligned 16-byte rows (128x128 two per SM where both operands do, K >= kShortTileBigMinK and C has
-// kShortTileBigC elements), else the 4-byte cp.async ring, 32x128 under kShortTileRingMinM rows and 64x64
-// from there.
+// runs) and at least a wave of 64x64 tiles take unsplit tiles and no pack (dispatch.cpp, short_k_tiles):
+// 64x64 register-staged where B runs in aligned 16-byte rows (128x128 two per SM where both operands do,
+// K >= kShortTileBigMinK and C has kShortTileBigC elements), else the 4-byte cp.async ring, 32x128 under
+// kShortTileRingMinM rows and 64x64 from there.
 constexpr int kShortTileMaxK = 160;
 constexpr int kShortTileBigMinK = 32;
 constexpr double kShortTileBigC = 1 << 22;
