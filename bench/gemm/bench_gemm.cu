@@ -4,13 +4,15 @@
 // shapes of bench/gemm/DESIGN.md.
 //
 //   bench_gemm [google-benchmark flags]          the table (Google Benchmark rows + a summary with ratios)
-//   bench_gemm --sweep=M,N,K[,BATCH] [--sweep=...] [--math=fp32|tf32|tf32x3] [--only=REGEX]
+//   bench_gemm --sweep=M,N,K[,BATCH[,LAYOUT]] [--sweep=...] [--math=fp32|tf32|tf32x3] [--only=REGEX]
 //                                                every configuration the dispatcher could pick, each
 //                                                timed interleaved with cuBLAS (--only: those whose name
 //                                                REGEX matches somewhere, and the dispatcher's pick); each
-//                                                row is printed as it is timed, then all of them ranked
+//                                                row is printed as it is timed, then all of them ranked;
+//                                                LAYOUT NN (default), NT, TN or TT: T stores that operand
+//                                                transposed (A as k x m, B as n x k)
 //   bench_gemm --sweep-all                       the sweep over every benchmark shape (builds the dispatch
-//   table)
+//                                                table)
 //   bench_gemm --space[=N] [--seed=S] [--math=…] [--json=PATH] [--tune]
 //                                                N random shapes users bring (space.cu), each against cuBLAS
 //
@@ -50,9 +52,11 @@ using gemm_bench::handles;
 
 struct GemmShape {
   int m, n, k, batch;
+  bool ta = false, tb = false;  // A stored k x m (op(A) = A^T), B stored n x k; the sweep's layouts
   std::string name() const {
     std::string s = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
-    return batch > 1 ? std::to_string(batch) + "x(" + s + ")" : s;
+    if (batch > 1) s = std::to_string(batch) + "x(" + s + ")";
+    return ta || tb ? s + " " + (ta ? "T" : "N") + (tb ? "T" : "N") : s;
   }
   double flops() const { return 2.0 * m * n * static_cast<double>(k) * batch; }
 };
@@ -117,7 +121,9 @@ Operands& operand_cache() {
 }
 Operands& operands(const GemmShape& s) {
   Operands& ops = operand_cache();
-  if (ops.copies && ops.s.m == s.m && ops.s.n == s.n && ops.s.k == s.k && ops.s.batch == s.batch) return ops;
+  if (ops.copies && ops.s.m == s.m && ops.s.n == s.n && ops.s.k == s.k && ops.s.batch == s.batch &&
+      ops.s.ta == s.ta && ops.s.tb == s.tb)
+    return ops;
   ops = Operands{};
   ops.s = s;
   ops.a_elems = std::int64_t(s.m) * s.k * s.batch;
@@ -136,18 +142,25 @@ Problem problem_for(Operands& o, int copy, float* c) {
   const GemmShape& s = o.s;
   Problem p;
   p.m = s.m, p.n = s.n, p.k = s.k, p.batch = s.batch;
-  p.a = o.a.data<float>() + copy * o.a_elems, p.a_sm = s.k, p.a_sk = 1, p.a_sb = std::int64_t(s.m) * s.k;
-  p.b = o.b.data<float>() + copy * o.b_elems, p.b_sk = s.n, p.b_sn = 1, p.b_sb = std::int64_t(s.k) * s.n;
+  p.a = o.a.data<float>() + copy * o.a_elems, p.a_sb = std::int64_t(s.m) * s.k;
+  p.a_sm = s.ta ? 1 : s.k, p.a_sk = s.ta ? s.m : 1;
+  p.b = o.b.data<float>() + copy * o.b_elems, p.b_sb = std::int64_t(s.k) * s.n;
+  p.b_sk = s.tb ? 1 : s.n, p.b_sn = s.tb ? s.k : 1;
   p.c = c ? c : o.c.data<float>() + copy * o.c_elems, p.c_sm = s.n, p.c_sn = 1,
   p.c_sb = std::int64_t(s.m) * s.n;
   return p;
 }
 
 void run_cublas(cublasHandle_t h, const Problem& p) {
-  // Row-major C = A B is column-major C^T = B^T A^T.
+  // Row-major C = A B is column-major C^T = B^T A^T: an operand stored as its row-major matrix goes as
+  // CUBLAS_OP_N, one stored transposed (A along m, B along k) as CUBLAS_OP_T.
   const float alpha = 1.f, beta = 0.f;
-  CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.b, p.n, p.b_sb,
-                                         p.a, p.k, p.a_sb, &beta, p.c, p.n, p.c_sb, p.batch));
+  const bool ta = p.a_sk != 1, tb = p.b_sn != 1;
+  const std::int64_t lda = ta ? p.a_sk : std::max<std::int64_t>(p.a_sm, p.k);
+  const std::int64_t ldb = tb ? p.b_sn : std::max<std::int64_t>(p.b_sk, p.n);
+  CUBLAS_CHECK(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         p.n, p.m, p.k, &alpha, p.b, static_cast<int>(ldb), p.b_sb, p.a,
+                                         static_cast<int>(lda), p.a_sb, &beta, p.c, p.n, p.c_sb, p.batch));
 }
 
 Config config_for(Impl impl, const Problem& p) {
@@ -409,10 +422,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strncmp(argv[i], "--sweep=", 8)) {
       GemmShape s{0, 0, 0, 1};
-      if (std::sscanf(argv[i] + 8, "%d,%d,%d,%d", &s.m, &s.n, &s.k, &s.batch) < 3) {
-        std::fprintf(stderr, "bench_gemm: --sweep wants M,N,K[,BATCH], got '%s'\n", argv[i] + 8);
+      char layout[3] = "NN";
+      const int got = std::sscanf(argv[i] + 8, "%d,%d,%d,%d,%2[NT]", &s.m, &s.n, &s.k, &s.batch, layout);
+      if (got < 3 || (got == 5 && std::strlen(layout) != 2)) {
+        std::fprintf(stderr, "bench_gemm: --sweep wants M,N,K[,BATCH[,NN|NT|TN|TT]], got '%s'\n",
+                     argv[i] + 8);
         return 2;
       }
+      s.ta = layout[0] == 'T', s.tb = layout[1] == 'T';
       sweep(s, math, only);
       operand_cache() = Operands{};
       swept = true;
