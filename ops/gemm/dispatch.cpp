@@ -70,6 +70,12 @@ DeviceModel current_device() {
 // ---------------------------------------------------------------- can_implement
 
 bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model) {
+  if (cfg.swap) {
+    if (!swappable(p) || !is_simt(cfg.kernel) || cfg.math != MathMode::FP32) return false;
+    Config plain = cfg;
+    plain.swap = false;
+    return can_implement(swapped(p), plain, model);
+  }
   if (cfg.pack) {
     if (!is_simt(cfg.kernel) || cfg.math != MathMode::FP32) return false;
     Config plain = cfg;
@@ -145,6 +151,14 @@ std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceMode
         }
     }
   }
+  // The transposed product of a skinny N (Config::swap), whose C^T the small-M tiles take; the vector and
+  // short-K kernels read either orientation already.
+  if (math == MathMode::FP32 && swappable(p) && p.n <= 64 && p.m > 64)
+    for (Config c : candidates(swapped(p), math, model))
+      if (is_simt(c.kernel)) {
+        c.swap = true;
+        out.push_back(c);
+      }
   return out;
 }
 
@@ -201,6 +215,29 @@ std::optional<Config> short_k_tiles(const Problem& p, MathMode math, const Devic
   return c;
 }
 
+// A skinny N (at most kSwapMaxN) under a tall M: run C^T = B^T A^T (Config::swap), so the N rows take 32-row
+// tiles where a 64- or 128-wide tile over N computes mostly outside C (N of 20: 31 % of a 64-wide tile's
+// FMAs land in C, 63 % of a 32-row tile's). 32x128 tiles on the 4-byte ring, which reads the operands'
+// either orientation at its full rate; K split by powers of two up to 32, keeping kSwapMinSplitK of K a
+// split, to the block count nearest kSwapBlocksPerSm per SM on a log scale (a row of a few dozen tiles
+// needs deep splits to fill the card; H200 sweeps, bench/gemm/DESIGN.md, section 3c). nullopt where the
+// rule does not apply: a bias or a row softmax runs along C's rows, which the swap would turn into columns.
+std::optional<Config> skinny_n_swap(const Problem& p, MathMode math, const DeviceModel& model) {
+  if (math != MathMode::FP32 || p.batch != 1 || !swappable(p) || p.n > kSwapMaxN || p.m < kSwapMinM)
+    return {};
+  const std::int64_t tiles = (p.m + 127) / 128;  // one row of 32x128 tiles over C^T (N <= 32 rows)
+  const double target = double(kSwapBlocksPerSm) * model.sm_count;
+  Config c{Kernel::Simt32x128, 1, math, SplitReduce::Kernel, Staging::CpAsync};
+  c.swap = true;
+  double best = std::abs(std::log(double(tiles) / target));
+  for (int s = 2; s <= 32 && p.k / s >= kSwapMinSplitK; s *= 2) {
+    const double off = std::abs(std::log(double(tiles) * s / target));
+    if (off < best) best = off, c.split_k = s;
+  }
+  if (!can_implement(p, c, model)) return {};
+  return c;
+}
+
 // A tile in the wave models of choose(): its kernel, its rate relative to the best tile's, and the blocks an
 // SM holds at once.
 struct TileOption {
@@ -230,6 +267,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       double(p.m) * p.n * p.batch >= kSmallKRowsMinC)
     return Config{Kernel::SmallKRows, 1, math};
   if (const std::optional<Config> c = short_k_tiles(p, math, model)) return *c;
+  if (const std::optional<Config> c = skinny_n_swap(p, math, model)) return *c;
   if (math == MathMode::FP32 && needs_pack(p)) {
     // Operands without whole 16-byte runs are copied once into aligned scratch where each copied element
     // feeds enough FMAs for the copy to pay (the kernel then takes 16-byte loads instead of 4 scalar ones):
@@ -490,7 +528,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // per SM wait on a short k-loop.
     auto rows_inside = [&](int bm) { return double(p.m) / (double((p.m + bm - 1) / bm) * bm); };
     c.kernel = p.m < kSmallBatchMinM && rows_inside(32) >= rows_inside(64) + 0.1 ? Kernel::Simt32x64
-                                                                                  : Kernel::Simt64x64;
+                                                                                 : Kernel::Simt64x64;
     c.staging = Staging::CpAsync;
     const TileInfo t = tile_of(c.kernel);
     c.split_k = split_for(blocks(t.bm, t.bn), 4 * sms, 128);

@@ -18,6 +18,11 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     launch_splitk_reduce(p, nullptr, 0, stream);
     return;
   }
+  if (cfg.swap) {
+    Config plain = cfg;
+    plain.swap = false;
+    return launch_one(swapped(p), plain, stream);
+  }
   const int split = std::max(1, cfg.split_k);
   if (p.softmax && !(split > 1 && cfg.reduce == SplitReduce::Kernel && !is_rung(cfg.kernel) &&
                      cfg.kernel != Kernel::Wgmma)) {

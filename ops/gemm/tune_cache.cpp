@@ -67,7 +67,8 @@ const char* staging_name(Staging s) {
 }  // namespace
 
 std::optional<Config> config_from_fields(const std::string& kernel, int split_k, const std::string& math,
-                                         const std::string& reduce, const std::string& staging, bool pack) {
+                                         const std::string& reduce, const std::string& staging, bool pack,
+                                         bool swap) {
   Config c;
   bool found = false;
   for (const KernelInfo& k : kernel_table())
@@ -85,6 +86,7 @@ std::optional<Config> config_from_fields(const std::string& kernel, int split_k,
     if (staging == staging_name(s)) c.staging = s, staging_ok = true;
   if (!staging_ok) return std::nullopt;
   c.pack = pack;
+  c.swap = swap;
   return c;
 }
 
@@ -96,7 +98,8 @@ std::vector<Config> tune_candidates(const Problem& p, MathMode math, const Devic
   if (max <= 1 || model.sm_count < 1) return out;
   auto same = [](const Config& x, const Config& y) {
     return x.kernel == y.kernel && x.split_k == y.split_k && x.math == y.math &&
-           (x.split_k == 1 || x.reduce == y.reduce) && x.staging == y.staging && x.pack == y.pack;
+           (x.split_k == 1 || x.reduce == y.reduce) && x.staging == y.staging && x.pack == y.pack &&
+           x.swap == y.swap;
   };
   // A rough rate for ranking only (the timing decides): the tile's own rate, the share of its area inside C,
   // the share of the SMs its blocks keep busy over their waves, and ks / (ks + 32) for ks of K per split
@@ -115,8 +118,9 @@ std::vector<Config> tune_candidates(const Problem& p, MathMode math, const Devic
   for (const Config& c : candidates(p, math, model)) {
     if (same(c, pick)) continue;
     const TileInfo t = tile_of(c.kernel);
-    const double tiles = std::ceil(p.m / double(t.bm)) * std::ceil(p.n / double(t.bn)) * p.batch;
-    const double inside = double(p.m) * p.n * p.batch / (tiles * t.bm * t.bn);
+    const int m = c.swap ? p.n : p.m, n = c.swap ? p.m : p.n;  // the extents the kernel's tiles cover
+    const double tiles = std::ceil(m / double(t.bm)) * std::ceil(n / double(t.bn)) * p.batch;
+    const double inside = double(m) * n * p.batch / (tiles * t.bm * t.bn);
     const int per_sm = double(t.bm) * t.bn > 128.0 * 128.0 ? 1 : 2;
     const double slots = double(per_sm) * model.slots(c.reduce == SplitReduce::Cluster ? c.split_k : 1);
     const double blocks = tiles * c.split_k;
@@ -403,11 +407,12 @@ std::optional<std::map<std::string, TuneCache::Entry>> TuneCache::read_file(std:
     const JsonValue* reduce = e.get("reduce");
     const JsonValue* staging = e.get("staging");
     const JsonValue* pack = e.get("pack");
+    const JsonValue* swap = e.get("swap");
     const JsonValue* ms = e.get("ms");
     std::optional<Config> c;
     if (kernel && split && math && reduce && staging && pack)
       c = config_from_fields(kernel->str, static_cast<int>(split->num), math->str, reduce->str, staging->str,
-                             pack->b);
+                             pack->b, swap && swap->b);
     if (!c) {
       why = "entry '" + key + "' is not a configuration; file ignored";
       return std::nullopt;
@@ -429,7 +434,8 @@ void TuneCache::write_file(const std::map<std::string, Entry>& entries) const {
         .field("kernel", kernel_name(e.config.kernel))
         .field("split_k", e.config.split_k);
     w.field("math", math_mode_name(e.config.math)).field("reduce", reduce_name(e.config.reduce));
-    w.field("staging", staging_name(e.config.staging)).field("pack", e.config.pack).field("ms", e.ms);
+    w.field("staging", staging_name(e.config.staging)).field("pack", e.config.pack);
+    w.field("swap", e.config.swap).field("ms", e.ms);
     w.end_object();
   }
   w.end_object().end_object();

@@ -524,6 +524,82 @@ TEST(Gemm, F32_TuneCandidates_PassTheMatrix) {
   EXPECT_GT(ran, 5 * 8 * 2 * 2);  // more than one candidate per case on average
 }
 
+// The swapped configurations a test runs on p: the dispatcher's pick where it swaps, then one per staging
+// and reduction (registers, the 4-byte and 16-byte rings, packed, split K added by the second kernel or in a
+// cluster) on the small-M tiles, those that can run p.
+std::vector<detail::gemm::Config> swap_configs(const detail::gemm::Problem& p) {
+  using namespace detail::gemm;
+  std::vector<Config> out;
+  const Config pick = choose(p, MathMode::FP32);
+  if (pick.swap) out.push_back(pick);
+  for (Config c :
+       {Config{Kernel::Simt32x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync},
+        Config{Kernel::Simt32x128, 3, MathMode::FP32, SplitReduce::Kernel, Staging::Registers},
+        Config{Kernel::Simt32x64, 4, MathMode::FP32, SplitReduce::Cluster, Staging::CpAsync16},
+        Config{Kernel::Simt64x64, 2, MathMode::FP32, SplitReduce::Cluster, Staging::CpAsync},
+        Config{Kernel::Simt64x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::Registers, true},
+        Config{Kernel::Simt128x64, 16, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync}}) {
+    c.swap = true;
+    if (can_implement(p, c)) out.push_back(c);
+  }
+  return out;
+}
+
+// The transposed product (Config::swap: C^T = B^T A^T on the small-M tiles) for skinny N: the dispatcher's
+// swapped pick and swapped tiles of each staging against float64 over edge tiles, a split K, both operands
+// plain or transposed, A at offset 1, alpha/beta with relu, beta = 0 over a NaN-filled C, and a batch with B
+// broadcast; guard bands intact. A bias (along C's rows) refuses the swap, and launch says so.
+TEST(Gemm, F32_SwappedProduct_PassesTheMatrix) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const std::int64_t shapes[][3] = {{300, 20, 777}, {517, 33, 129}, {1000, 17, 2100}, {129, 64, 40}};
+  int ran = 0;
+  for (const auto& mnk : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
+          const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+          const SweepOperands o = sweep_operands(m, n, k, ta, tb, la, 81, d);
+          for (float beta : {0.f, 1.f}) {
+            Guarded g(Shape{m, n}, DType::F32, d);
+            Problem p = problem_2d(o.a, o.b, g.view());
+            p.alpha = -1.5f, p.beta = beta, p.act = Activation::Relu;
+            for (const Config& cfg : swap_configs(p)) {
+              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                           config_name(cfg) + (ta ? " trans_a" : "") + (tb ? " trans_b" : "") +
+                           " a=" + test::layout_name(la) + " beta " + std::to_string(beta));
+              expect_config_matches(o, g, p, cfg, 1.0, d);
+              ++ran;
+            }
+            Problem biased = p;
+            biased.bias = o.bias.data<float>();
+            const Config swap{
+                Kernel::Simt32x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync, false, true};
+            EXPECT_FALSE(can_implement(biased, swap));
+            expect_error<InvalidArgument>([&] { launch(biased, swap, detail::stream_for(d)); },
+                                          {"_swapped", "cannot run"});
+          }
+        }
+  EXPECT_GT(ran, 4 * 8 * 2 * 3);
+  // A batch of 3 with B broadcast.
+  const Tensor a = randn({3, 700, 300}, 82, d), b = randn({300, 24}, 83, d);
+  Tensor c = zeros({3, 700, 24}, DType::F32, d);
+  Problem p = problem_2d(a.select(0, 0), b, c.select(0, 0));
+  p.batch = 3;
+  p.a_sb = a.stride(0), p.b_sb = 0, p.c_sb = c.stride(0);
+  int batched = 0;
+  for (const Config& cfg : swap_configs(p)) {
+    SCOPED_TRACE(config_name(cfg));
+    c.fill_(std::numeric_limits<double>::quiet_NaN());
+    launch(p, cfg, detail::stream_for(d));
+    for (std::int64_t i = 0; i < 3; ++i)
+      expect_product(to_double(c.select(0, i)), to_double(a.select(0, i)), to_double(b));
+    ++batched;
+  }
+  EXPECT_GT(batched, 0);
+}
+
 // GemmOptions::tune: the first call times the shortlist and records the winner in the file
 // ($MT_GEMM_TUNE_FILE), the result is the product either way, a second call takes the recorded choice (the
 // same bits); inside a CUDA graph capture the dispatcher's pick is returned and nothing is recorded.

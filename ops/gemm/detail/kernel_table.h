@@ -78,6 +78,10 @@ struct Config {
   // leading dimension, offset view, strided both ways) into aligned scratch with padded rows, so the kernel
   // takes 16-byte loads (see pack_shape). Aligned operands are used in place.
   bool pack = false;
+  // Run the product as its transpose, C^T = B^T A^T (M and N exchanged, A and B swapped; swapped() in
+  // problem.h), so a skinny N takes the small-M tiles. FP32 SIMT only, without a bias or a row softmax
+  // (both run along C's rows); applied before packing.
+  bool swap = false;
 };
 std::string config_name(const Config& c);
 

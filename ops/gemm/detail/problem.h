@@ -74,6 +74,21 @@ void for_each_batch_chunk(const Problem& p, Fn&& fn) {
   }
 }
 
+// The transposed product C^T = B^T A^T: M and N exchanged, B^T as the A operand and A^T as the B operand,
+// C^T as C (Config::swap). Only for problems without a bias, a row softmax or a packed B (swappable).
+inline bool swappable(const Problem& p) {
+  return !p.bias && !p.softmax && !p.b_packed;
+}
+inline Problem swapped(const Problem& p) {
+  Problem q = p;
+  q.m = p.n, q.n = p.m;
+  q.a = p.b, q.a_sm = p.b_sn, q.a_sk = p.b_sk, q.a_sb = p.b_sb;
+  q.b = p.a, q.b_sk = p.a_sk, q.b_sn = p.a_sm, q.b_sb = p.a_sb;
+  q.c_sm = p.c_sn, q.c_sn = p.c_sm;
+  q.a_padded = p.b_padded, q.b_padded = p.a_padded;
+  return q;
+}
+
 // ---------------------------------------------------------------- layout predicates (pure)
 
 inline bool aligned16(const void* p) {

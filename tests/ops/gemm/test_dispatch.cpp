@@ -444,6 +444,49 @@ TEST_P(GemmDispatchHopper, F32_SmallMProjectionsAndSmallBatches) {
   EXPECT_EQ(mid.split_k, 1) << config_name(mid);
 }
 
+// A skinny N (at most kSwapMaxN) under M of kSwapMinM or more runs as C^T = B^T A^T on 32x128 tiles over the
+// 4-byte ring, K split to the block count nearest 4 per SM (the H200 sweeps' best or within 3 % of it,
+// bench/gemm/DESIGN.md section 3c). Not with a bias, a batch, N past kSwapMaxN, M under kSwapMinM, or TF32.
+TEST_P(GemmDispatchHopper, F32_SkinnyNRunsSwapped) {
+  auto layout = [](int m, int n, int k, bool ta, bool tb) {
+    Problem p = dense_rows(m, n, k);
+    if (ta) p.a_sm = 1, p.a_sk = m;
+    if (tb) p.b_sk = 1, p.b_sn = k;
+    return p;
+  };
+  struct Case {
+    Problem p;
+    int split;
+  };
+  for (const Case& t :
+       {Case{layout(5978, 20, 15666, false, false), 8}, Case{layout(12222, 17, 789, true, false), 4},
+        Case{layout(4112, 32, 13408, true, false), 16}, Case{layout(8192, 24, 4096, false, false), 8},
+        Case{layout(16384, 32, 1024, false, false), 4}, Case{layout(3000, 20, 3000, false, true), 16},
+        Case{layout(6541, 12, 767, false, false), 8}, Case{layout(20000, 17, 500, false, false), 4},
+        Case{layout(2000, 30, 8000, true, true), 32}, Case{layout(1500, 24, 1500, false, false), 16}}) {
+    const Config c = pick(t.p);
+    SCOPED_TRACE(std::to_string(t.p.m) + "x" + std::to_string(t.p.n) + "x" + std::to_string(t.p.k) + ": " +
+                 config_name(c));
+    EXPECT_TRUE(c.swap);
+    EXPECT_EQ(c.kernel, Kernel::Simt32x128);
+    EXPECT_EQ(c.staging, Staging::CpAsync);
+    EXPECT_EQ(c.split_k, t.split);
+    EXPECT_EQ(c.reduce, SplitReduce::Kernel);
+    EXPECT_TRUE(can_implement(t.p, c, model()));
+    // TF32x3 runs the fp32 kernels where no 128x128 tile fits, the swap included; TF32 keeps mma.sync.
+    EXPECT_TRUE(pick(t.p, MathMode::TF32x3).swap);
+    EXPECT_FALSE(pick(t.p, MathMode::TF32).swap);
+  }
+  Problem biased = dense_rows(5978, 20, 15666);
+  float bias = 0;
+  biased.bias = &bias;
+  EXPECT_FALSE(pick(biased).swap);
+  EXPECT_FALSE(pick(dense(2000, 20, 3000, 4)).swap);
+  EXPECT_FALSE(pick(dense_rows(5978, kSwapMaxN + 1, 15666)).swap);
+  EXPECT_FALSE(pick(dense_rows(kSwapMinM - 1, 20, 15666)).swap);
+  EXPECT_FALSE(pick(dense_rows(16384, 64, 4096)).swap);  // the benchmark list's skinny shape keeps TMA
+}
+
 INSTANTIATE_TEST_SUITE_P(Hopper, GemmDispatchHopper, ::testing::Values("H100", "H200"),
                          [](const auto& info) { return info.param; });
 
@@ -596,6 +639,56 @@ TEST(GemmDispatch, SmallK_CanImplementAndCandidates) {
   };
   EXPECT_TRUE(has_small_k(dense_rows(1000, 1000, kSmallKCandidateMax)));
   EXPECT_FALSE(has_small_k(dense_rows(1000, 1000, kSmallKCandidateMax + 1)));
+}
+
+// The transposed product (Config::swap): a skinny N (at most 64, under M past 64) in fp32 offers the small-M
+// tiles over C^T among its candidates, each able to run and named "_swapped"; a bias, a row softmax, a TF32
+// mode or a wide N offers none, and can_implement refuses the swap there.
+TEST(GemmDispatch, Swap_CanImplementAndCandidates) {
+  const DeviceModel h = DeviceModel::h100();
+  auto swaps = [&](const Problem& p, MathMode math) {
+    std::vector<Config> out;
+    for (const Config& c : candidates(p, math, h))
+      if (c.swap) out.push_back(c);
+    return out;
+  };
+  Problem tn = dense_rows(12222, 17, 789);
+  tn.a_sm = 1, tn.a_sk = 12222;
+  for (const Problem& p : {dense_rows(5978, 20, 15666), tn, dense_rows(300, 64, 777)}) {
+    SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k));
+    const std::vector<Config> all = swaps(p, MathMode::FP32);
+    ASSERT_FALSE(all.empty());
+    for (const Config& c : all) {
+      EXPECT_TRUE(can_implement(p, c, h)) << config_name(c);
+      EXPECT_TRUE(
+          can_implement(swapped(p), Config{c.kernel, c.split_k, c.math, c.reduce, c.staging, c.pack}, h))
+          << config_name(c);
+      EXPECT_NE(config_name(c).find("_swapped"), std::string::npos);
+      EXPECT_TRUE(is_simt(c.kernel));
+    }
+    EXPECT_TRUE(swaps(p, MathMode::TF32).empty());
+    Problem biased = p;
+    float bias = 0;
+    biased.bias = &bias;
+    EXPECT_TRUE(swaps(biased, MathMode::FP32).empty());
+    EXPECT_FALSE(can_implement(biased, all.front(), h));
+    Problem softmax = p;
+    softmax.softmax = true;
+    EXPECT_FALSE(can_implement(softmax, all.front(), h));
+  }
+  EXPECT_TRUE(swaps(dense_rows(300, 65, 777), MathMode::FP32).empty());
+  EXPECT_TRUE(swaps(dense_rows(64, 20, 777), MathMode::FP32).empty());
+  // swapped() exchanges the extents, the operands and C's strides; twice is the identity.
+  const Problem p = tn, q = swapped(p), r = swapped(q);
+  EXPECT_EQ(q.m, p.n);
+  EXPECT_EQ(q.n, p.m);
+  EXPECT_EQ(q.a, p.b);
+  EXPECT_EQ(q.a_sm, p.b_sn);
+  EXPECT_EQ(q.b_sn, p.a_sm);
+  EXPECT_EQ(q.c_sm, p.c_sn);
+  EXPECT_EQ(q.c_sn, p.c_sm);
+  EXPECT_TRUE(r.m == p.m && r.n == p.n && r.a == p.a && r.a_sm == p.a_sm && r.a_sk == p.a_sk &&
+              r.b_sk == p.b_sk && r.b_sn == p.b_sn && r.c_sm == p.c_sm && r.c_sn == p.c_sn);
 }
 
 // One row per kernel, in Kernel order; the ladder's rungs are never among the production lists.

@@ -64,7 +64,7 @@ std::string key_of(const std::string& prefix, int i) {
 
 bool same_config(const Config& x, const Config& y) {
   return x.kernel == y.kernel && x.split_k == y.split_k && x.math == y.math && x.reduce == y.reduce &&
-         x.staging == y.staging && x.pack == y.pack;
+         x.staging == y.staging && x.pack == y.pack && x.swap == y.swap;
 }
 
 // ---------------------------------------------------------------- key and text
@@ -105,6 +105,11 @@ TEST(GemmTune, EveryKernelRoundTripsThroughItsFields) {
       EXPECT_EQ(c->staging, st);
       EXPECT_TRUE(c->pack);
     }
+  const std::optional<Config> swapped =
+      config_from_fields("simt_32x128x8_w32x32_t8x4_s4", 4, "fp32", "kernel", "cpasync", false, true);
+  ASSERT_TRUE(swapped);
+  EXPECT_TRUE(swapped->swap);
+  EXPECT_FALSE(config_from_fields("gemv", 1, "fp32", "kernel", "registers", false)->swap);
   EXPECT_FALSE(config_from_fields("no_such_kernel", 1, "fp32", "kernel", "registers", false));
   EXPECT_FALSE(config_from_fields("gemv", 0, "fp32", "kernel", "registers", false));
   EXPECT_FALSE(config_from_fields("gemv", 1, "fp16", "kernel", "registers", false));
@@ -153,11 +158,13 @@ TEST(GemmTune, Cache_RoundTrip) {
   const TempPath dir("roundtrip");
   const Config a{Kernel::SimtTma128x64, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma};
   const Config b{Kernel::SmallK64x64, 1, MathMode::TF32};
+  const Config c{Kernel::Simt32x128, 4, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync, false, true};
   {
     TuneCache cache(dir.file(), h100_device());
     EXPECT_FALSE(cache.find("k1"));  // no file yet: no warning
     cache.put("k1", a, 0.5);
     cache.put("k2 \"quoted\"\n", b, 0.25);
+    cache.put("k4", c, 0.125);
     ASSERT_TRUE(cache.find("k1"));
     EXPECT_TRUE(same_config(*cache.find("k1"), a));
     EXPECT_EQ(cache.warnings(), 0);
@@ -167,10 +174,27 @@ TEST(GemmTune, Cache_RoundTrip) {
   EXPECT_TRUE(same_config(*again.find("k1"), a));
   ASSERT_TRUE(again.find("k2 \"quoted\"\n"));
   EXPECT_TRUE(same_config(*again.find("k2 \"quoted\"\n"), b));
+  ASSERT_TRUE(again.find("k4"));
+  EXPECT_TRUE(same_config(*again.find("k4"), c));
   EXPECT_FALSE(again.find("k3"));
-  EXPECT_EQ(again.size(), 2u);
+  EXPECT_EQ(again.size(), 3u);
   EXPECT_EQ(again.warnings(), 0);
   EXPECT_TRUE(dir.leftovers().empty());
+}
+
+// An entry written before configurations had "swap" reads as the product run as stated.
+TEST(GemmTune, Cache_EntryWithoutSwapReadsAsUnswapped) {
+  const TempPath dir("noswap");
+  write_text(dir.file(),
+             "{\"format\": \"minitensor-gemm-tune\", \"version\": 1, \"device\": {\"name\": \"NVIDIA H100 "
+             "80GB HBM3\", \"sm_count\": 132, \"driver\": 12040, \"library\": \"0.1.0\"}, \"entries\": "
+             "{\"k\": {\"kernel\": \"simt_64x64x8_w32x32_t8x4_s4\", \"split_k\": 2, \"math\": \"fp32\", "
+             "\"reduce\": \"kernel\", \"staging\": \"cpasync\", \"pack\": false, \"ms\": 1.0}}}");
+  TuneCache cache(dir.file(), h100_device());
+  ASSERT_TRUE(cache.find("k"));
+  EXPECT_EQ(cache.find("k")->kernel, Kernel::Simt64x64);
+  EXPECT_FALSE(cache.find("k")->swap);
+  EXPECT_EQ(cache.warnings(), 0);
 }
 
 TEST(GemmTune, Cache_CorruptFileIsIgnoredWithOneWarning) {
