@@ -215,25 +215,31 @@ std::optional<Config> short_k_tiles(const Problem& p, MathMode math, const Devic
   return c;
 }
 
+// The split of K for one row of `tiles` 32-row tiles: a power of two up to 32, keeping kNarrowMinSplitK of K
+// a split, whose block count lies nearest kNarrowBlocksPerSm per SM on a log scale (a row of a few dozen
+// tiles needs deep splits to fill the card; H200 sweeps, bench/gemm/DESIGN.md, section 3c).
+int split_nearest(const Problem& p, std::int64_t tiles, const DeviceModel& model) {
+  const double target = double(kNarrowBlocksPerSm) * model.sm_count;
+  int split = 1;
+  double best = std::abs(std::log(double(tiles) / target));
+  for (int s = 2; s <= 32 && p.k / s >= kNarrowMinSplitK; s *= 2) {
+    const double off = std::abs(std::log(double(tiles) * s / target));
+    if (off < best) best = off, split = s;
+  }
+  return split;
+}
+
 // A skinny N (at most kSwapMaxN) under a tall M: run C^T = B^T A^T (Config::swap), so the N rows take 32-row
 // tiles where a 64- or 128-wide tile over N computes mostly outside C (N of 20: 31 % of a 64-wide tile's
 // FMAs land in C, 63 % of a 32-row tile's). 32x128 tiles on the 4-byte ring, which reads the operands'
-// either orientation at its full rate; K split by powers of two up to 32, keeping kSwapMinSplitK of K a
-// split, to the block count nearest kSwapBlocksPerSm per SM on a log scale (a row of a few dozen tiles
-// needs deep splits to fill the card; H200 sweeps, bench/gemm/DESIGN.md, section 3c). nullopt where the
-// rule does not apply: a bias or a row softmax runs along C's rows, which the swap would turn into columns.
+// either orientation at its full rate, K split as split_nearest says. nullopt where the rule does not apply:
+// a bias or a row softmax runs along C's rows, which the swap would turn into columns.
 std::optional<Config> skinny_n_swap(const Problem& p, MathMode math, const DeviceModel& model) {
   if (math != MathMode::FP32 || p.batch != 1 || !swappable(p) || p.n > kSwapMaxN || p.m < kSwapMinM)
     return {};
-  const std::int64_t tiles = (p.m + 127) / 128;  // one row of 32x128 tiles over C^T (N <= 32 rows)
-  const double target = double(kSwapBlocksPerSm) * model.sm_count;
-  Config c{Kernel::Simt32x128, 1, math, SplitReduce::Kernel, Staging::CpAsync};
+  Config c{Kernel::Simt32x128, split_nearest(p, (p.m + 127) / 128, model), math, SplitReduce::Kernel,
+           Staging::CpAsync};
   c.swap = true;
-  double best = std::abs(std::log(double(tiles) / target));
-  for (int s = 2; s <= 32 && p.k / s >= kSwapMinSplitK; s *= 2) {
-    const double off = std::abs(std::log(double(tiles) * s / target));
-    if (off < best) best = off, c.split_k = s;
-  }
   if (!can_implement(p, c, model)) return {};
   return c;
 }
@@ -376,7 +382,15 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // Small M: the cp.async ring (its deeper prefetch hides more of a short K range's latency than register
     // staging).
     c.staging = Staging::CpAsync;
-    if (blocks(32, 128) < 32 || (p.n <= 64 && p.batch > 1)) {
+    if (p.m <= 32 && p.batch == 1 && blocks(32, 128) >= kNarrowMinTiles) {
+      // One row of 32x128 tiles (M of 32 or less; a skinny N runs so swapped): K split to the block count
+      // nearest kNarrowBlocksPerSm per SM, the splits added by the second kernel (13x10800x384 0.50x cuBLAS
+      // at split 2, 0.84-0.91x at 4-8; 16x3952x12848 0.56x on 32x64 tiles split 4, 1.12x on 32x128 split 16;
+      // H200).
+      c.kernel = Kernel::Simt32x128;
+      c.split_k = split_nearest(p, blocks(32, 128), model);
+      reduce = SplitReduce::Kernel;
+    } else if (blocks(32, 128) < 32 || (p.n <= 64 && p.batch > 1)) {
       // Few output tiles (MLP-sized problems), or a batch of products at most 64 wide (a 32x128 tile would
       // lie mostly outside C): the 64-thread 32x64 tile, K split to about two blocks per SM; the 16-byte
       // ring where A runs along k and B along n in aligned rows.

@@ -29,14 +29,16 @@ constexpr int kShortTileMaxK = 160;
 constexpr int kShortTileBigMinK = 32;
 constexpr double kShortTileBigC = 1 << 22;
 constexpr int kShortTileRingMinM = 512;
-// A single product in fp32 with N of at most kSwapMaxN under M of at least kSwapMinM, no bias and no row
-// softmax, runs as its transpose (Config::swap) on 32x128 tiles over C^T, the 4-byte cp.async ring, K split
-// to the block count nearest kSwapBlocksPerSm a SM with at least kSwapMinSplitK of K a split
-// (dispatch.cpp, skinny_n_swap).
+// One row of 32x128 tiles (a single product with M of at most 32 and at least kNarrowMinTiles such tiles)
+// splits K to the block count nearest kNarrowBlocksPerSm per SM, with at least kNarrowMinSplitK of K a split
+// (dispatch.cpp, split_nearest); fewer tiles keep the few-tiles rule's 32x64 tiles. A single fp32 product
+// with N of at most kSwapMaxN under M of at least kSwapMinM, no bias and no row softmax, runs as its
+// transpose (Config::swap) on such a row over C^T (skinny_n_swap).
+constexpr int kNarrowBlocksPerSm = 4;
+constexpr int kNarrowMinSplitK = 64;
+constexpr int kNarrowMinTiles = 8;
 constexpr int kSwapMaxN = 32;
 constexpr int kSwapMinM = 256;
-constexpr int kSwapBlocksPerSm = 4;
-constexpr int kSwapMinSplitK = 64;
 // A batch of small products (at most 512 on every side) takes 64x64 tiles on the cp.async ring, or 32x64
 // under kSmallBatchMinM rows where those waste fewer rows (dispatch.cpp).
 constexpr int kSmallBatchMinM = 128;

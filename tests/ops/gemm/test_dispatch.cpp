@@ -487,6 +487,32 @@ TEST_P(GemmDispatchHopper, F32_SkinnyNRunsSwapped) {
   EXPECT_FALSE(pick(dense_rows(16384, 64, 4096)).swap);  // the benchmark list's skinny shape keeps TMA
 }
 
+// A single product of at most 32 rows over at least kNarrowMinTiles tiles of 32x128: K split to the block
+// count nearest kNarrowBlocksPerSm per SM (at least kNarrowMinSplitK of K a split), added by the second
+// kernel; the same row the swapped skinny N takes. Fewer tiles keep the few-tiles rule (32x64).
+TEST_P(GemmDispatchHopper, F32_FewRowsSplitToFourBlocksPerSm) {
+  Problem tn = dense_rows(11, 4883, 1207);
+  tn.a_sm = 1, tn.a_sk = 11;
+  struct Case {
+    Problem p;
+    int split;
+  };
+  for (const Case& t :
+       {Case{dense_rows(13, 10800, 384), 4}, Case{dense_rows(10, 12928, 368), 4},
+        Case{dense_rows(16, 3952, 12848), 16}, Case{tn, 16}, Case{dense_rows(20, 5000, 128), 2}}) {
+    const Config c = pick(t.p);
+    SCOPED_TRACE(std::to_string(t.p.m) + "x" + std::to_string(t.p.n) + "x" + std::to_string(t.p.k) + ": " +
+                 config_name(c));
+    EXPECT_EQ(c.kernel, Kernel::Simt32x128);
+    EXPECT_EQ(c.staging, Staging::CpAsync);
+    EXPECT_EQ(c.split_k, t.split);
+    EXPECT_EQ(c.reduce, SplitReduce::Kernel);
+    EXPECT_FALSE(c.swap);
+  }
+  EXPECT_EQ(pick(dense_rows(11, 48, 16240)).kernel, Kernel::Simt32x64);
+  EXPECT_EQ(pick(dense_rows(11, 128 * (kNarrowMinTiles - 1), 4096)).kernel, Kernel::Simt32x64);
+}
+
 INSTANTIATE_TEST_SUITE_P(Hopper, GemmDispatchHopper, ::testing::Values("H100", "H200"),
                          [](const auto& info) { return info.param; });
 
