@@ -1,5 +1,5 @@
-// launch(): runs one configuration of the SGEMM on a stream: batch chunks, K == 0, the product staged for
-// the row softmax, operand packing, then the kernel table's launcher.
+// launch(): runs one configuration of the SGEMM on a stream: batch chunks, K == 0, the transposed product
+// (Config::swap), the product staged for the row softmax, operand packing, then the kernel table's launcher.
 #include <algorithm>
 
 #include "minitensor/ops/detail/kernels.h"
