@@ -229,16 +229,22 @@ int split_nearest(const Problem& p, std::int64_t tiles, const DeviceModel& model
   return split;
 }
 
-// A skinny N (at most kSwapMaxN) under a tall M: run C^T = B^T A^T (Config::swap), so the N rows take 32-row
-// tiles where a 64- or 128-wide tile over N computes mostly outside C (N of 20: 31 % of a 64-wide tile's
-// FMAs land in C, 63 % of a 32-row tile's). 32x128 tiles on the 4-byte ring, which reads the operands'
-// either orientation at its full rate, K split as split_nearest says. nullopt where the rule does not apply:
-// a bias or a row softmax runs along C's rows, which the swap would turn into columns.
+// One row of 32x128 tiles over a single fp32 product of at most 32 rows: the 4-byte ring, which reads the
+// operands' either orientation at its full rate, K split as split_nearest says, the splits added by the
+// second kernel.
+Config one_row(const Problem& p, const DeviceModel& model) {
+  return Config{Kernel::Simt32x128, split_nearest(p, (p.n + 127) / 128, model), MathMode::FP32,
+                SplitReduce::Kernel, Staging::CpAsync};
+}
+
+// A skinny N (at most kSwapMaxN) under a tall M: run C^T = B^T A^T (Config::swap) on one row of 32x128 tiles,
+// where a 64- or 128-wide tile over N computes mostly outside C (N of 20: 31 % of a 64-wide tile's FMAs land
+// in C, 63 % of a 32-row tile's). nullopt where the rule does not apply: a bias or a row softmax runs along
+// C's rows, which the swap would turn into columns.
 std::optional<Config> skinny_n_swap(const Problem& p, MathMode math, const DeviceModel& model) {
   if (math != MathMode::FP32 || p.batch != 1 || !swappable(p) || p.n > kSwapMaxN || p.m < kSwapMinM)
     return {};
-  Config c{Kernel::Simt32x128, split_nearest(p, (p.m + 127) / 128, model), math, SplitReduce::Kernel,
-           Staging::CpAsync};
+  Config c = one_row(swapped(p), model);
   c.swap = true;
   if (!can_implement(p, c, model)) return {};
   return c;
@@ -387,9 +393,8 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       // nearest kNarrowBlocksPerSm per SM, the splits added by the second kernel (13x10800x384 0.50x cuBLAS
       // at split 2, 0.84-0.91x at 4-8; 16x3952x12848 0.56x on 32x64 tiles split 4, 1.12x on 32x128 split 16;
       // H200).
-      c.kernel = Kernel::Simt32x128;
-      c.split_k = split_nearest(p, blocks(32, 128), model);
-      reduce = SplitReduce::Kernel;
+      c = one_row(p, model);
+      reduce = c.reduce;
     } else if (blocks(32, 128) < 32 || (p.n <= 64 && p.batch > 1)) {
       // Few output tiles (MLP-sized problems), or a batch of products at most 64 wide (a 32x128 tile would
       // lie mostly outside C): the 64-thread 32x64 tile, K split to about two blocks per SM; the 16-byte
