@@ -137,9 +137,11 @@ std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceMode
     const TileInfo t = tile_of(k);
     const std::int64_t blocks =
         static_cast<std::int64_t>((p.m + t.bm - 1) / t.bm) * ((p.n + t.bn - 1) / t.bn) * p.batch;
-    for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
-      // Splitting only pays while the blocks do not fill the GPU a few times over, or to fill a last wave.
+    for (int split : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
+      // Splitting only pays while the blocks do not fill the GPU a few times over, or to fill a last wave;
+      // past 32 only for a C of a few tiles over a long K.
       if (split > 1 && (p.k / split < 32 || blocks * split > 16 * sms)) break;
+      if (split > 32 && (p.k / split < kNarrowMinSplitK || blocks * split > 4 * sms)) break;
       for (Staging st : {Staging::Registers, Staging::CpAsync, Staging::CpAsync16, Staging::Tma})
         for (bool pack : {false, true}) {
           if (math != MathMode::FP32 && st != Staging::Registers) continue;
@@ -151,9 +153,9 @@ std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceMode
         }
     }
   }
-  // The transposed product of a skinny N (Config::swap), whose C^T the small-M tiles take; the vector and
-  // short-K kernels read either orientation already.
-  if (math == MathMode::FP32 && swappable(p) && p.n <= 64 && p.m > 64)
+  // The transposed product of a narrower N (Config::swap), whose C^T the small-M tiles take, or whose edge
+  // tiles waste less across M; the vector and short-K kernels read either orientation already.
+  if (math == MathMode::FP32 && swappable(p) && p.n <= 128 && p.m > std::max(p.n, 64))
     for (Config c : candidates(swapped(p), math, model))
       if (is_simt(c.kernel)) {
         c.swap = true;
@@ -250,6 +252,26 @@ std::optional<Config> skinny_n_swap(const Problem& p, MathMode math, const Devic
   return c;
 }
 
+// A C of a few 32x64 tiles (one side at most kTinyCMaxSide) over a long K: its blocks are K's splits, so K
+// splits past the other rules' cap of 32, up to kTinyCMaxSplit, to about two blocks per SM with at least
+// kNarrowMinSplitK of K each; on the 16-byte ring where A runs along k and B along n in aligned rows, else the
+// 4-byte ring, the splits added by the second kernel (H200, cuBLAS 1.0, on the 4-byte ring:
+// 11x80x14832 TN 0.60 at split 32, 0.89 at 64; 51x27x11677 0.69, 1.00; 96x40x12000 0.81 on 64x64 tiles
+// split 32, 1.15). nullopt where the split would stay at 32 or less: the other rules' picks hold there.
+std::optional<Config> tiny_c_long_k(const Problem& p, MathMode math, const DeviceModel& model) {
+  if (math != MathMode::FP32 || p.batch != 1 || std::min(p.m, p.n) > kTinyCMaxSide) return {};
+  const std::int64_t tiles = std::int64_t{(p.m + 31) / 32} * ((p.n + 63) / 64);
+  const std::int64_t target = 2 * std::int64_t{model.sm_count};
+  int split = 1;
+  while (split < kTinyCMaxSplit && tiles * split * 2 <= target && p.k / (split * 2) >= kNarrowMinSplitK)
+    split *= 2;
+  if (split <= 32) return {};
+  const Config c{Kernel::Simt32x64, split, MathMode::FP32, SplitReduce::Kernel,
+                 ring16_ready(p) ? Staging::CpAsync16 : Staging::CpAsync};
+  if (!can_implement(p, c, model)) return {};
+  return c;
+}
+
 // A tile in the wave models of choose(): its kernel, its rate relative to the best tile's, and the blocks an
 // SM holds at once.
 struct TileOption {
@@ -280,6 +302,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     return Config{Kernel::SmallKRows, 1, math};
   if (const std::optional<Config> c = short_k_tiles(p, math, model)) return *c;
   if (const std::optional<Config> c = skinny_n_swap(p, math, model)) return *c;
+  if (const std::optional<Config> c = tiny_c_long_k(p, math, model)) return *c;
   if (math == MathMode::FP32 && needs_pack(p)) {
     // Operands without whole 16-byte runs are copied once into aligned scratch where each copied element
     // feeds enough FMAs for the copy to pay (the kernel then takes 16-byte loads instead of 4 scalar ones):
@@ -388,11 +411,18 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // Small M: the cp.async ring (its deeper prefetch hides more of a short K range's latency than register
     // staging).
     c.staging = Staging::CpAsync;
-    if (p.m <= 32 && p.batch == 1 && blocks(32, 128) >= kNarrowMinTiles) {
+    const std::int64_t row = blocks(32, 128);
+    const int row_split = split_nearest(p, row, model);
+    if (p.m <= 32 && p.batch == 1 && row >= kNarrowMinTiles &&
+        (row >= 32 || row_split == 1 || row * row_split >= sms)) {
       // One row of 32x128 tiles (M of 32 or less; a skinny N runs so swapped): K split to the block count
       // nearest kNarrowBlocksPerSm per SM, the splits added by the second kernel (13x10800x384 0.50x cuBLAS
       // at split 2, 0.84-0.91x at 4-8; 16x3952x12848 0.56x on 32x64 tiles split 4, 1.12x on 32x128 split 16;
-      // H200).
+      // H200). A row of under 32 tiles that splits yet stays under a block per SM (a short K caps the split)
+      // takes the few-tiles rule below: 32x64 tiles, twice the blocks, reduced in a cluster (8x1536x512 NT
+      // 0.95x here, 1.12-1.19x there; 2x1552x576 2.2x, 3.7x). Unsplit rows keep these tiles: on the 32x64
+      // tiles a K of a few elements gets packed operands or the 16-byte ring, which lost (9x3280x6 2.7x
+      // here, 1.25x there).
       c = one_row(p, model);
       reduce = c.reduce;
     } else if (blocks(32, 128) < 32 || (p.n <= 64 && p.batch > 1)) {

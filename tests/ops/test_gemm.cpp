@@ -600,6 +600,48 @@ TEST(Gemm, F32_SwappedProduct_PassesTheMatrix) {
   EXPECT_GT(batched, 0);
 }
 
+// Splits past 32 (a C of a few tiles over a long K, tiny_c_long_k): the dispatcher's pick and the 32x64 and
+// 32x128 tiles split 48 and 64 on the 4-byte ring, 32x64 split 64 on the 16-byte ring where it runs (added by
+// the second kernel; 48 leaves a ragged last split) against float64,
+// both operands plain or transposed, A at offset 1, alpha/beta with bias and relu, beta = 0 over a NaN-filled
+// C; guard bands intact.
+TEST(Gemm, F32_DeepSplit_PassesTheMatrix) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  const std::int64_t shapes[][3] = {{11, 80, 14832}, {51, 27, 11677}, {3, 17, 9022}};
+  int ran = 0;
+  for (const auto& mnk : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
+          const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+          const SweepOperands o = sweep_operands(m, n, k, ta, tb, la, 91, d);
+          for (float beta : {0.f, 1.f}) {
+            Guarded g(Shape{m, n}, DType::F32, d);
+            Problem p = problem_2d(o.a, o.b, g.view());
+            p.bias = o.bias.data<float>();
+            p.alpha = -1.5f, p.beta = beta, p.act = Activation::Relu;
+            std::vector<Config> configs = {choose(p, MathMode::FP32)};
+            EXPECT_EQ(configs.front().split_k, 64) << config_name(configs.front());
+            for (Kernel kernel : {Kernel::Simt32x64, Kernel::Simt32x128})
+              for (int split : {48, 64})
+                configs.push_back(
+                    Config{kernel, split, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync});
+            const Config ring16{Kernel::Simt32x64, 64, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync16};
+            if (can_implement(p, ring16)) configs.push_back(ring16);
+            for (const Config& cfg : configs) {
+              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                           config_name(cfg) + (ta ? " trans_a" : "") + (tb ? " trans_b" : "") +
+                           " a=" + test::layout_name(la) + " beta " + std::to_string(beta));
+              expect_config_matches(o, g, p, cfg, 1.0, d);
+              ++ran;
+            }
+          }
+        }
+  EXPECT_GE(ran, 3 * 8 * 2 * 5);
+}
+
 // GemmOptions::tune: the first call times the shortlist and records the winner in the file
 // ($MT_GEMM_TUNE_FILE), the result is the product either way, a second call takes the recorded choice (the
 // same bits); inside a CUDA graph capture the dispatcher's pick is returned and nothing is recorded.

@@ -31,7 +31,8 @@ constexpr double kShortTileBigC = 1 << 22;
 constexpr int kShortTileRingMinM = 512;
 // One row of 32x128 tiles (a single product with M of at most 32 and at least kNarrowMinTiles such tiles)
 // splits K to the block count nearest kNarrowBlocksPerSm per SM, with at least kNarrowMinSplitK of K a split
-// (dispatch.cpp, split_nearest); fewer tiles keep the few-tiles rule's 32x64 tiles. A single fp32 product
+// (dispatch.cpp, split_nearest); fewer tiles keep the few-tiles rule's 32x64 tiles, and so do rows of under 32
+// tiles whose split leaves them under a block per SM (a short K caps it). A single fp32 product
 // with N of at most kSwapMaxN under M of at least kSwapMinM, no bias and no row softmax, runs as its
 // transpose (Config::swap) on such a row over C^T (skinny_n_swap).
 constexpr int kNarrowBlocksPerSm = 4;
@@ -39,6 +40,11 @@ constexpr int kNarrowMinSplitK = 64;
 constexpr int kNarrowMinTiles = 8;
 constexpr int kSwapMaxN = 32;
 constexpr int kSwapMinM = 256;
+// A C of a few 32x64 tiles (one side at most kTinyCMaxSide) over a long K: K splits past 32, up to
+// kTinyCMaxSplit, to about two blocks per SM, at least kNarrowMinSplitK of K a split (dispatch.cpp,
+// tiny_c_long_k).
+constexpr int kTinyCMaxSide = 64;
+constexpr int kTinyCMaxSplit = 64;
 // A batch of small products (at most 512 on every side) takes 64x64 tiles on the cp.async ring, or 32x64
 // under kSmallBatchMinM rows where those waste fewer rows (dispatch.cpp).
 constexpr int kSmallBatchMinM = 128;

@@ -511,6 +511,52 @@ TEST_P(GemmDispatchHopper, F32_FewRowsSplitToFourBlocksPerSm) {
   }
   EXPECT_EQ(pick(dense_rows(11, 48, 16240)).kernel, Kernel::Simt32x64);
   EXPECT_EQ(pick(dense_rows(11, 128 * (kNarrowMinTiles - 1), 4096)).kernel, Kernel::Simt32x64);
+  // A row of under 32 tiles whose split leaves it under a block per SM: the few-tiles rule's 32x64 tiles,
+  // reduced in a cluster; unsplit, the row stays.
+  Problem nt = dense_rows(8, 1536, 512);
+  nt.b_sk = 1, nt.b_sn = 512;
+  for (const Problem& p : {nt, dense_rows(2, 1552, 576)}) {
+    const Config c = pick(p);
+    SCOPED_TRACE(config_name(c));
+    EXPECT_EQ(c.kernel, Kernel::Simt32x64);
+    EXPECT_EQ(c.split_k, 8);
+    EXPECT_EQ(c.reduce, SplitReduce::Cluster);
+  }
+  for (const Problem& p : {dense_rows(9, 3280, 8), dense_rows(8, 2912, 64)}) {
+    const Config c = pick(p);
+    SCOPED_TRACE(config_name(c));
+    EXPECT_EQ(c.kernel, Kernel::Simt32x128);
+    EXPECT_EQ(c.split_k, 1);
+    EXPECT_FALSE(c.pack);
+  }
+}
+
+// A C of a few 32x64 tiles over a long K: 32x64 tiles on a cp.async ring (16-byte where the operands allow;
+// both kinds below), K split past 32 to about two
+// blocks per SM (at least 64 of K a split), added by the second kernel; where the split would stay at 32 or
+// less, or both sides pass 64, or in a batch, the other rules' picks.
+TEST_P(GemmDispatchHopper, F32_TinyCLongKSplitsPast32) {
+  Problem tn = dense_rows(11, 80, 14832);
+  tn.a_sm = 1, tn.a_sk = 11;
+  for (const Problem& p : {tn, dense_rows(51, 27, 11677), dense_rows(96, 40, 12000), dense_rows(20, 100, 20000),
+                           dense_rows(3, 17, 9022), dense_rows(64, 128, 8192)}) {
+    const Config c = pick(p);
+    SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + ": " +
+                 config_name(c));
+    EXPECT_EQ(c.kernel, Kernel::Simt32x64);
+    EXPECT_EQ(c.staging, ring16_ready(p) ? Staging::CpAsync16 : Staging::CpAsync);
+    EXPECT_EQ(c.split_k, 64);
+    EXPECT_EQ(c.reduce, SplitReduce::Kernel);
+    EXPECT_FALSE(c.swap);
+  }
+  EXPECT_EQ(pick(dense_rows(96, 40, 12000)).split_k, 64);
+  EXPECT_LE(pick(dense_rows(96, 40, 4000)).split_k, 32);    // 64 of K a split allows 32 at most
+  EXPECT_LE(pick(dense_rows(96, 200, 12000)).split_k, 32);  // 12 tiles: 32 splits fill two per SM
+  EXPECT_LE(pick(dense_rows(65, 65, 16000)).split_k, 32);   // both sides past 64
+  Problem batched = dense_rows(11, 80, 14832);
+  batched.batch = 2, batched.a_sb = 11 * 14832, batched.b_sb = 80 * 14832, batched.c_sb = 11 * 80;
+  EXPECT_LE(pick(batched).split_k, 32);
+  EXPECT_LE(choose(dense_rows(11, 80, 14832), MathMode::TF32, model()).split_k, 32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hopper, GemmDispatchHopper, ::testing::Values("H100", "H200"),
@@ -702,7 +748,7 @@ TEST(GemmDispatch, Swap_CanImplementAndCandidates) {
     softmax.softmax = true;
     EXPECT_FALSE(can_implement(softmax, all.front(), h));
   }
-  EXPECT_TRUE(swaps(dense_rows(300, 65, 777), MathMode::FP32).empty());
+  EXPECT_TRUE(swaps(dense_rows(300, 129, 777), MathMode::FP32).empty());
   EXPECT_TRUE(swaps(dense_rows(64, 20, 777), MathMode::FP32).empty());
   // swapped() exchanges the extents, the operands and C's strides; twice is the identity.
   const Problem p = tn, q = swapped(p), r = swapped(q);
