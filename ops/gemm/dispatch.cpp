@@ -485,9 +485,11 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       reduce = SplitReduce::Kernel;
     } else {
       // Few output tiles of a small problem: latency bound; 64x64 tiles, K split to about four blocks per
-      // SM, on the cp.async ring.
+      // SM, down to 32 of K, on the cp.async ring. From half a wave of tiles on, down to 128 of K: a block
+      // per SM with a short k-loop gains nothing from splits that leave it a few dozen k (8x(245x225x134):
+      // 0.99x cuBLAS unsplit, 0.91x split 2, 0.63x split 4; H200).
       c.kernel = Kernel::Simt64x64;
-      c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
+      c.split_k = split_for(blocks(64, 64), 4 * sms, 2 * blocks(64, 64) >= sms ? 128 : 32);
       c.staging = Staging::CpAsync;
     }
   } else if (p.n <= 64 && !small_batch && runs16 && blocks(128, 64) >= 3 * sms / 4) {
@@ -571,16 +573,35 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     reduce = SplitReduce::Cluster;
   } else if (small_batch) {
     // A batch of small products (each at most 512 on every side): 64x64 tiles on the cp.async ring, four
-    // blocks per SM, K split to about four blocks per SM down to 128 of K; the 64-thread 32x64 tile under
-    // kSmallBatchMinM rows where 64-row tiles leave a tenth more of their rows outside C (M of 65-96). The
-    // 128-wide tiles the rules below take lie largely outside such products, and their one or two blocks
-    // per SM wait on a short k-loop.
-    auto rows_inside = [&](int bm) { return double(p.m) / (double((p.m + bm - 1) / bm) * bm); };
-    c.kernel = p.m < kSmallBatchMinM && rows_inside(32) >= rows_inside(64) + 0.1 ? Kernel::Simt32x64
-                                                                                 : Kernel::Simt64x64;
+    // blocks per SM, K split to about four blocks per SM down to kSmallBatchMinSplitK of K; the 64-thread
+    // 32x64 tile under kSmallBatchMinM rows where 64-row tiles leave a tenth more of their rows outside C (M
+    // of 65-96). The 128-wide tiles the rules below take lie largely outside such products, and their one or
+    // two blocks per SM wait on a short k-loop. A split of a K under 512 lost to the unsplit tiles
+    // (16x(453x68x372) NT: 0.70x cuBLAS split 2, 0.86x unsplit; H200).
+    // The product runs swapped (Config::swap) where that puts kSmallBatchSwapGain more of the tiles' area
+    // inside C: a narrow N under 64-wide tiles (40x(495x87x320): 0.64x, 0.74-0.76x swapped; 254x(89x32x101)
+    // NT 0.77x, 0.87-0.90x; H200).
+    auto rows_inside = [](int m, int bm) { return double(m) / (double((m + bm - 1) / bm) * bm); };
+    auto tile_for = [&](int m) {
+      return m < kSmallBatchMinM && rows_inside(m, 32) >= rows_inside(m, 64) + 0.1 ? Kernel::Simt32x64
+                                                                                   : Kernel::Simt64x64;
+    };
+    c.kernel = tile_for(p.m);
     c.staging = Staging::CpAsync;
     const TileInfo t = tile_of(c.kernel);
-    c.split_k = split_for(blocks(t.bm, t.bn), 4 * sms, 128);
+    c.split_k = split_for(blocks(t.bm, t.bn), 4 * sms, kSmallBatchMinSplitK);
+    if (math == MathMode::FP32 && swappable(p)) {
+      const Problem q = swapped(p);
+      const TileInfo ts = tile_of(tile_for(q.m));
+      const double in_p = rows_inside(p.m, t.bm) * rows_inside(p.n, t.bn);
+      const double in_q = rows_inside(q.m, ts.bm) * rows_inside(q.n, ts.bn);
+      // Its splits keep 256 of K or more, which the second kernel adds (the rule at the end).
+      Config sw{tile_for(q.m), 1, math, SplitReduce::Kernel, Staging::CpAsync, false, true};
+      sw.split_k = split_for(static_cast<std::int64_t>((q.m + ts.bm - 1) / ts.bm) * ((q.n + ts.bn - 1) / ts.bn) *
+                                 batch,
+                             4 * sms, kSmallBatchMinSplitK);
+      if (in_q >= in_p + kSmallBatchSwapGain && can_implement(p, sw, model)) return sw;
+    }
   } else if (p.k < 512 && p.n >= 256 && vector_runs(p) && blocks(64, 256) >= sms) {
     // Short K over many tiles with edge tiles or a K under 256: 64x256 tiles of 16x8 threads, two blocks per
     // SM, so each SM holds 8 warps of the fewest shared-memory reads per FMA.

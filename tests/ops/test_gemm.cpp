@@ -547,8 +547,9 @@ std::vector<detail::gemm::Config> swap_configs(const detail::gemm::Problem& p) {
 
 // The transposed product (Config::swap: C^T = B^T A^T on the small-M tiles) for skinny N: the dispatcher's
 // swapped pick and swapped tiles of each staging against float64 over edge tiles, a split K, both operands
-// plain or transposed, A at offset 1, alpha/beta with relu, beta = 0 over a NaN-filled C, and a batch with B
-// broadcast; guard bands intact. A bias (along C's rows) refuses the swap, and launch says so.
+// plain or transposed, A at offset 1, alpha/beta with relu, beta = 0 over a NaN-filled C, a batch with B
+// broadcast, and the batched rule's swapped pick; guard bands intact. A bias (along C's rows) refuses the
+// swap, and launch says so.
 TEST(Gemm, F32_SwappedProduct_PassesTheMatrix) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
@@ -598,6 +599,19 @@ TEST(Gemm, F32_SwappedProduct_PassesTheMatrix) {
     ++batched;
   }
   EXPECT_GT(batched, 0);
+  // A batch of small products with a narrow N, which the batched rule runs swapped (9 x 495x87x320 on 32x64
+  // tiles over C^T), over a NaN-filled C.
+  const Tensor a9 = randn({9, 495, 320}, 84, d), b9 = randn({9, 320, 87}, 85, d);
+  Tensor c9 = zeros({9, 495, 87}, DType::F32, d);
+  Problem p9 = problem_2d(a9.select(0, 0), b9.select(0, 0), c9.select(0, 0));
+  p9.batch = 9;
+  p9.a_sb = a9.stride(0), p9.b_sb = b9.stride(0), p9.c_sb = c9.stride(0);
+  const Config pick9 = choose(p9, MathMode::FP32);
+  EXPECT_TRUE(pick9.swap) << config_name(pick9);
+  c9.fill_(std::numeric_limits<double>::quiet_NaN());
+  launch(p9, pick9, detail::stream_for(d));
+  for (std::int64_t i = 0; i < 9; ++i)
+    expect_product(to_double(c9.select(0, i)), to_double(a9.select(0, i)), to_double(b9.select(0, i)));
 }
 
 // Splits past 32 (a C of a few tiles over a long K, tiny_c_long_k): the dispatcher's pick and the 32x64 and

@@ -46,8 +46,11 @@ constexpr int kSwapMinM = 256;
 constexpr int kTinyCMaxSide = 64;
 constexpr int kTinyCMaxSplit = 64;
 // A batch of small products (at most 512 on every side) takes 64x64 tiles on the cp.async ring, or 32x64
-// under kSmallBatchMinM rows where those waste fewer rows (dispatch.cpp).
+// under kSmallBatchMinM rows where those waste fewer rows, K split down to kSmallBatchMinSplitK of K; it runs
+// swapped where that puts kSmallBatchSwapGain more of the tiles' area inside C (dispatch.cpp).
 constexpr int kSmallBatchMinM = 128;
+constexpr int kSmallBatchMinSplitK = 256;
+constexpr double kSmallBatchSwapGain = 0.2;
 
 // The vector kernel (gemv.cu) runs products with at most kGemvMaxRows rows or columns. choose() gives it,
 // besides every vector operand, the thin products (dispatch.cpp, thin_product): vectors of K of at least

@@ -241,14 +241,31 @@ TEST_P(GemmDispatchHopper, F32_SmallM_SkinnyN_ShortKBatched) {
   // (H200 sweeps, bench/gemm/DESIGN.md section 3c); unaligned rows stay in place on the 4-byte ring (no
   // pack: the ring reads any alignment at its full rate).
   for (const Problem& p : {dense(189, 53, 68, 136), dense(370, 48, 40, 70), dense(141, 33, 139, 162),
-                           dense(272, 46, 74, 113), dense(316, 158, 356, 254), dense(495, 87, 320, 40)}) {
+                           dense(272, 46, 74, 113), dense(316, 158, 356, 254), dense(453, 68, 372, 16)}) {
     const Config c = pick(p);
     EXPECT_EQ(c.kernel, Kernel::Simt64x64) << config_name(c);
     EXPECT_EQ(c.staging, Staging::CpAsync) << config_name(c);
     EXPECT_FALSE(c.pack) << config_name(c);
+    EXPECT_FALSE(c.swap) << config_name(c);
+    EXPECT_EQ(c.split_k, 1) << config_name(c);  // K under 512: unsplit (kSmallBatchMinSplitK)
   }
-  EXPECT_EQ(pick(dense(89, 32, 101, 254)).kernel, Kernel::Simt32x64);
   EXPECT_EQ(pick(dense(123, 100, 33, 62)).kernel, Kernel::Simt64x64);
+  EXPECT_EQ(pick(dense(300, 300, 512, 6)).split_k, 2);  // 150 tiles, K of 512: 256 of K a split
+  // A narrow N whose 64-wide tiles lie largely outside C runs swapped (kSmallBatchSwapGain more of the
+  // tiles' area inside): 495x87 on 64x64 tiles 66 % inside, swapped on 32x64 88 %; 89x32 on 32x64 46 %,
+  // swapped 70 %. Not with a bias, which runs along C's rows.
+  for (const Problem& p : {dense(495, 87, 320, 40), dense(89, 32, 101, 254), dense(162, 95, 181, 77)}) {
+    const Config c = pick(p);
+    EXPECT_EQ(c.kernel, Kernel::Simt32x64) << config_name(c);
+    EXPECT_EQ(c.staging, Staging::CpAsync) << config_name(c);
+    EXPECT_TRUE(c.swap) << config_name(c);
+    EXPECT_EQ(c.split_k, 1) << config_name(c);
+    Problem biased = p;
+    float bias = 0;
+    biased.bias = &bias;
+    EXPECT_FALSE(pick(biased).swap);
+  }
+  EXPECT_FALSE(pick(dense(194, 57, 227, 126)).swap);  // 57 rows waste as much as 57 columns
   // Few tiles of 512x512x256 and 64x512x512, operands in aligned rows: 32x64 tiles on the 16-byte ring, K
   // split (in a cluster); B in rows of 511 takes the 4-byte ring.
   for (const Problem& p : {dense(512, 512, 256, 1), dense(64, 512, 512, 1)}) {
@@ -406,7 +423,11 @@ TEST_P(GemmDispatchHopper, F32_ShortKTakesUnsplitTiles) {
   // ring), under a wave of 64x64 tiles (the split rules), the TF32 modes.
   EXPECT_TRUE(pick(dense_rows(4096, 4096, kShortTileMaxK + 1)).pack);
   EXPECT_EQ(pick(dense(512, 512, 32, 8)).staging, Staging::CpAsync);
-  EXPECT_GT(pick(dense_rows(640, 640, 64)).split_k, 1);  // 100 tiles of 64x64 under 132 SMs: the split rules
+  // 100 tiles of 64x64 under 132 SMs: the few-tiles rule's ring, unsplit from half a wave on at this K; a
+  // quarter of that splits (down to 32 of K).
+  EXPECT_EQ(pick(dense_rows(640, 640, 64)).staging, Staging::CpAsync);
+  EXPECT_EQ(pick(dense_rows(640, 640, 64)).split_k, 1);
+  EXPECT_GT(pick(dense_rows(320, 320, 64)).split_k, 1);
   EXPECT_EQ(pick(dense_rows(4096, 4096, 32), MathMode::TF32).kernel, Kernel::Wgmma);
 }
 
