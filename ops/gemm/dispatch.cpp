@@ -485,11 +485,9 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       reduce = SplitReduce::Kernel;
     } else {
       // Few output tiles of a small problem: latency bound; 64x64 tiles, K split to about four blocks per
-      // SM, down to 32 of K, on the cp.async ring. From half a wave of tiles on, down to 128 of K: a block
-      // per SM with a short k-loop gains nothing from splits that leave it a few dozen k (8x(245x225x134):
-      // 0.99x cuBLAS unsplit, 0.91x split 2, 0.63x split 4; H200).
+      // SM, on the cp.async ring.
       c.kernel = Kernel::Simt64x64;
-      c.split_k = split_for(blocks(64, 64), 4 * sms, 2 * blocks(64, 64) >= sms ? 128 : 32);
+      c.split_k = split_for(blocks(64, 64), 4 * sms, 32);
       c.staging = Staging::CpAsync;
     }
   } else if (p.n <= 64 && !small_batch && runs16 && blocks(128, 64) >= 3 * sms / 4) {
@@ -576,8 +574,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // blocks per SM, K split to about four blocks per SM down to kSmallBatchMinSplitK of K; the 64-thread
     // 32x64 tile under kSmallBatchMinM rows where 64-row tiles leave a tenth more of their rows outside C (M
     // of 65-96). The 128-wide tiles the rules below take lie largely outside such products, and their one or
-    // two blocks per SM wait on a short k-loop. A split of a K under 512 lost to the unsplit tiles
-    // (16x(453x68x372) NT: 0.70x cuBLAS split 2, 0.86x unsplit; H200).
+    // two blocks per SM wait on a short k-loop.
     // The product runs swapped (Config::swap) where that puts kSmallBatchSwapGain more of the tiles' area
     // inside C: a narrow N under 64-wide tiles (40x(495x87x320): 0.64x, 0.74-0.76x swapped; 254x(89x32x101)
     // NT 0.77x, 0.87-0.90x; H200).
@@ -595,11 +592,13 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       const TileInfo ts = tile_of(tile_for(q.m));
       const double in_p = rows_inside(p.m, t.bm) * rows_inside(p.n, t.bn);
       const double in_q = rows_inside(q.m, ts.bm) * rows_inside(q.n, ts.bn);
-      // Its splits keep 256 of K or more, which the second kernel adds (the rule at the end).
       Config sw{tile_for(q.m), 1, math, SplitReduce::Kernel, Staging::CpAsync, false, true};
       sw.split_k = split_for(static_cast<std::int64_t>((q.m + ts.bm - 1) / ts.bm) * ((q.n + ts.bn - 1) / ts.bn) *
                                  batch,
                              4 * sms, kSmallBatchMinSplitK);
+      // The splits reduce as the rule at the end says: in a cluster at 128 of K a split or less.
+      if (sw.split_k > 1 && sw.split_k <= kMaxClusterSplit && p.k / sw.split_k <= 128 && model.has_clusters())
+        sw.reduce = SplitReduce::Cluster;
       if (in_q >= in_p + kSmallBatchSwapGain && can_implement(p, sw, model)) return sw;
     }
   } else if (p.k < 512 && p.n >= 256 && vector_runs(p) && blocks(64, 256) >= sms) {

@@ -49,7 +49,7 @@ constexpr int kTinyCMaxSplit = 64;
 // under kSmallBatchMinM rows where those waste fewer rows, K split down to kSmallBatchMinSplitK of K; it runs
 // swapped where that puts kSmallBatchSwapGain more of the tiles' area inside C (dispatch.cpp).
 constexpr int kSmallBatchMinM = 128;
-constexpr int kSmallBatchMinSplitK = 256;
+constexpr int kSmallBatchMinSplitK = 128;
 constexpr double kSmallBatchSwapGain = 0.2;
 
 // The vector kernel (gemv.cu) runs products with at most kGemvMaxRows rows or columns. choose() gives it,
