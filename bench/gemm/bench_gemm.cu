@@ -48,6 +48,7 @@ namespace {
 
 using namespace mt;
 using namespace mt::detail::gemm;
+using gemm_bench::cublas_gemm;
 using gemm_bench::handles;
 
 struct GemmShape {
@@ -151,18 +152,6 @@ Problem problem_for(Operands& o, int copy, float* c) {
   return p;
 }
 
-void run_cublas(cublasHandle_t h, const Problem& p) {
-  // Row-major C = A B is column-major C^T = B^T A^T: an operand stored as its row-major matrix goes as
-  // CUBLAS_OP_N, one stored transposed (A along m, B along k) as CUBLAS_OP_T.
-  const float alpha = 1.f, beta = 0.f;
-  const bool ta = p.a_sk != 1, tb = p.b_sn != 1;
-  const std::int64_t lda = ta ? p.a_sk : std::max<std::int64_t>(p.a_sm, p.k);
-  const std::int64_t ldb = tb ? p.b_sn : std::max<std::int64_t>(p.b_sk, p.n);
-  CUBLAS_CHECK(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         p.n, p.m, p.k, &alpha, p.b, static_cast<int>(ldb), p.b_sb, p.a,
-                                         static_cast<int>(lda), p.a_sb, &beta, p.c, p.n, p.c_sb, p.batch));
-}
-
 Config config_for(Impl impl, const Problem& p) {
   switch (impl) {
     case Impl::Naive:
@@ -190,8 +179,8 @@ MathMode wgmma_math(Impl impl) {
 }
 
 void run_impl(Impl impl, const Problem& p, const Config& cfg, const WgmmaConfig& wc) {
-  if (impl == Impl::Cublas) return run_cublas(handles().pedantic, p);
-  if (impl == Impl::CublasTF32) return run_cublas(handles().tf32, p);
+  if (impl == Impl::Cublas) return cublas_gemm(handles().pedantic, p);
+  if (impl == Impl::CublasTF32) return cublas_gemm(handles().tf32, p);
   if (is_wgmma(impl)) return launch_wgmma(p, wgmma_math(impl), wc, handles().stream);
   launch(p, cfg, handles().stream);
 }
@@ -204,7 +193,7 @@ double validate(Operands& o, const Problem& p, const std::function<void(const Pr
   fn(q);
   Problem r = p;
   r.c = o.ref.data<float>();
-  run_cublas(handles().pedantic, r);
+  cublas_gemm(handles().pedantic, r);
   const std::vector<float> got = o.c.select(0, 0).to_vector<float>();
   const std::vector<float> ref = o.ref.to_vector<float>();
   double max_err = 0, max_ref = 0;
@@ -283,7 +272,7 @@ void bm_gemm(benchmark::State& state, GemmShape s, Impl impl, WgmmaConfig wc) {
     // The same two again, their samples interleaved: the cuBLAS row ran first, on a card not yet warmed
     // by the rows after it (bench/gemm/DESIGN.md, round 19).
     const std::vector<double> both =
-        time_interleaved(o, iters, {[&](const Problem& p) { run_cublas(handles().pedantic, p); }, fn});
+        time_interleaved(o, iters, {[&](const Problem& p) { cublas_gemm(handles().pedantic, p); }, fn});
     r.ratio_interleaved = both[0] / both[1];
     state.counters["vs_cublas_fp32_interleaved"] = r.ratio_interleaved;
   }
@@ -355,7 +344,7 @@ void sweep(const GemmShape& s, MathMode math, const std::regex& only) {
   Operands& o = operands(s);
   const Problem p0 = problem_for(o, 0, nullptr);
   const std::function<void(const Problem&)> cublas = [&](const Problem& p) {
-    run_cublas(handles().pedantic, p);
+    cublas_gemm(handles().pedantic, p);
   };
   const double cub = time_ms(o, iterations_for(s, 40), cublas);
   const Config chosen = choose(p0, math);

@@ -1,10 +1,11 @@
 // What bench_gemm's table (bench_gemm.cu) and its shape-space run (space.cu) share: the cuBLAS handles on
-// the benchmark stream, and the interleaved timer.
+// the benchmark stream, the cuBLAS call, and the interleaved timer.
 #pragma once
 
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -40,6 +41,19 @@ struct Handles {
 inline Handles& handles() {
   static Handles h;
   return h;
+}
+
+// cuBLAS's SGEMM on p (alpha 1, beta 0; no epilogue), its transposes read from the strides. Row-major C = A B
+// is column-major C^T = B^T A^T: an operand stored as its row-major matrix goes as CUBLAS_OP_N, one stored
+// transposed (A along m, B along k) as CUBLAS_OP_T.
+inline void cublas_gemm(cublasHandle_t h, const Problem& p) {
+  const float alpha = 1.f, beta = 0.f;
+  const bool ta = p.a_sk != 1, tb = p.b_sn != 1;
+  const std::int64_t lda = ta ? p.a_sk : std::max<std::int64_t>(p.a_sm, p.k);
+  const std::int64_t ldb = tb ? p.b_sn : std::max<std::int64_t>(p.b_sk, p.n);
+  CUBLAS_CHECK(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         p.n, p.m, p.k, &alpha, p.b, static_cast<int>(ldb), p.b_sb, p.a,
+                                         static_cast<int>(lda), p.a_sb, &beta, p.c, p.n, p.c_sb, p.batch));
 }
 
 // Median ms per launch of each of `fns`, their samples interleaved (sample i of every fn, then sample i + 1),

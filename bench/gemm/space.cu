@@ -133,15 +133,6 @@ struct SpaceOperands {
   }
 };
 
-// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: a row-major operand read as column-major
-// is its transpose, so an untransposed operand goes as CUBLAS_OP_N and a transposed one as CUBLAS_OP_T.
-void cublas_gemm(cublasHandle_t h, const SpaceShape& s, const Problem& p) {
-  const float alpha = 1.f, beta = 0.f;
-  CUBLAS_CHECK(cublasSgemmStridedBatched(
-      h, s.tb ? CUBLAS_OP_T : CUBLAS_OP_N, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m, s.k, &alpha, p.b,
-      s.tb ? s.k : s.n, p.b_sb, p.a, s.ta ? s.m : s.k, p.a_sb, &beta, p.c, s.n, p.c_sb, s.batch));
-}
-
 struct Result {
   SpaceShape s;
   std::string config, tuned_config;
@@ -231,8 +222,8 @@ int run_space(int argc, char** argv) {
     r.tuned_config = config_name(tuned);
     auto ours = [&](const Problem& p) { launch(p, cfg, handles().stream); };
     auto ours_tuned = [&](const Problem& p) { launch(p, tuned, handles().stream); };
-    auto theirs = [&](const Problem& p) { cublas_gemm(baseline, s, p); };
-    cublas_gemm(handles().pedantic, s, o.at(0, o.ref.data<float>()));
+    auto theirs = [&](const Problem& p) { cublas_gemm(baseline, p); };
+    cublas_gemm(handles().pedantic, o.at(0, o.ref.data<float>()));
     const std::vector<float> ref = o.ref.to_vector<float>();
     // Validate: `fn` over a NaN-filled C, against cuBLAS pedantic fp32.
     auto error_of = [&](const std::function<void(const Problem&)>& fn) {

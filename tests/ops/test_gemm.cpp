@@ -355,6 +355,31 @@ void expect_config_matches(const SweepOperands& o, Guarded& g, const detail::gem
   EXPECT_EQ(st.n_bad, 0) << st.str();
 }
 
+// The correctness matrix the configuration tests share: each m x n x k of `shapes`, both operands plain or
+// transposed, A contiguous or at offset 1, beta 0 (C NaN-filled by expect_config_matches) and beta 1, alpha
+// -1.5 with relu, and the bias where `bias`. `body(o, g, p, label)` runs the configurations under test on
+// each case; label names the case for SCOPED_TRACE.
+template <class Body>
+void for_each_matrix_case(std::initializer_list<std::array<std::int64_t, 3>> shapes, std::uint64_t seed,
+                          bool bias, Device d, Body&& body) {
+  for (const auto& [m, n, k] : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
+          const SweepOperands o = sweep_operands(m, n, k, ta, tb, la, seed, d);
+          for (float beta : {0.f, 1.f}) {
+            Guarded g(Shape{m, n}, DType::F32, d);
+            detail::gemm::Problem p = problem_2d(o.a, o.b, g.view());
+            if (bias) p.bias = o.bias.data<float>();
+            p.alpha = -1.5f, p.beta = beta, p.act = Activation::Relu;
+            const std::string label = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                                      (ta ? " trans_a" : "") + (tb ? " trans_b" : "") +
+                                      " a=" + test::layout_name(la) + " beta " + std::to_string(beta);
+            body(o, g, p, label);
+          }
+        }
+}
+
 // Thin products on the vector kernel (2 to kGemvMaxRows vectors, forced): either side thin, both matrix
 // layouts (the dot kernel or dot tile, and the column kernel) by transposes, an operand at offset 1 (scalar
 // loads), a short K (dot groups under a warp), a long K (split over blocks, the partial sums laid out as C;
@@ -494,33 +519,20 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
 TEST(Gemm, F32_TuneCandidates_PassTheMatrix) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
-  const Device d = Device::cuda(0);
-  const std::int64_t shapes[][3] = {
-      {127, 129, 255}, {132, 136, 260}, {349, 517, 7}, {64, 1536, 768}, {300, 1, 777}};
   int ran = 0;
-  for (const auto& mnk : shapes)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
-          const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
-          const SweepOperands o = sweep_operands(m, n, k, ta, tb, la, 61, d);
-          for (MathMode math : {MathMode::FP32, MathMode::TF32})
-            for (float beta : {0.f, 1.f}) {
-              Guarded g(Shape{m, n}, DType::F32, d);
-              Problem p = problem_2d(o.a, o.b, g.view());
-              p.bias = o.bias.data<float>();
-              p.alpha = -1.5f, p.beta = beta, p.act = Activation::Relu;
-              const double cf =
-                  math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((k + 2) * FLT_EPSILON) : 1.0;
-              for (const Config& cfg : tune_candidates(p, math, DeviceModel::current())) {
-                SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
-                             config_name(cfg) + (ta ? " trans_a" : "") + (tb ? " trans_b" : "") +
-                             " a=" + test::layout_name(la) + " beta " + std::to_string(beta));
-                expect_config_matches(o, g, p, cfg, cf, d);
-                ++ran;
-              }
-            }
+  for_each_matrix_case(
+      {{127, 129, 255}, {132, 136, 260}, {349, 517, 7}, {64, 1536, 768}, {300, 1, 777}}, 61, true,
+      Device::cuda(0), [&](const SweepOperands& o, Guarded& g, const Problem& p, const std::string& label) {
+        for (MathMode math : {MathMode::FP32, MathMode::TF32}) {
+          const double cf =
+              math == MathMode::TF32 ? 2.0 * std::ldexp(1.0, -10) / ((o.k + 2) * FLT_EPSILON) : 1.0;
+          for (const Config& cfg : tune_candidates(p, math, DeviceModel::current())) {
+            SCOPED_TRACE(label + " " + config_name(cfg));
+            expect_config_matches(o, g, p, cfg, cf, Device::cuda(0));
+            ++ran;
+          }
         }
+      });
   EXPECT_GT(ran, 5 * 8 * 2 * 2);  // more than one candidate per case on average
 }
 
@@ -554,34 +566,23 @@ TEST(Gemm, F32_SwappedProduct_PassesTheMatrix) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   const Device d = Device::cuda(0);
-  const std::int64_t shapes[][3] = {{300, 20, 777}, {517, 33, 129}, {1000, 17, 2100}, {129, 64, 40}};
   int ran = 0;
-  for (const auto& mnk : shapes)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
-          const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
-          const SweepOperands o = sweep_operands(m, n, k, ta, tb, la, 81, d);
-          for (float beta : {0.f, 1.f}) {
-            Guarded g(Shape{m, n}, DType::F32, d);
-            Problem p = problem_2d(o.a, o.b, g.view());
-            p.alpha = -1.5f, p.beta = beta, p.act = Activation::Relu;
-            for (const Config& cfg : swap_configs(p)) {
-              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
-                           config_name(cfg) + (ta ? " trans_a" : "") + (tb ? " trans_b" : "") +
-                           " a=" + test::layout_name(la) + " beta " + std::to_string(beta));
-              expect_config_matches(o, g, p, cfg, 1.0, d);
-              ++ran;
-            }
-            Problem biased = p;
-            biased.bias = o.bias.data<float>();
-            const Config swap{
-                Kernel::Simt32x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync, false, true};
-            EXPECT_FALSE(can_implement(biased, swap));
-            expect_error<InvalidArgument>([&] { launch(biased, swap, detail::stream_for(d)); },
-                                          {"_swapped", "cannot run"});
-          }
+  for_each_matrix_case(
+      {{300, 20, 777}, {517, 33, 129}, {1000, 17, 2100}, {129, 64, 40}}, 81, false, d,
+      [&](const SweepOperands& o, Guarded& g, const Problem& p, const std::string& label) {
+        for (const Config& cfg : swap_configs(p)) {
+          SCOPED_TRACE(label + " " + config_name(cfg));
+          expect_config_matches(o, g, p, cfg, 1.0, d);
+          ++ran;
         }
+        Problem biased = p;
+        biased.bias = o.bias.data<float>();
+        const Config swap{
+            Kernel::Simt32x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync, false, true};
+        EXPECT_FALSE(can_implement(biased, swap));
+        expect_error<InvalidArgument>([&] { launch(biased, swap, detail::stream_for(d)); },
+                                      {"_swapped", "cannot run"});
+      });
   EXPECT_GT(ran, 4 * 8 * 2 * 3);
   // A batch of 3 with B broadcast.
   const Tensor a = randn({3, 700, 300}, 82, d), b = randn({300, 24}, 83, d);
@@ -616,43 +617,29 @@ TEST(Gemm, F32_SwappedProduct_PassesTheMatrix) {
 
 // Splits past 32 (a C of a few tiles over a long K, tiny_c_long_k): the dispatcher's pick and the 32x64 and
 // 32x128 tiles split 48 and 64 on the 4-byte ring, 32x64 split 64 on the 16-byte ring where it runs (added by
-// the second kernel; 48 leaves a ragged last split) against float64,
-// both operands plain or transposed, A at offset 1, alpha/beta with bias and relu, beta = 0 over a NaN-filled
-// C; guard bands intact.
+// the second kernel; 48 leaves a ragged last split), over the matrix of for_each_matrix_case with the bias,
+// against float64; guard bands intact.
 TEST(Gemm, F32_DeepSplit_PassesTheMatrix) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   const Device d = Device::cuda(0);
-  const std::int64_t shapes[][3] = {{11, 80, 14832}, {51, 27, 11677}, {3, 17, 9022}};
   int ran = 0;
-  for (const auto& mnk : shapes)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (Layout la : {Layout::Contiguous, Layout::Offset1}) {
-          const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
-          const SweepOperands o = sweep_operands(m, n, k, ta, tb, la, 91, d);
-          for (float beta : {0.f, 1.f}) {
-            Guarded g(Shape{m, n}, DType::F32, d);
-            Problem p = problem_2d(o.a, o.b, g.view());
-            p.bias = o.bias.data<float>();
-            p.alpha = -1.5f, p.beta = beta, p.act = Activation::Relu;
-            std::vector<Config> configs = {choose(p, MathMode::FP32)};
-            EXPECT_EQ(configs.front().split_k, 64) << config_name(configs.front());
-            for (Kernel kernel : {Kernel::Simt32x64, Kernel::Simt32x128})
-              for (int split : {48, 64})
-                configs.push_back(
-                    Config{kernel, split, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync});
-            const Config ring16{Kernel::Simt32x64, 64, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync16};
-            if (can_implement(p, ring16)) configs.push_back(ring16);
-            for (const Config& cfg : configs) {
-              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
-                           config_name(cfg) + (ta ? " trans_a" : "") + (tb ? " trans_b" : "") +
-                           " a=" + test::layout_name(la) + " beta " + std::to_string(beta));
-              expect_config_matches(o, g, p, cfg, 1.0, d);
-              ++ran;
-            }
-          }
+  for_each_matrix_case(
+      {{11, 80, 14832}, {51, 27, 11677}, {3, 17, 9022}}, 91, true, d,
+      [&](const SweepOperands& o, Guarded& g, const Problem& p, const std::string& label) {
+        std::vector<Config> configs = {choose(p, MathMode::FP32)};
+        EXPECT_EQ(configs.front().split_k, 64) << config_name(configs.front());
+        for (Kernel kernel : {Kernel::Simt32x64, Kernel::Simt32x128})
+          for (int split : {48, 64})
+            configs.push_back(Config{kernel, split, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync});
+        const Config ring16{Kernel::Simt32x64, 64, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync16};
+        if (can_implement(p, ring16)) configs.push_back(ring16);
+        for (const Config& cfg : configs) {
+          SCOPED_TRACE(label + " " + config_name(cfg));
+          expect_config_matches(o, g, p, cfg, 1.0, d);
+          ++ran;
         }
+      });
   EXPECT_GE(ran, 3 * 8 * 2 * 5);
 }
 
