@@ -7,9 +7,15 @@
                                    timed in the same run. A and B are folders of Google Benchmark JSON
                                    (bench_X.json, or bench_X.rN.json for repeated rounds: the median is taken)
                                    or two JSON files.
+  summarize.py --compare-space A B the change from shape-space run A to run B (folders of space_SEED.json from
+                                   bench_gemm --space --json): per seed, the shapes whose pick changed (their
+                                   ratio to cuBLAS before and after) apart from those whose pick did not, and
+                                   how far the unchanged ones drifted, split by cuBLAS's time (problems of a
+                                   few microseconds move between hosts and hours; see bench/gemm/DESIGN.md).
 """
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -123,9 +129,46 @@ def compare(a, b, threshold=0.01):
     return 0
 
 
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def compare_space(a, b, small_ms=0.012, big_ms=0.05):
+    names = [os.path.basename(p) for p in glob.glob(os.path.join(a, "space_*.json"))]
+    seeds = sorted(m.group(1) for m in (re.match(r"space_(\d+)\.json$", n) for n in names)
+                   if m and os.path.exists(os.path.join(b, m.group(0))))
+    if not seeds:
+        print(f"compare-space: no space_SEED.json is in both {a} and {b}")
+        return 1
+    for seed in seeds:
+        ra = json.load(open(os.path.join(a, f"space_{seed}.json")))["shapes"]
+        rb = json.load(open(os.path.join(b, f"space_{seed}.json")))["shapes"]
+        key = lambda r: (r["part"], r["batch"], r["m"], r["n"], r["k"], r["trans_a"], r["trans_b"])
+        if [key(r) for r in ra] != [key(r) for r in rb]:
+            print(f"seed {seed}: the two runs drew different shapes (another distribution or bench_gemm version)")
+            continue
+        changed = [(x, y) for x, y in zip(ra, rb) if x["config"] != y["config"]]
+        same = [(x, y) for x, y in zip(ra, rb) if x["config"] == y["config"]]
+        drift = lambda pairs: geomean([y["ratio"] / x["ratio"] for x, y in pairs])
+        small = [(x, y) for x, y in same if x["cublas_ms"] < small_ms]
+        big = [(x, y) for x, y in same if x["cublas_ms"] >= big_ms]
+        print(f"seed {seed}: {len(changed)} picks changed, ratio x{drift(changed):.3f} (geomean of after / before); "
+              f"{len(same)} unchanged, x{drift(same):.3f}: under {small_ms * 1e3:.0f} us x{drift(small):.3f} "
+              f"(cuBLAS time x{geomean([y['cublas_ms'] / x['cublas_ms'] for x, y in small]):.3f}, ours "
+              f"x{geomean([y['mt_ms'] / x['mt_ms'] for x, y in small]):.3f}), over {big_ms * 1e3:.0f} us "
+              f"x{drift(big):.3f}")
+        for x, y in sorted(changed, key=lambda xy: xy[1]["ratio"] / xy[0]["ratio"]):
+            lay = ("T" if x["trans_a"] else "N") + ("T" if x["trans_b"] else "N")
+            shape = f"{x['m']}x{x['n']}x{x['k']}" if x["batch"] == 1 else f"{x['batch']}x({x['m']}x{x['n']}x{x['k']})"
+            print(f"  {x['ratio']:6.2f} -> {y['ratio']:6.2f}  {shape} {lay}  {x['config']} -> {y['config']}")
+    return 0
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--compare":
         sys.exit(compare(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 4 and sys.argv[1] == "--compare-space":
+        sys.exit(compare_space(sys.argv[2], sys.argv[3]))
     folder = sys.argv[1] if len(sys.argv) > 1 else "out/gpu_check"
     gpu = open(os.path.join(folder, "gpu.txt")).read().strip() if os.path.exists(os.path.join(folder, "gpu.txt")) else "?"
     print("\n==================== minitensor GPU check ====================")
