@@ -587,19 +587,16 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     c.staging = Staging::CpAsync;
     const TileInfo t = tile_of(c.kernel);
     c.split_k = split_for(blocks(t.bm, t.bn), 4 * sms, kSmallBatchMinSplitK);
-    if (math == MathMode::FP32 && swappable(p)) {
-      const Problem q = swapped(p);
-      const TileInfo ts = tile_of(tile_for(q.m));
-      const double in_p = rows_inside(p.m, t.bm) * rows_inside(p.n, t.bn);
-      const double in_q = rows_inside(q.m, ts.bm) * rows_inside(q.n, ts.bn);
-      Config sw{tile_for(q.m), 1, math, SplitReduce::Kernel, Staging::CpAsync, false, true};
-      sw.split_k = split_for(static_cast<std::int64_t>((q.m + ts.bm - 1) / ts.bm) * ((q.n + ts.bn - 1) / ts.bn) *
-                                 batch,
-                             4 * sms, kSmallBatchMinSplitK);
-      // The splits reduce as the rule at the end says: in a cluster at 128 of K a split or less.
-      if (sw.split_k > 1 && sw.split_k <= kMaxClusterSplit && p.k / sw.split_k <= 128 && model.has_clusters())
-        sw.reduce = SplitReduce::Cluster;
-      if (in_q >= in_p + kSmallBatchSwapGain && can_implement(p, sw, model)) return sw;
+    // The swapped tile covers C^T: rows along N, columns along M (its splits reduce as the rule at the end
+    // says).
+    const TileInfo ts = tile_of(tile_for(p.n));
+    const double in_p = rows_inside(p.m, t.bm) * rows_inside(p.n, t.bn);
+    const double in_q = rows_inside(p.n, ts.bm) * rows_inside(p.m, ts.bn);
+    if (math == MathMode::FP32 && swappable(p) && in_q >= in_p + kSmallBatchSwapGain) {
+      Config sw = c;
+      sw.kernel = tile_for(p.n), sw.swap = true;
+      sw.split_k = split_for(blocks(ts.bn, ts.bm), 4 * sms, kSmallBatchMinSplitK);
+      if (can_implement(p, sw, model)) c = sw;
     }
   } else if (p.k < 512 && p.n >= 256 && vector_runs(p) && blocks(64, 256) >= sms) {
     // Short K over many tiles with edge tiles or a K under 256: 64x256 tiles of 16x8 threads, two blocks per
