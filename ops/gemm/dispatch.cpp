@@ -358,6 +358,9 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sms;
     return static_cast<double>(b) / static_cast<double>(waves(b, slots) * slots);
   };
+  // The rate of K split `s` ways with the splits added by the second kernel, against the unsplit rate over
+  // the same slots: a fit to H100 sweeps of the 256x128 tile (bench/gemm/DESIGN.md (dispatch)).
+  auto kernel_split_rate = [&](int s) { return s == 1 ? 1.0 : 0.945 - 33.0 * s / p.k; };
   // Register-staged with 16-byte loads for every operand run.
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   // Whether 256x128 tiles leave edge tiles (partly outside C).
@@ -531,7 +534,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       int best = 1;
       double best_rate = 1.02 * filled(1);
       for (int s : {2, 3}) {
-        const double rate = filled(s) * (0.945 - 33.0 * s / p.k);
+        const double rate = filled(s) * kernel_split_rate(s);
         if (p.k / s >= 256 && tiles * s <= 16 * sms && rate > best_rate) best = s, best_rate = rate;
       }
       const Config split{Kernel::Simt256x128, best, MathMode::FP32, SplitReduce::Kernel};
@@ -542,13 +545,17 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     }
   } else if (runs16 && p.k >= 512) {
     // Under 3/4 of a wave of 256x128 tiles with K of 512 or more: the wave model. Both tiles hold one block
-    // per SM and K splits reduce in a cluster. A configuration's rate is the product of
+    // per SM. A configuration's rate is the product of
     // - its tile's own rate (the 128x128 tile's is 0.95 of the 256x128 tile's);
     // - the share of its tiles' area inside C;
-    // - the share of the SMs its blocks keep busy over their waves, a wave being as many blocks as fit in
-    //   whole clusters (DeviceModel::slots);
-    // - ks / (ks + 32) for ks of K per split: each block's fixed cost and its share of the reduction come to
-    //   about 32 of K.
+    // - the share of the SMs its blocks keep busy over their waves;
+    // - what the split costs, by its reduction:
+    //   - in a cluster: a wave is as many blocks as fit in whole clusters (DeviceModel::slots), and ks / (ks
+    //     + 32) for ks of K per split: each block's fixed cost and its share of the reduction come to about
+    //     32 of K;
+    //   - by the second kernel: a wave is a block per SM, and the split runs at kernel_split_rate. Where
+    //     cluster sizes leave SMs out of every wave this fills them (H200, 2048x768x3072: 128x128 split 4
+    //     0.95x cuBLAS, 0.74x in a cluster, whose 384 blocks take four waves of 120).
     // The constants are fitted to H100 sweeps (bench/gemm/DESIGN.md (dispatch)).
     constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
     std::int64_t slots[std::size(kSplits)];
@@ -565,10 +572,12 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
         if (ks < 128) break;
         const double busy = double(b * s) / double(waves(b * s, slots[i]) * sms);
         const double rate = o.rate * inside * busy * ks / (ks + 32);
-        if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s;
+        if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Cluster;
+        if (s == 1) continue;
+        const double by_kernel = o.rate * inside * fill(b * s, 1) * p.k / (p.k + 32.0) * kernel_split_rate(s);
+        if (by_kernel > best) best = by_kernel, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Kernel;
       }
     }
-    reduce = SplitReduce::Cluster;
   } else if (small_batch) {
     // A batch of small products (each at most 512 on every side): 64x64 tiles on the cp.async ring, four
     // blocks per SM, K split to about four blocks per SM down to kSmallBatchMinSplitK of K; the 64-thread

@@ -177,6 +177,36 @@ TEST_P(GemmDispatchHopper, F32_MidGridsTakeTheWaveModel) {
   }
 }
 
+// The wave model adds the splits with the second kernel where cluster sizes leave SMs out of every wave and
+// one block per SM fills them: the transformer products below a wave of 256x128 tiles (x W^T, B stored n x k).
+TEST_P(GemmDispatchHopper, F32_WaveModelFillsClusterGapsWithTheReduceKernel) {
+  struct Case {
+    int m, n, k;
+    bool ta, tb;
+    Kernel kernel;
+    int split;
+  };
+  for (const Case& c : {
+           // 48 tiles of 256x128, split 8: 384 blocks, three waves of 132 (97 %); in clusters of 8, four
+           // waves of 120 (73 %).
+           Case{2048, 768, 3072, false, true, Kernel::Simt256x128, 8},
+           Case{512, 5120, 20480, false, true, Kernel::Simt256x128, 8},
+           // 96 tiles of 128x128, split 4: 384 blocks, 97 % of three waves against 73 % of four in clusters.
+           Case{512, 3072, 1024, false, true, Kernel::Simt128x128k16, 4},
+           Case{2048, 768, 768, false, true, Kernel::Simt128x128k16, 4},
+           Case{112, 5296, 1712, true, false, Kernel::Simt128x128k16, 3},
+       }) {
+    Problem p = dense_rows(c.m, c.n, c.k);
+    if (c.ta) p.a_sm = 1, p.a_sk = c.m;
+    if (c.tb) p.b_sk = 1, p.b_sn = c.k;
+    const Config got = pick(p);
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
+    EXPECT_EQ(got.kernel, c.kernel) << config_name(got);
+    EXPECT_EQ(got.split_k, c.split) << config_name(got);
+    EXPECT_EQ(got.reduce, SplitReduce::Kernel) << config_name(got);
+  }
+}
+
 // The rules for M of 33-64 with a long K, skinny N under a tall M, short K over many tiles and few tiles on
 // the 16-byte ring. The shapes follow the SM count (132) so that each rule applies (the same shapes run
 // through mt::gemm on a GPU in tests/ops/test_gemm.cpp).
