@@ -77,10 +77,17 @@ bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model
     return can_implement(swapped(p), plain, model);
   }
   if (cfg.pack) {
-    if (!is_simt(cfg.kernel) || cfg.math != MathMode::FP32) return false;
+    // The two copies would share the stream's one pack scratch.
+    if (!is_simt(cfg.kernel) || cfg.math != MathMode::FP32 || cfg.b_along_n) return false;
     Config plain = cfg;
     plain.pack = false;
     return can_implement(needs_pack(p) ? pack_shape(p) : p, plain, model);
+  }
+  if (cfg.b_along_n) {
+    if (!is_simt(cfg.kernel) || cfg.math != MathMode::FP32 || !b_repackable(p)) return false;
+    Config plain = cfg;
+    plain.b_along_n = false;
+    return can_implement(b_along_n_shape(p), plain, model);
   }
   if (cfg.split_k < 1 || cfg.split_k > 64) return false;
   // The vector kernel: any layout and math mode (fp32 arithmetic), at most kGemvMaxRows vectors, its own
@@ -146,10 +153,19 @@ std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceMode
         for (bool pack : {false, true}) {
           if (math != MathMode::FP32 && st != Staging::Registers) continue;
           if (pack && (math != MathMode::FP32 || st == Staging::CpAsync || !needs_pack(p))) continue;
-          const Config rk{k, split, math, SplitReduce::Kernel, st, pack};
-          if (can_implement(p, rk, model)) out.push_back(rk);
-          const Config cl{k, split, math, SplitReduce::Cluster, st, pack};
-          if (split > 1 && can_implement(p, cl, model)) out.push_back(cl);
+          // B along k copied along n first (Config::b_along_n): for the register-staged tiles of 128x128
+          // and over.
+          const bool bn_too = math == MathMode::FP32 && st == Staging::Registers && !pack &&
+                              t.bm * t.bn >= 128 * 128 && b_repackable(p);
+          for (bool bn : {false, true}) {
+            if (bn && !bn_too) continue;
+            Config rk{k, split, math, SplitReduce::Kernel, st, pack};
+            rk.b_along_n = bn;
+            if (can_implement(p, rk, model)) out.push_back(rk);
+            Config cl = rk;
+            cl.reduce = SplitReduce::Cluster;
+            if (split > 1 && can_implement(p, cl, model)) out.push_back(cl);
+          }
         }
     }
   }
@@ -316,6 +332,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     const double per_copied = tiles64 >= model.sm_count ? 256.0 : 512.0;
     if (double(p.m) * p.n * p.k * p.batch >= per_copied * copied) {
       Config c = choose(q, math, model);
+      c.b_along_n = false;  // B stays as it lies: the copies would share the one pack scratch
       // The unsplit 256x128 tile with A along k and B along n reads unaligned operands in place through the
       // lane loaders as fast as it reads packed ones: the copy is saved.
       const Config lanes{Kernel::Simt256x128, 1, math, SplitReduce::Kernel, Staging::CpAsync};
@@ -327,6 +344,18 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       c.pack = true;
       if (can_implement(p, c, model)) return c;
     }
+  }
+  if (math == MathMode::FP32 && b_repackable(p) &&
+      double(p.m) * p.batch >= kBAlongNMinRows * batches_of(p.b_sb, p.batch)) {
+    // B along k (x W^T: every projection through a Linear's (out, in) weight) where each of its elements
+    // feeds kBAlongNMinRows FMAs or more: copied along n first when the copied problem's pick is a
+    // register-staged tile of 128x128 or over (the loop stores such a B to shared memory without a
+    // transpose); the copy then costs at most ~3 % of the product.
+    Config c = choose(b_along_n_shape(p), math, model);
+    const TileInfo t = is_simt(c.kernel) ? tile_of(c.kernel) : TileInfo{0, 0, 0};
+    c.b_along_n = true;
+    if (c.staging == Staging::Registers && !c.swap && t.bm * t.bn >= 128 * 128 && can_implement(p, c, model))
+      return c;
   }
   const int sms = model.sm_count;
   const std::int64_t batch = p.batch;

@@ -113,6 +113,7 @@ std::string config_name(const Config& c) {
   if (is_simt(c.kernel) && c.staging == Staging::CpAsync16) s += "_cpasync16";
   if (c.pack) s += "_packed";
   if (c.swap) s += "_swapped";
+  if (c.b_along_n) s += "_bn";
   if (c.math != MathMode::FP32) s += std::string("_") + math_mode_name(c.math);
   return s;
 }

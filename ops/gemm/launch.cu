@@ -48,6 +48,11 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     plain.pack = false;
     return launch_one(needs_pack(p) ? pack_operands(p, stream) : p, plain, stream);
   }
+  if (cfg.b_along_n) {
+    Config plain = cfg;
+    plain.b_along_n = false;
+    return launch_one(pack_b_along_n(p, stream), plain, stream);
+  }
   Config c = cfg;
   c.split_k = split;
   kernel_info(c.kernel).launch(p, c, stream);

@@ -167,4 +167,14 @@ Problem pack_operands(const Problem& p, cudaStream_t stream) {
   return q;
 }
 
+Problem pack_b_along_n(const Problem& p, cudaStream_t stream) {
+  Problem q = b_along_n_shape(p);
+  const PackedLayout l = b_layout_along_n(p);
+  const int batches = batches_of(p.b_sb, p.batch);
+  float* dst = pack_scratch(sizeof(float) * static_cast<std::size_t>(l.elements(batches)), stream);
+  launch_pack_transposed(p.b, p.b_sb, l, batches, dst, stream);
+  q.b = dst;
+  return q;
+}
+
 }  // namespace mt::detail::gemm

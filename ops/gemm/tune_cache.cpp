@@ -68,7 +68,7 @@ const char* staging_name(Staging s) {
 
 std::optional<Config> config_from_fields(const std::string& kernel, int split_k, const std::string& math,
                                          const std::string& reduce, const std::string& staging, bool pack,
-                                         bool swap) {
+                                         bool swap, bool b_along_n) {
   Config c;
   bool found = false;
   for (const KernelInfo& k : kernel_table())
@@ -87,6 +87,7 @@ std::optional<Config> config_from_fields(const std::string& kernel, int split_k,
   if (!staging_ok) return std::nullopt;
   c.pack = pack;
   c.swap = swap;
+  c.b_along_n = b_along_n;
   return c;
 }
 
@@ -99,7 +100,7 @@ std::vector<Config> tune_candidates(const Problem& p, MathMode math, const Devic
   auto same = [](const Config& x, const Config& y) {
     return x.kernel == y.kernel && x.split_k == y.split_k && x.math == y.math &&
            (x.split_k == 1 || x.reduce == y.reduce) && x.staging == y.staging && x.pack == y.pack &&
-           x.swap == y.swap;
+           x.swap == y.swap && x.b_along_n == y.b_along_n;
   };
   // A rough rate for ranking only (the timing decides): the tile's own rate, the share of its area inside C,
   // the share of the SMs its blocks keep busy over their waves, and ks / (ks + 32) for ks of K per split
@@ -408,11 +409,12 @@ std::optional<std::map<std::string, TuneCache::Entry>> TuneCache::read_file(std:
     const JsonValue* staging = e.get("staging");
     const JsonValue* pack = e.get("pack");
     const JsonValue* swap = e.get("swap");
+    const JsonValue* b_along_n = e.get("b_along_n");
     const JsonValue* ms = e.get("ms");
     std::optional<Config> c;
     if (kernel && split && math && reduce && staging && pack)
       c = config_from_fields(kernel->str, static_cast<int>(split->num), math->str, reduce->str, staging->str,
-                             pack->b, swap && swap->b);
+                             pack->b, swap && swap->b, b_along_n && b_along_n->b);
     if (!c) {
       why = "entry '" + key + "' is not a configuration; file ignored";
       return std::nullopt;
@@ -435,7 +437,7 @@ void TuneCache::write_file(const std::map<std::string, Entry>& entries) const {
         .field("split_k", e.config.split_k);
     w.field("math", math_mode_name(e.config.math)).field("reduce", reduce_name(e.config.reduce));
     w.field("staging", staging_name(e.config.staging)).field("pack", e.config.pack);
-    w.field("swap", e.config.swap).field("ms", e.ms);
+    w.field("swap", e.config.swap).field("b_along_n", e.config.b_along_n).field("ms", e.ms);
     w.end_object();
   }
   w.end_object().end_object();

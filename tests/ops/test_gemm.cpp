@@ -22,6 +22,7 @@
 #include "minitensor/ops/functors.h"
 #include "minitensor/ops/gemm.h"
 #include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/pack.h"
 #include "minitensor/ops/gemm/detail/tune.h"
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "minitensor/runtime/launch.h"
@@ -641,6 +642,76 @@ TEST(Gemm, F32_DeepSplit_PassesTheMatrix) {
         }
       });
   EXPECT_GE(ran, 3 * 8 * 2 * 5);
+}
+
+// B along k copied along n first (Config::b_along_n): the dispatcher's pick where it copies (2048 rows), the
+// register-staged tiles of 128x128 and over unsplit and split (added by the second kernel and in a cluster),
+// over the matrix of for_each_matrix_case with the bias where B is stored n x k, against float64; guard bands
+// intact. Then batches with B per entry and broadcast, and a B along n, which refuses the copy.
+TEST(Gemm, F32_BAlongN_PassesTheMatrix) {
+  MT_REQUIRE_GPU();
+  using namespace detail::gemm;
+  const Device d = Device::cuda(0);
+  auto configs_for = [](const Problem& p) {
+    std::vector<Config> out;
+    const Config pick = choose(p, MathMode::FP32);
+    if (pick.b_along_n) out.push_back(pick);
+    for (const Config& c : {Config{Kernel::Simt256x128k16, 1, MathMode::FP32, SplitReduce::Kernel},
+                            Config{Kernel::Simt256x128, 3, MathMode::FP32, SplitReduce::Kernel},
+                            Config{Kernel::Simt128x128k16, 2, MathMode::FP32, SplitReduce::Cluster},
+                            Config{Kernel::Simt128x128x2, 4, MathMode::FP32, SplitReduce::Kernel},
+                            Config{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Kernel}}) {
+      Config bn = c;
+      bn.b_along_n = true;
+      if (can_implement(p, bn)) out.push_back(bn);
+    }
+    return out;
+  };
+  int ran = 0, picked = 0;
+  for_each_matrix_case(
+      {{127, 129, 255}, {300, 517, 64}, {2048, 264, 520}}, 93, true, d,
+      [&](const SweepOperands& o, Guarded& g, const Problem& p, const std::string& label) {
+        const std::vector<Config> configs = configs_for(p);
+        if (!b_repackable(p)) {
+          EXPECT_TRUE(configs.empty()) << label;
+          return;
+        }
+        if (p.m >= kBAlongNMinRows) {
+          EXPECT_TRUE(choose(p, MathMode::FP32).b_along_n) << label;
+          ++picked;
+        }
+        for (const Config& cfg : configs) {
+          SCOPED_TRACE(label + " " + config_name(cfg));
+          expect_config_matches(o, g, p, cfg, 1.0, d);
+          ++ran;
+        }
+      });
+  EXPECT_GE(ran, 3 * 2 * 2 * 3);  // 3 shapes x trans_a x both betas (B stored n x k, A in place): 3 or more each
+  EXPECT_GT(picked, 0);
+  // Batches of 3 over B stored n x k, per entry and broadcast, over a NaN-filled C.
+  const Tensor a = randn({3, 300, 260}, 94, d), bt = randn({3, 136, 260}, 95, d);
+  Tensor c = zeros({3, 300, 136}, DType::F32, d);
+  for (bool broadcast : {false, true}) {
+    Problem p = problem_2d(a.select(0, 0), bt.select(0, 0).t(), c.select(0, 0));
+    p.batch = 3;
+    p.a_sb = a.stride(0), p.b_sb = broadcast ? 0 : bt.stride(0), p.c_sb = c.stride(0);
+    const std::vector<Config> configs = configs_for(p);
+    EXPECT_GE(configs.size(), 3u);
+    for (const Config& cfg : configs) {
+      SCOPED_TRACE(config_name(cfg) + (broadcast ? " B broadcast" : ""));
+      c.fill_(std::numeric_limits<double>::quiet_NaN());
+      launch(p, cfg, detail::stream_for(d));
+      for (std::int64_t i = 0; i < 3; ++i)
+        expect_product(to_double(c.select(0, i)), to_double(a.select(0, i)),
+                       to_double(bt.select(0, broadcast ? 0 : i).t()));
+    }
+  }
+  // B along n: nothing to copy; the configuration cannot run, and launching it says so.
+  Problem along_n = problem_2d(a.select(0, 0), randn({260, 136}, 96, d), c.select(0, 0));
+  Config bn{Kernel::Simt128x128x2, 1, MathMode::FP32, SplitReduce::Kernel};
+  bn.b_along_n = true;
+  EXPECT_FALSE(can_implement(along_n, bn));
+  expect_error<InvalidArgument>([&] { launch(along_n, bn, detail::stream_for(d)); }, {"_bn", "cannot run"});
 }
 
 // GemmOptions::tune: the first call times the shortlist and records the winner in the file

@@ -51,6 +51,8 @@ constexpr int kTinyCMaxSplit = 64;
 constexpr int kSmallBatchMinM = 128;
 constexpr int kSmallBatchMinSplitK = 128;
 constexpr double kSmallBatchSwapGain = 0.2;
+// B along k is copied along n (Config::b_along_n) where each of its elements feeds this many FMAs or more.
+constexpr double kBAlongNMinRows = 2048;
 
 // The vector kernel (gemv.cu) runs products with at most kGemvMaxRows rows or columns. choose() gives it,
 // besides every vector operand, the thin products (dispatch.cpp, thin_product): vectors of K of at least

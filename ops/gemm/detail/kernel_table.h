@@ -82,6 +82,11 @@ struct Config {
   // problem.h), so a skinny N takes the small-M tiles. FP32 SIMT only, without a bias or a row softmax
   // (both run along C's rows); applied before packing.
   bool swap = false;
+  // SIMT fp32: first copy B, stored contiguous along k (x W^T with W a Linear's (out, in) weight), into
+  // scratch contiguous along n, the layout the register-staged tiles store to shared memory without a
+  // transpose: their loop over such a B runs at about 0.91 of its rate over B along n on big products, and
+  // the copy costs 8 bytes per element of B (b_repackable, pack_b_along_n). Not with `pack`.
+  bool b_along_n = false;
 };
 std::string config_name(const Config& c);
 

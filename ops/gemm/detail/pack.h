@@ -1,4 +1,5 @@
-// How Config::pack lays out a copied operand (ops/gemm/pack.cu); dispatch reads it to weigh the copy.
+// How Config::pack and Config::b_along_n lay out a copied operand (ops/gemm/pack.cu); dispatch reads it to
+// weigh the copy.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,25 @@ inline PackedLayout a_layout(const Problem& p) {
 inline PackedLayout b_layout(const Problem& p) {
   if (b_packs_along_k(p)) return {p.n, p.k, p.b_sn, p.b_sk, round4(p.k)};
   return {p.k, p.n, p.b_sk, p.b_sn, round4(p.n)};
+}
+
+// Config::b_along_n: B stored contiguous along k in whole 16-byte runs, A too (nothing else to pack), and no
+// wgmma-packed B.
+inline bool b_repackable(const Problem& p) {
+  return p.b_sk == 1 && p.b_sn != 1 && !p.b_packed && a_whole_runs(p) && b_whole_runs(p);
+}
+// B copied contiguous along n: k rows of n, padded to a multiple of 4 floats.
+inline PackedLayout b_layout_along_n(const Problem& p) {
+  return {p.k, p.n, p.b_sk, p.b_sn, round4(p.n)};
+}
+// `p` as the kernel sees it after that copy (b left null). Pure.
+inline Problem b_along_n_shape(const Problem& p) {
+  Problem q = p;
+  const PackedLayout l = b_layout_along_n(p);
+  q.b = nullptr;
+  q.b_sb = batches_of(p.b_sb, p.batch) > 1 ? l.rows * l.ld : 0;
+  q.b_sn = 1, q.b_sk = l.ld, q.b_padded = true;
+  return q;
 }
 
 }  // namespace mt::detail::gemm

@@ -5,8 +5,8 @@
 // the call takes choose()'s pick and a later uncaptured call tunes.
 //
 // The file: {"format": "minitensor-gemm-tune", "version": 1, "device": {"name", "sm_count", "driver",
-// "library"}, "entries": {key: {"kernel", "split_k", "math", "reduce", "staging", "pack", "swap", "ms"}}}
-// ("swap" may be absent: false). One device per file: a file written for another device, driver or library
+// "library"}, "entries": {key: {"kernel", "split_k", "math", "reduce", "staging", "pack", "swap", "b_along_n",
+// "ms"}}} ("swap" and "b_along_n" may be absent: false). One device per file: a file written for another device, driver or library
 // version, or one that does not parse, is ignored with one warning and replaced at the next write. Writes
 // merge with the file under an advisory lock and replace it atomically (a temporary file renamed over it), so
 // processes tuning at once lose nothing and readers never see half a file.
@@ -45,7 +45,7 @@ std::string tune_key(const Problem& p, MathMode math);
 // A configuration as text and back ({"kernel": name, ...} fields; see the file format above).
 std::optional<Config> config_from_fields(const std::string& kernel, int split_k, const std::string& math,
                                          const std::string& reduce, const std::string& staging, bool pack,
-                                         bool swap = false);
+                                         bool swap = false, bool b_along_n = false);
 
 // The configurations the tuner times for `p`: choose()'s pick first, then up to `max - 1` of candidates()
 // ranked by a rough model (share of tile area inside C, waves over the SMs, K per split, the tile's rate),

@@ -13,6 +13,7 @@
 
 #include "minitensor/ops/gemm/detail/dispatch.h"
 #include "minitensor/ops/gemm/detail/launch.h"
+#include "minitensor/ops/gemm/detail/pack.h"
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "tests/common/gpu.h"
 #include "tests/ops/gemm/problems.h"
@@ -205,6 +206,45 @@ TEST_P(GemmDispatchHopper, F32_WaveModelFillsClusterGapsWithTheReduceKernel) {
     EXPECT_EQ(got.split_k, c.split) << config_name(got);
     EXPECT_EQ(got.reduce, SplitReduce::Kernel) << config_name(got);
   }
+}
+
+// B along k (x W^T) is copied along n where each of its elements feeds kBAlongNMinRows FMAs or more and the
+// copied problem takes a register-staged tile of 128x128 or over: that problem's pick, with b_along_n.
+TEST_P(GemmDispatchHopper, F32_BAlongKUnderATallMIsCopiedAlongN) {
+  auto nt = [](int m, int n, int k, int batch = 1, bool broadcast = false) {
+    Problem p = dense(m, n, k, batch);
+    p.b_sk = 1, p.b_sn = k;
+    if (broadcast) p.b_sb = 0;
+    return p;
+  };
+  for (const Problem& p : {nt(8192, 4096, 4096), nt(2048, 768, 3072), nt(2048, 264, 520), nt(512, 3072, 1024, 4),
+                           nt(1024, 4096, 1024, 2, true)}) {
+    SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + " batch " +
+                 std::to_string(p.batch) + (p.b_sb == 0 ? " B broadcast" : ""));
+    const bool copies = double(p.m) * p.batch / batches_of(p.b_sb, p.batch) >= kBAlongNMinRows;
+    const Config got = pick(p);
+    EXPECT_EQ(got.b_along_n, copies) << config_name(got);
+    if (!copies) continue;
+    Config expect = pick(b_along_n_shape(p));
+    expect.b_along_n = true;
+    EXPECT_EQ(config_name(got), config_name(expect));
+    EXPECT_EQ(got.staging, Staging::Registers);
+    EXPECT_TRUE(can_implement(p, got, model()));
+  }
+  // Not copied: 1024 rows; B along n; A at an odd leading dimension (packed instead); a batch of 512 rows
+  // against B per entry; a short K that the short-K kernels take.
+  Problem odd_a = nt(4096, 4096, 4095);
+  odd_a.a_sm = 4095;
+  for (const Problem& p : {nt(1024, 4096, 4096), dense_rows(8192, 4096, 4096), odd_a, nt(4096, 4096, 8)})
+    EXPECT_FALSE(pick(p).b_along_n) << p.m << "x" << p.n << "x" << p.k << " " << config_name(pick(p));
+  // The configuration needs B along k in whole runs.
+  Config bn{Kernel::Simt256x128k16, 1, MathMode::FP32};
+  bn.b_along_n = true;
+  EXPECT_TRUE(can_implement(nt(8192, 4096, 4096), bn, model()));
+  EXPECT_FALSE(can_implement(dense_rows(8192, 4096, 4096), bn, model()));
+  EXPECT_FALSE(can_implement(odd_a, bn, model()));
+  bn.pack = true;  // both copies: refused (one pack scratch)
+  EXPECT_FALSE(can_implement(odd_a, bn, model()));
 }
 
 // The rules for M of 33-64 with a long K, skinny N under a tall M, short K over many tiles and few tiles on

@@ -64,7 +64,7 @@ std::string key_of(const std::string& prefix, int i) {
 
 bool same_config(const Config& x, const Config& y) {
   return x.kernel == y.kernel && x.split_k == y.split_k && x.math == y.math && x.reduce == y.reduce &&
-         x.staging == y.staging && x.pack == y.pack && x.swap == y.swap;
+         x.staging == y.staging && x.pack == y.pack && x.swap == y.swap && x.b_along_n == y.b_along_n;
 }
 
 // ---------------------------------------------------------------- key and text
@@ -110,6 +110,11 @@ TEST(GemmTune, EveryKernelRoundTripsThroughItsFields) {
   ASSERT_TRUE(swapped);
   EXPECT_TRUE(swapped->swap);
   EXPECT_FALSE(config_from_fields("gemv", 1, "fp32", "kernel", "registers", false)->swap);
+  const std::optional<Config> bn = config_from_fields("simt_256x128x16_w64x64_t16x8_s3", 1, "fp32", "kernel",
+                                                      "registers", false, false, true);
+  ASSERT_TRUE(bn);
+  EXPECT_TRUE(bn->b_along_n);
+  EXPECT_FALSE(bn->swap);
   EXPECT_FALSE(config_from_fields("no_such_kernel", 1, "fp32", "kernel", "registers", false));
   EXPECT_FALSE(config_from_fields("gemv", 0, "fp32", "kernel", "registers", false));
   EXPECT_FALSE(config_from_fields("gemv", 1, "fp16", "kernel", "registers", false));
@@ -159,12 +164,15 @@ TEST(GemmTune, Cache_RoundTrip) {
   const Config a{Kernel::SimtTma128x64, 2, MathMode::FP32, SplitReduce::Cluster, Staging::Tma};
   const Config b{Kernel::SmallK64x64, 1, MathMode::TF32};
   const Config c{Kernel::Simt32x128, 4, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync, false, true};
+  Config d{Kernel::Simt256x128k16, 1, MathMode::FP32};
+  d.b_along_n = true;
   {
     TuneCache cache(dir.file(), h100_device());
     EXPECT_FALSE(cache.find("k1"));  // no file yet: no warning
     cache.put("k1", a, 0.5);
     cache.put("k2 \"quoted\"\n", b, 0.25);
     cache.put("k4", c, 0.125);
+    cache.put("k5", d, 2.0);
     ASSERT_TRUE(cache.find("k1"));
     EXPECT_TRUE(same_config(*cache.find("k1"), a));
     EXPECT_EQ(cache.warnings(), 0);
@@ -176,13 +184,15 @@ TEST(GemmTune, Cache_RoundTrip) {
   EXPECT_TRUE(same_config(*again.find("k2 \"quoted\"\n"), b));
   ASSERT_TRUE(again.find("k4"));
   EXPECT_TRUE(same_config(*again.find("k4"), c));
+  ASSERT_TRUE(again.find("k5"));
+  EXPECT_TRUE(same_config(*again.find("k5"), d));
   EXPECT_FALSE(again.find("k3"));
-  EXPECT_EQ(again.size(), 3u);
+  EXPECT_EQ(again.size(), 4u);
   EXPECT_EQ(again.warnings(), 0);
   EXPECT_TRUE(dir.leftovers().empty());
 }
 
-// An entry written before configurations had "swap" reads as the product run as stated.
+// An entry written before configurations had "swap" (or "b_along_n") reads as the product run as stated.
 TEST(GemmTune, Cache_EntryWithoutSwapReadsAsUnswapped) {
   const TempPath dir("noswap");
   write_text(dir.file(),
@@ -194,6 +204,7 @@ TEST(GemmTune, Cache_EntryWithoutSwapReadsAsUnswapped) {
   ASSERT_TRUE(cache.find("k"));
   EXPECT_EQ(cache.find("k")->kernel, Kernel::Simt64x64);
   EXPECT_FALSE(cache.find("k")->swap);
+  EXPECT_FALSE(cache.find("k")->b_along_n);
   EXPECT_EQ(cache.warnings(), 0);
 }
 
