@@ -233,6 +233,14 @@ std::optional<Config> short_k_tiles(const Problem& p, MathMode math, const Devic
   return c;
 }
 
+// The split of K, doubled from 1 up to `max_split`, that brings `nblocks` blocks to about `target` with at
+// least `min_k` of K per split.
+int split_doubling(const Problem& p, std::int64_t nblocks, std::int64_t target, int min_k, int max_split = 32) {
+  int split = 1;
+  while (split < max_split && nblocks * split * 2 <= target && p.k / (split * 2) >= min_k) split *= 2;
+  return split;
+}
+
 // The split of K for one row of `tiles` 32-row tiles: a power of two up to 32, keeping kNarrowMinSplitK of K
 // a split, whose block count lies nearest kNarrowBlocksPerSm per SM on a log scale (a row of a few dozen
 // tiles needs deep splits to fill the card; H200 sweeps, bench/gemm/DESIGN.md, section 3c).
@@ -277,10 +285,7 @@ std::optional<Config> skinny_n_swap(const Problem& p, MathMode math, const Devic
 std::optional<Config> tiny_c_long_k(const Problem& p, MathMode math, const DeviceModel& model) {
   if (math != MathMode::FP32 || p.batch != 1 || std::min(p.m, p.n) > kTinyCMaxSide) return {};
   const std::int64_t tiles = std::int64_t{(p.m + 31) / 32} * ((p.n + 63) / 64);
-  const std::int64_t target = 2 * std::int64_t{model.sm_count};
-  int split = 1;
-  while (split < kTinyCMaxSplit && tiles * split * 2 <= target && p.k / (split * 2) >= kNarrowMinSplitK)
-    split *= 2;
+  const int split = split_doubling(p, tiles, 2 * std::int64_t{model.sm_count}, kNarrowMinSplitK, kTinyCMaxSplit);
   if (split <= 32) return {};
   const Config c{Kernel::Simt32x64, split, MathMode::FP32, SplitReduce::Kernel,
                  ring16_ready(p) ? Staging::CpAsync16 : Staging::CpAsync};
@@ -364,9 +369,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   };
   // Pick the split that brings the block count to about `target` with at least `min_k` of K per split.
   auto split_for = [&](std::int64_t nblocks, std::int64_t target, int min_k) {
-    int split = 1;
-    while (nblocks * split * 2 <= target && p.k / (split * 2) >= min_k && split < 32) split *= 2;
-    return split;
+    return split_doubling(p, nblocks, target, min_k);
   };
   // The largest split in {1, 2, 3, 4, 6, 8, 12, 16} up to `max_split` that keeps the block count within
   // `target` and at least `min_k` of K per split.
