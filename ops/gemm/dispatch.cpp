@@ -235,7 +235,8 @@ std::optional<Config> short_k_tiles(const Problem& p, MathMode math, const Devic
 
 // The split of K, doubled from 1 up to `max_split`, that brings `nblocks` blocks to about `target` with at
 // least `min_k` of K per split.
-int split_doubling(const Problem& p, std::int64_t nblocks, std::int64_t target, int min_k, int max_split = 32) {
+int split_doubling(const Problem& p, std::int64_t nblocks, std::int64_t target, int min_k,
+                   int max_split = 32) {
   int split = 1;
   while (split < max_split && nblocks * split * 2 <= target && p.k / (split * 2) >= min_k) split *= 2;
   return split;
@@ -278,14 +279,15 @@ std::optional<Config> skinny_n_swap(const Problem& p, MathMode math, const Devic
 
 // A C of a few 32x64 tiles (one side at most kTinyCMaxSide) over a long K: its blocks are K's splits, so K
 // splits past the other rules' cap of 32, up to kTinyCMaxSplit, to about two blocks per SM with at least
-// kNarrowMinSplitK of K each; on the 16-byte ring where A runs along k and B along n in aligned rows, else the
-// 4-byte ring, the splits added by the second kernel (H200, cuBLAS 1.0, on the 4-byte ring:
-// 11x80x14832 TN 0.60 at split 32, 0.89 at 64; 51x27x11677 0.69, 1.00; 96x40x12000 0.81 on 64x64 tiles
-// split 32, 1.15). nullopt where the split would stay at 32 or less: the other rules' picks hold there.
+// kNarrowMinSplitK of K each; on the 16-byte ring where A runs along k and B along n in aligned rows, else
+// the 4-byte ring, the splits added by the second kernel (H200, cuBLAS 1.0, on the 4-byte ring: 11x80x14832
+// TN 0.60 at split 32, 0.89 at 64; 51x27x11677 0.69, 1.00; 96x40x12000 0.81 on 64x64 tiles split 32, 1.15).
+// nullopt where the split would stay at 32 or less: the other rules' picks hold there.
 std::optional<Config> tiny_c_long_k(const Problem& p, MathMode math, const DeviceModel& model) {
   if (math != MathMode::FP32 || p.batch != 1 || std::min(p.m, p.n) > kTinyCMaxSide) return {};
   const std::int64_t tiles = std::int64_t{(p.m + 31) / 32} * ((p.n + 63) / 64);
-  const int split = split_doubling(p, tiles, 2 * std::int64_t{model.sm_count}, kNarrowMinSplitK, kTinyCMaxSplit);
+  const int split =
+      split_doubling(p, tiles, 2 * std::int64_t{model.sm_count}, kNarrowMinSplitK, kTinyCMaxSplit);
   if (split <= 32) return {};
   const Config c{Kernel::Simt32x64, split, MathMode::FP32, SplitReduce::Kernel,
                  ring16_ready(p) ? Staging::CpAsync16 : Staging::CpAsync};
@@ -607,7 +609,8 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
         if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Cluster;
         if (s == 1) continue;
         const double by_kernel = o.rate * inside * fill(b * s, 1) * p.k / (p.k + 32.0) * kernel_split_rate(s);
-        if (by_kernel > best) best = by_kernel, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Kernel;
+        if (by_kernel > best)
+          best = by_kernel, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Kernel;
       }
     }
   } else if (small_batch) {

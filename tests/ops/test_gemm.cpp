@@ -686,7 +686,8 @@ TEST(Gemm, F32_BAlongN_PassesTheMatrix) {
           ++ran;
         }
       });
-  EXPECT_GE(ran, 3 * 2 * 2 * 3);  // 3 shapes x trans_a x both betas (B stored n x k, A in place): 3 or more each
+  // 3 shapes x trans_a x both betas (B stored n x k, A in place), 3 configurations or more each.
+  EXPECT_GE(ran, 3 * 2 * 2 * 3);
   EXPECT_GT(picked, 0);
   // Batches of 3 over B stored n x k, per entry and broadcast, over a NaN-filled C.
   const Tensor a = randn({3, 300, 260}, 94, d), bt = randn({3, 136, 260}, 95, d);

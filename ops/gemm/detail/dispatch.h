@@ -31,10 +31,10 @@ constexpr double kShortTileBigC = 1 << 22;
 constexpr int kShortTileRingMinM = 512;
 // One row of 32x128 tiles (a single product with M of at most 32 and at least kNarrowMinTiles such tiles)
 // splits K to the block count nearest kNarrowBlocksPerSm per SM, with at least kNarrowMinSplitK of K a split
-// (dispatch.cpp, split_nearest); fewer tiles keep the few-tiles rule's 32x64 tiles, and so do rows of under 32
-// tiles whose split leaves them under a block per SM (a short K caps it). A single fp32 product
-// with N of at most kSwapMaxN under M of at least kSwapMinM, no bias and no row softmax, runs as its
-// transpose (Config::swap) on such a row over C^T (skinny_n_swap).
+// (dispatch.cpp, split_nearest); fewer tiles keep the few-tiles rule's 32x64 tiles, and so do rows of under
+// 32 tiles whose split leaves them under a block per SM (a short K caps it). A single fp32 product with N of
+// at most kSwapMaxN under M of at least kSwapMinM, no bias and no row softmax, runs as its transpose
+// (Config::swap) on such a row over C^T (skinny_n_swap).
 constexpr int kNarrowBlocksPerSm = 4;
 constexpr int kNarrowMinSplitK = 64;
 constexpr int kNarrowMinTiles = 8;

@@ -28,8 +28,8 @@ void launch_splitk_reduce(const Problem& p, const float* ws, int splits, cudaStr
 // Copies the operands pack_shape replaces into the stream's scratch; returns the problem that reads them
 // (ops/gemm/pack.cu).
 Problem pack_operands(const Problem& p, cudaStream_t stream);
-// Copies B into the stream's pack scratch contiguous along n (Config::b_along_n; b_along_n_shape); returns the
-// problem that reads it.
+// Copies B into the stream's pack scratch contiguous along n (Config::b_along_n; b_along_n_shape); returns
+// the problem that reads it.
 Problem pack_b_along_n(const Problem& p, cudaStream_t stream);
 
 }  // namespace mt::detail::gemm

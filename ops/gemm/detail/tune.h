@@ -5,11 +5,12 @@
 // the call takes choose()'s pick and a later uncaptured call tunes.
 //
 // The file: {"format": "minitensor-gemm-tune", "version": 1, "device": {"name", "sm_count", "driver",
-// "library"}, "entries": {key: {"kernel", "split_k", "math", "reduce", "staging", "pack", "swap", "b_along_n",
-// "ms"}}} ("swap" and "b_along_n" may be absent: false). One device per file: a file written for another device, driver or library
-// version, or one that does not parse, is ignored with one warning and replaced at the next write. Writes
-// merge with the file under an advisory lock and replace it atomically (a temporary file renamed over it), so
-// processes tuning at once lose nothing and readers never see half a file.
+// "library"}, "entries": {key: {"kernel", "split_k", "math", "reduce", "staging", "pack", "swap",
+// "b_along_n", "ms"}}} ("swap" and "b_along_n" may be absent: false). One device per file: a file written for
+// another device, driver or library version, or one that does not parse, is ignored with one warning and
+// replaced at the next write. Writes merge with the file under an advisory lock and replace it atomically (a
+// temporary file renamed over it), so processes tuning at once lose nothing and readers never see half a
+// file.
 #pragma once
 
 #include <cuda_runtime_api.h>

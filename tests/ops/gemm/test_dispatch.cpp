@@ -179,7 +179,8 @@ TEST_P(GemmDispatchHopper, F32_MidGridsTakeTheWaveModel) {
 }
 
 // The wave model adds the splits with the second kernel where cluster sizes leave SMs out of every wave and
-// one block per SM fills them: the transformer products below a wave of 256x128 tiles (x W^T, B stored n x k).
+// one block per SM fills them: the transformer products below a wave of 256x128 tiles (x W^T, B stored n x
+// k).
 TEST_P(GemmDispatchHopper, F32_WaveModelFillsClusterGapsWithTheReduceKernel) {
   struct Case {
     int m, n, k;
@@ -217,8 +218,8 @@ TEST_P(GemmDispatchHopper, F32_BAlongKUnderATallMIsCopiedAlongN) {
     if (broadcast) p.b_sb = 0;
     return p;
   };
-  for (const Problem& p : {nt(8192, 4096, 4096), nt(2048, 768, 3072), nt(2048, 264, 520), nt(512, 3072, 1024, 4),
-                           nt(1024, 4096, 1024, 2, true)}) {
+  for (const Problem& p : {nt(8192, 4096, 4096), nt(2048, 768, 3072), nt(2048, 264, 520),
+                           nt(512, 3072, 1024, 4), nt(1024, 4096, 1024, 2, true)}) {
     SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + " batch " +
                  std::to_string(p.batch) + (p.b_sb == 0 ? " B broadcast" : ""));
     const bool copies = double(p.m) * p.batch / batches_of(p.b_sb, p.batch) >= kBAlongNMinRows;
@@ -624,8 +625,8 @@ TEST_P(GemmDispatchHopper, F32_FewRowsSplitToFourBlocksPerSm) {
 TEST_P(GemmDispatchHopper, F32_TinyCLongKSplitsPast32) {
   Problem tn = dense_rows(11, 80, 14832);
   tn.a_sm = 1, tn.a_sk = 11;
-  for (const Problem& p : {tn, dense_rows(51, 27, 11677), dense_rows(96, 40, 12000), dense_rows(20, 100, 20000),
-                           dense_rows(3, 17, 9022), dense_rows(64, 128, 8192)}) {
+  for (const Problem& p : {tn, dense_rows(51, 27, 11677), dense_rows(96, 40, 12000),
+                           dense_rows(20, 100, 20000), dense_rows(3, 17, 9022), dense_rows(64, 128, 8192)}) {
     const Config c = pick(p);
     SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + ": " +
                  config_name(c));
