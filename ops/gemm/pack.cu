@@ -107,14 +107,13 @@ Problem pack_shape(const Problem& p) {
     else
       q.a_sm = l.ld, q.a_sk = 1;
   }
-  if (!b_whole_runs(p)) {
+  if (!b_whole_runs(p) && !b_packs_along_k(p)) {
+    read_b_along_n(q, p);  // the layout Config::b_along_n copies to
+  } else if (!b_whole_runs(p)) {
     const PackedLayout l = b_layout(p);
     q.b = nullptr;
     q.b_sb = batches_of(p.b_sb, p.batch) > 1 ? l.rows * l.ld : 0;
-    if (b_packs_along_k(p))
-      q.b_sn = l.ld, q.b_sk = 1;
-    else
-      q.b_sn = 1, q.b_sk = l.ld, q.b_padded = true;
+    q.b_sn = l.ld, q.b_sk = 1;
   }
   return q;
 }

@@ -29,13 +29,24 @@ inline bool a_packs_along_m(const Problem& p) {
 inline bool b_packs_along_k(const Problem& p) {
   return p.b_sk == 1 && p.b_sn != 1;
 }
+// B copied contiguous along n: k rows of n, padded to a multiple of 4 floats.
+inline PackedLayout b_layout_along_n(const Problem& p) {
+  return {p.k, p.n, p.b_sk, p.b_sn, round4(p.n)};
+}
+// q's B set to read a copy of p's B along n (b left null for the caller to place).
+inline void read_b_along_n(Problem& q, const Problem& p) {
+  const PackedLayout l = b_layout_along_n(p);
+  q.b = nullptr;
+  q.b_sb = batches_of(p.b_sb, p.batch) > 1 ? l.rows * l.ld : 0;
+  q.b_sn = 1, q.b_sk = l.ld, q.b_padded = true;
+}
 inline PackedLayout a_layout(const Problem& p) {
   if (a_packs_along_m(p)) return {p.k, p.m, p.a_sk, p.a_sm, round4(p.m)};
   return {p.m, p.k, p.a_sm, p.a_sk, round4(p.k)};
 }
 inline PackedLayout b_layout(const Problem& p) {
   if (b_packs_along_k(p)) return {p.n, p.k, p.b_sn, p.b_sk, round4(p.k)};
-  return {p.k, p.n, p.b_sk, p.b_sn, round4(p.n)};
+  return b_layout_along_n(p);
 }
 
 // Config::b_along_n: B stored contiguous along k in whole 16-byte runs, A too (nothing else to pack), and no
@@ -43,17 +54,10 @@ inline PackedLayout b_layout(const Problem& p) {
 inline bool b_repackable(const Problem& p) {
   return p.b_sk == 1 && p.b_sn != 1 && !p.b_packed && a_whole_runs(p) && b_whole_runs(p);
 }
-// B copied contiguous along n: k rows of n, padded to a multiple of 4 floats.
-inline PackedLayout b_layout_along_n(const Problem& p) {
-  return {p.k, p.n, p.b_sk, p.b_sn, round4(p.n)};
-}
-// `p` as the kernel sees it after that copy (b left null). Pure.
+// `p` as the kernel sees it after Config::b_along_n's copy (b left null). Pure.
 inline Problem b_along_n_shape(const Problem& p) {
   Problem q = p;
-  const PackedLayout l = b_layout_along_n(p);
-  q.b = nullptr;
-  q.b_sb = batches_of(p.b_sb, p.batch) > 1 ? l.rows * l.ld : 0;
-  q.b_sn = 1, q.b_sk = l.ld, q.b_padded = true;
+  read_b_along_n(q, p);
   return q;
 }
 
