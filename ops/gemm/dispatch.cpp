@@ -399,9 +399,12 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   // Whether 256x128 tiles leave edge tiles (partly outside C).
   const bool edges256 = p.m % 256 != 0 || p.n % 128 != 0;
-  // A batch of small products (each at most 512 on every side) over at least a wave of 64x64 tiles: the
-  // batched rule below, before the skinny-N rules (whose 128-row tiles lie largely outside such products).
-  const bool small_batch = p.batch > 1 && p.m <= 512 && p.n <= 512 && p.k <= 512 && blocks(64, 64) >= sms;
+  // A batch of small products (each at most 512 on every side) over at least half a wave of 64x64 tiles:
+  // the batched rule below, before the few-tiles rule (whose split to four blocks per SM leaves a few dozen
+  // of K a block: 8x(245x225x134) 0.63x cuBLAS split 4 in a cluster, 0.98x unsplit; H200) and the skinny-N
+  // rules (whose 128-row tiles lie largely outside such products).
+  const bool small_batch =
+      p.batch > 1 && p.m <= 512 && p.n <= 512 && p.k <= 512 && 2 * blocks(64, 64) >= sms;
   Config c;
   c.math = math;
   // The reduction of split K where a rule names one; the others get the default rule at the end.
@@ -492,7 +495,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       // 128 of K per block, so the blocks fill the card.
       if (blocks(32, 128) * c.split_k < sms) c.split_k = split_for(blocks(32, 128), 4 * sms, 128);
     }
-  } else if (blocks(64, 64) < sms) {
+  } else if (blocks(64, 64) < sms && !small_batch) {
     if (runs16 && p.k >= 512 && p.m >= 128 && p.n >= 128) {
       // Few output tiles but K of 512 or more: the 16-deep register-staged tile, K split to one wave and
       // added by a second kernel.
@@ -663,6 +666,32 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     const bool stageable = a_reg_stageable(p) && b_reg_stageable(p);
     c.kernel = stageable || b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
     c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
+    if (c.kernel == Kernel::Simt128x128x2 && p.k >= 512) {
+      // K of 512 or more: a wave model over the two 128x128 tiles and the splits added by the second
+      // kernel, as in the rules above (kernel_split_rate, times ks / (ks + 32) for each block's fixed cost
+      // at ks of K a split). The two-per-SM tile's waves hold two blocks an SM, and an SM left with one
+      // block runs it at kLoneBlockRate of its two-block throughput, so a last wave under one block per SM
+      // costs 1 / kLoneBlockRate of a block's time, not 2; the 16-deep tile holds one block an SM at
+      // kDeepTileRate of the two-per-SM tile's rate. (Odd extents over few tiles, H200: 99x11863x5754 0.62x
+      // cuBLAS at split 2 of the two-per-SM tile, 0.81x at split 8, 0.84x on the 16-deep tile split 4.)
+      const std::int64_t tiles = blocks(128, 128);
+      auto paired = [&](std::int64_t b) {
+        const std::int64_t slots = 2 * std::int64_t{sms}, rest = b % slots;
+        const double time = 2.0 * double(b / slots) + (rest == 0     ? 0.0
+                                                       : rest <= sms ? 1 / kLoneBlockRate
+                                                                     : 2.0);
+        return double(b) / (double(sms) * time);
+      };
+      double best = 0;
+      for (int s : {1, 2, 3, 4, 6, 8, 12, 16}) {
+        if (s > 1 && p.k / s < 256) break;
+        const double ks = double(p.k) / s, cost = kernel_split_rate(s) * ks / (ks + 32);
+        const double two = paired(tiles * s) * cost, deep = kDeepTileRate * fill(tiles * s, 1) * cost;
+        if (two > best) best = two, c.kernel = Kernel::Simt128x128x2, c.split_k = s;
+        if (deep > best) best = deep, c.kernel = Kernel::Simt128x128k16, c.split_k = s;
+      }
+      if (c.split_k > 1) reduce = SplitReduce::Kernel;
+    }
   }
   // Where no rule named the reduction: short K ranges per block (and the 16-deep register-staged tile at any
   // K) reduce the splits of a tile in one cluster; other long ranges leave them to a second kernel over every

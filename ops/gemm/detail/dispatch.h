@@ -51,6 +51,11 @@ constexpr int kTinyCMaxSplit = 64;
 constexpr int kSmallBatchMinM = 128;
 constexpr int kSmallBatchMinSplitK = 128;
 constexpr double kSmallBatchSwapGain = 0.2;
+// The 128x128 tiles of choose()'s last rule at K of 512 or more: an SM holding one block of the two-per-SM
+// tile runs it at kLoneBlockRate of its two-block throughput; the 16-deep tile (one block an SM) runs at
+// kDeepTileRate of the two-per-SM tile's rate (dispatch.cpp; H200 sweeps, bench/gemm/DESIGN.md).
+constexpr double kLoneBlockRate = 0.75;
+constexpr double kDeepTileRate = 0.97;
 // B along k is copied along n (Config::b_along_n) where each of its elements feeds this many FMAs or more.
 constexpr double kBAlongNMinRows = 2048;
 

@@ -209,6 +209,50 @@ TEST_P(GemmDispatchHopper, F32_WaveModelFillsClusterGapsWithTheReduceKernel) {
   }
 }
 
+// Operands not in whole 16-byte runs (odd extents) at K of 512 or more: the last rule's wave model over the
+// two-per-SM and the 16-deep 128x128 tiles, the splits added by the second kernel (H200 sweeps: the picks
+// below were the fastest 128x128 configurations of their shapes).
+TEST_P(GemmDispatchHopper, F32_OddExtentsTakeTheTwoTileWaveModel) {
+  struct Case {
+    int m, n, k;
+    bool tb;
+    Kernel kernel;
+    int split;
+  };
+  for (const Case& c : {
+           // 93 tiles, one row: split 4 fills 94 % of three waves of one block an SM; split 2 of the
+           // two-per-SM tile leaves 78 SMs with one block.
+           Case{99, 11863, 5754, false, Kernel::Simt128x128k16, 4},
+           Case{109, 5875, 13191, true, Kernel::Simt128x128k16, 8},
+           // 118 tiles: one block on 118 of 132 SMs, unsplit.
+           Case{7511, 187, 4117, false, Kernel::Simt128x128k16, 1},
+           // 228 tiles fill 86 % of a wave of two blocks an SM: the two-per-SM tile, unsplit.
+           Case{176, 14486, 2656, false, Kernel::Simt128x128x2, 1},
+       }) {
+    Problem p = dense_rows(c.m, c.n, c.k);
+    if (c.tb) p.b_sk = 1, p.b_sn = c.k;
+    const Config got = pick(p);
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
+    EXPECT_EQ(got.kernel, c.kernel) << config_name(got);
+    EXPECT_EQ(got.split_k, c.split) << config_name(got);
+    if (c.split > 1) EXPECT_EQ(got.reduce, SplitReduce::Kernel) << config_name(got);
+  }
+}
+
+// A batch of small products over half a wave of 64x64 tiles or more takes the batched rule, whose split keeps
+// kSmallBatchMinSplitK of K a block (8x(245x225x134): 128 tiles, unsplit; the few-tiles rule split it 4 ways
+// in a cluster).
+TEST_P(GemmDispatchHopper, F32_SmallBatchOverHalfAWaveTakesTheBatchedRule) {
+  for (const Problem& p : {dense(245, 225, 134, 8), dense(480, 138, 157, 5), dense(176, 74, 168, 17)}) {
+    const Config c = pick(p);
+    EXPECT_EQ(c.kernel, Kernel::Simt64x64) << config_name(c);
+    EXPECT_EQ(c.staging, Staging::CpAsync) << config_name(c);
+    EXPECT_EQ(c.split_k, 1) << config_name(c);
+  }
+  // Under half a wave of 64x64 tiles the few-tiles rule still splits K.
+  EXPECT_GT(pick(dense(245, 225, 134, 4)).split_k, 1);
+}
+
 // B along k (x W^T) is copied along n where each of its elements feeds kBAlongNMinRows FMAs or more and the
 // copied problem takes a register-staged tile of 128x128 or over: that problem's pick, with b_along_n.
 TEST_P(GemmDispatchHopper, F32_BAlongKUnderATallMIsCopiedAlongN) {
