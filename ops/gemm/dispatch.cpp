@@ -399,12 +399,13 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   // Whether 256x128 tiles leave edge tiles (partly outside C).
   const bool edges256 = p.m % 256 != 0 || p.n % 128 != 0;
-  // A batch of small products (each at most 512 on every side) over at least half a wave of 64x64 tiles:
-  // the batched rule below, before the few-tiles rule (whose split to four blocks per SM leaves a few dozen
-  // of K a block: 8x(245x225x134) 0.63x cuBLAS split 4 in a cluster, 0.98x unsplit; H200) and the skinny-N
-  // rules (whose 128-row tiles lie largely outside such products).
-  const bool small_batch =
-      p.batch > 1 && p.m <= 512 && p.n <= 512 && p.k <= 512 && 2 * blocks(64, 64) >= sms;
+  // A batch of small products (each at most 512 on every side) over at least a wave of 64x64 tiles, or
+  // over half a wave with K under kSmallBatchShortK: the batched rule below, before the few-tiles rule (whose
+  // split to four blocks per SM leaves under 48 of K a block there: 8x(245x225x134) 0.63x cuBLAS split 4 in
+  // a cluster, 0.98x unsplit; 5x(336x129x222) 1.03x split 4, 0.88x unsplit; H200) and the skinny-N rules
+  // (whose 128-row tiles lie largely outside such products).
+  const bool small_batch = p.batch > 1 && p.m <= 512 && p.n <= 512 && p.k <= 512 &&
+                           (blocks(64, 64) >= sms || (2 * blocks(64, 64) >= sms && p.k < kSmallBatchShortK));
   Config c;
   c.math = math;
   // The reduction of split K where a rule names one; the others get the default rule at the end.

@@ -45,12 +45,14 @@ constexpr int kSwapMinM = 256;
 // tiny_c_long_k).
 constexpr int kTinyCMaxSide = 64;
 constexpr int kTinyCMaxSplit = 64;
-// A batch of small products (at most 512 on every side) takes 64x64 tiles on the cp.async ring, or 32x64
-// under kSmallBatchMinM rows where those waste fewer rows, K split down to kSmallBatchMinSplitK of K; it runs
-// swapped where that puts kSmallBatchSwapGain more of the tiles' area inside C (dispatch.cpp).
+// A batch of small products (at most 512 on every side) over a wave of 64x64 tiles, or over half a wave with K
+// under kSmallBatchShortK, takes 64x64 tiles on the cp.async ring, or 32x64 under kSmallBatchMinM rows where
+// those waste fewer rows, K split down to kSmallBatchMinSplitK of K; it runs swapped where that puts
+// kSmallBatchSwapGain more of the tiles' area inside C (dispatch.cpp).
 constexpr int kSmallBatchMinM = 128;
 constexpr int kSmallBatchMinSplitK = 128;
 constexpr double kSmallBatchSwapGain = 0.2;
+constexpr int kSmallBatchShortK = 192;
 // The 128x128 tiles of choose()'s last rule at K of 512 or more: an SM holding one block of the two-per-SM
 // tile runs it at kLoneBlockRate of its two-block throughput; the 16-deep tile (one block an SM) runs at
 // kDeepTileRate of the two-per-SM tile's rate (dispatch.cpp; H200 sweeps, bench/gemm/DESIGN.md).

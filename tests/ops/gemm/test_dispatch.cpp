@@ -239,9 +239,9 @@ TEST_P(GemmDispatchHopper, F32_OddExtentsTakeTheTwoTileWaveModel) {
   }
 }
 
-// A batch of small products over half a wave of 64x64 tiles or more takes the batched rule, whose split keeps
-// kSmallBatchMinSplitK of K a block (8x(245x225x134): 128 tiles, unsplit; the few-tiles rule split it 4 ways
-// in a cluster).
+// A batch of small products over half a wave of 64x64 tiles with K under kSmallBatchShortK takes the batched
+// rule, whose split keeps kSmallBatchMinSplitK of K a block (8x(245x225x134): 128 tiles, unsplit; the
+// few-tiles rule split it 4 ways in a cluster). From kSmallBatchShortK of K the few-tiles rule splits K.
 TEST_P(GemmDispatchHopper, F32_SmallBatchOverHalfAWaveTakesTheBatchedRule) {
   for (const Problem& p : {dense(245, 225, 134, 8), dense(480, 138, 157, 5), dense(176, 74, 168, 17)}) {
     const Config c = pick(p);
@@ -249,8 +249,10 @@ TEST_P(GemmDispatchHopper, F32_SmallBatchOverHalfAWaveTakesTheBatchedRule) {
     EXPECT_EQ(c.staging, Staging::CpAsync) << config_name(c);
     EXPECT_EQ(c.split_k, 1) << config_name(c);
   }
-  // Under half a wave of 64x64 tiles the few-tiles rule still splits K.
+  // Under half a wave of 64x64 tiles, or with K of kSmallBatchShortK, the few-tiles rule still splits K.
   EXPECT_GT(pick(dense(245, 225, 134, 4)).split_k, 1);
+  EXPECT_GT(pick(dense(336, 129, kSmallBatchShortK, 5)).split_k, 1);
+  EXPECT_EQ(pick(dense(336, 129, kSmallBatchShortK - 1, 5)).split_k, 1);
 }
 
 // B along k (x W^T) is copied along n where each of its elements feeds kBAlongNMinRows FMAs or more and the
