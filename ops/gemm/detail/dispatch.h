@@ -45,10 +45,10 @@ constexpr int kSwapMinM = 256;
 // tiny_c_long_k).
 constexpr int kTinyCMaxSide = 64;
 constexpr int kTinyCMaxSplit = 64;
-// A batch of small products (at most 512 on every side) over a wave of 64x64 tiles, or over half a wave with K
-// under kSmallBatchShortK, takes 64x64 tiles on the cp.async ring, or 32x64 under kSmallBatchMinM rows where
-// those waste fewer rows, K split down to kSmallBatchMinSplitK of K; it runs swapped where that puts
-// kSmallBatchSwapGain more of the tiles' area inside C (dispatch.cpp).
+// A batch of small products (at most 512 on every side) over a wave of 64x64 tiles, or over half a wave
+// with K under kSmallBatchShortK, takes 64x64 tiles on the cp.async ring, or 32x64 under kSmallBatchMinM
+// rows where those waste fewer rows, K split down to kSmallBatchMinSplitK of K; it runs swapped where that
+// puts kSmallBatchSwapGain more of the tiles' area inside C (dispatch.cpp).
 constexpr int kSmallBatchMinM = 128;
 constexpr int kSmallBatchMinSplitK = 128;
 constexpr double kSmallBatchSwapGain = 0.2;
