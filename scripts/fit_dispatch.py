@@ -14,24 +14,41 @@ more (the rule's candidates):
     - the two-per-SM tile (simt_128x128x8_..._2cta): rate 1; waves of two blocks an SM, and a last wave of at
       most one block per SM takes 1 / lone of a block's time (kLoneBlockRate);
     - the 16-deep tile (simt_128x128x16_...): rate deep (kDeepTileRate); waves of one block an SM;
-    - split s of K: (a - b * s / K) * ks / (ks + 32), ks = K / s (kernel_split_rate; 1 unsplit).
+    - split s of K: (a - b * s / K) * ks / (ks + fixed), ks = K / s (kernel_split_rate, a = kSplitRateBase,
+      b = kSplitRateSlope; fixed = kBlockFixedK, not refit).
 
 Each shape's ratios to cuBLAS are compared up to a factor of their own (cuBLAS's rate differs by shape), so
 only the model's ranking within a shape counts: the fit minimises the squared log error after removing each
-shape's mean. It prints the best (lone, deep, a, b) on a grid, the error of the values in the source beside
-it, and with --verbose every row's measured and predicted ratio.
+shape's mean. It prints the best (lone, deep, a, b) on a grid, the error of the values in the source
+(read from ops/gemm/detail/dispatch.h) beside it, and with --verbose every row's measured and predicted ratio.
 """
 import argparse
 import math
+import os
 import re
 import sys
 
-SOURCE = {"lone": 0.75, "deep": 0.97, "a": 0.945, "b": 33.0}
+HEADER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops", "gemm", "detail",
+                           "dispatch.h")
+NAMES = {"lone": "kLoneBlockRate", "deep": "kDeepTileRate", "a": "kSplitRateBase", "b": "kSplitRateSlope",
+         "fixed": "kBlockFixedK"}
 TWO = "simt_128x128x8_w64x32_t8x8_s4_2cta"
 DEEP = "simt_128x128x16_w64x32_t8x8_s3"
 HEADER = re.compile(r"^sweep (?:(\d+)x\()?(\d+)x(\d+)x(\d+)\)?(?: (NT|TN|TT))? (\S+): ")
 ROW = re.compile(r"^  \. (\S+)\s+[\d.]+ TFLOP/s\s+([\d.]+)x cublas")
 CONFIG = re.compile(r"^(%s|%s)(?:_splitk(\d+)_reducekernel)?$" % (TWO, DEEP))
+
+
+def source_constants(path=HEADER_FILE):
+    """The constants as the source has them (ops/gemm/detail/dispatch.h)."""
+    text = open(path).read()
+    values = {}
+    for key, name in NAMES.items():
+        m = re.search(r"constexpr double %s = ([\d.]+);" % name, text)
+        if not m:
+            sys.exit("fit_dispatch: %s not found in %s" % (name, path))
+        values[key] = float(m.group(1))
+    return values
 
 
 def read(paths):
@@ -76,7 +93,7 @@ def predict(shape, tile, split, p, sms):
     else:
         busy, rate = blocks / (-(-blocks // sms) * sms), p["deep"]
     ks = k / split
-    cost = (1.0 if split == 1 else p["a"] - p["b"] * split / k) * ks / (ks + 32)
+    cost = (1.0 if split == 1 else p["a"] - p["b"] * split / k) * ks / (ks + p["fixed"])
     return rate * busy * cost
 
 
@@ -101,6 +118,7 @@ def main():
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
+    source = source_constants()
     shapes = {s: m for s, m in read(args.logs).items() if not whole_runs(s) and len(m) >= 2}
     if not shapes:
         sys.exit("fit_dispatch: no shape without whole runs with two or more 128x128 rows in the logs")
@@ -110,20 +128,20 @@ def main():
         for deep in frange(0.85, 1.10, 0.01):
             for a in frange(0.85, 1.0, 0.015):
                 for b in frange(0.0, 80.0, 8.0):
-                    p = {"lone": lone, "deep": deep, "a": a, "b": b}
+                    p = {"lone": lone, "deep": deep, "a": a, "b": b, "fixed": source["fixed"]}
                     e = error(shapes, p, args.sms)
                     if best is None or e < best[0]:
                         best = (e, p)
     e, p = best
     fmt = "lone %.2f  deep %.2f  a %.3f  b %.0f"
     print(("fit:    " + fmt + "  rms log error %.4f") % (p["lone"], p["deep"], p["a"], p["b"], e))
-    print(("source: " + fmt + "  rms log error %.4f") % (SOURCE["lone"], SOURCE["deep"], SOURCE["a"],
-                                                         SOURCE["b"], error(shapes, SOURCE, args.sms)))
+    print(("source: " + fmt + "  rms log error %.4f") % (source["lone"], source["deep"], source["a"],
+                                                         source["b"], error(shapes, source, args.sms)))
     if args.verbose:
         for shape, meas in sorted(shapes.items()):
             batch, m, n, k, layout = shape
             print("%dx(%dx%dx%d) %s" % (batch, m, n, k, layout))
-            pred = {c: predict(shape, c[0], c[1], SOURCE, args.sms) for c in meas}
+            pred = {c: predict(shape, c[0], c[1], source, args.sms) for c in meas}
             scale = math.exp(sum(math.log(meas[c] / pred[c]) for c in meas) / len(meas))
             for c in sorted(meas, key=lambda c: -meas[c]):
                 name = ("2cta" if c[0] == TWO else "k16") + " s%d" % c[1]

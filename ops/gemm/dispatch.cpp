@@ -394,7 +394,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   };
   // The rate of K split `s` ways with the splits added by the second kernel, against the unsplit rate over
   // the same slots: a fit to H100 sweeps of the 256x128 tile (bench/gemm/DESIGN.md (dispatch)).
-  auto kernel_split_rate = [&](int s) { return s == 1 ? 1.0 : 0.945 - 33.0 * s / p.k; };
+  auto kernel_split_rate = [&](int s) { return s == 1 ? 1.0 : kSplitRateBase - kSplitRateSlope * s / p.k; };
   // Register-staged with 16-byte loads for every operand run.
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   // Whether 256x128 tiles leave edge tiles (partly outside C).
@@ -434,17 +434,17 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // M of 33-64 against a big B (the projections of a few dozen tokens): one row of 64-row tiles, so each
     // operand is read once, and K split deep. Tile and split from the wave model: the tile's own rate, times
     // the share of its waves' slots the blocks fill (64x256 tiles two per SM, 64x128 three), times
-    // ks / (ks + 32) for ks of K per split, at least 96. The splits reduce as the rule at the end says.
-    // (The 32-row tiles below read B twice and filled a third of the card here; bench/gemm/DESIGN.md.)
+    // ks / (ks + kBlockFixedK) for ks of K per split, at least 96. The splits reduce as the rule at the end
+    // says. (The 32-row tiles below read B twice and filled a third of the card here; bench/gemm/DESIGN.md.)
     double best = 0;
     for (const TileOption o :
-         {TileOption{Kernel::Simt64x256, 1.0, 2}, TileOption{Kernel::Simt64x128, 0.9, 3}}) {
+         {TileOption{Kernel::Simt64x256, 1.0, 2}, TileOption{Kernel::Simt64x128, kTile64x128Rate, 3}}) {
       if (o.kernel == Kernel::Simt64x256 && !vector_runs(p)) continue;
       const std::int64_t tiles = blocks(64, tile_of(o.kernel).bn);
       for (int s : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
         const double ks = double(p.k) / s;
         if (ks < 96) break;
-        const double rate = o.rate * fill(tiles * s, o.per_sm) * ks / (ks + 32);
+        const double rate = o.rate * fill(tiles * s, o.per_sm) * ks / (ks + kBlockFixedK);
         if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s;
       }
     }
@@ -567,10 +567,10 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     } else if (filled(1) < 0.9) {
       // A last wave that leaves SMs idle (under 90 % of the waves' slots filled): K split in 2 or 3 where
       // that fills enough more of them, the 8-deep tile, the splits added by the second kernel. A split runs
-      // at about 0.945 - 33 * split / K of the unsplit rate against the slots it fills (a fit; see
-      // bench/gemm/DESIGN.md (dispatch)), and must promise 2 % to be taken.
+      // at kernel_split_rate of the unsplit rate against the slots it fills (a fit; see bench/gemm/DESIGN.md
+      // (dispatch)), and must promise kSplitMinGain to be taken.
       int best = 1;
-      double best_rate = 1.02 * filled(1);
+      double best_rate = kSplitMinGain * filled(1);
       for (int s : {2, 3}) {
         const double rate = filled(s) * kernel_split_rate(s);
         if (p.k / s >= 256 && tiles * s <= 16 * sms && rate > best_rate) best = s, best_rate = rate;
@@ -584,13 +584,12 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   } else if (runs16 && p.k >= 512) {
     // Under 3/4 of a wave of 256x128 tiles with K of 512 or more: the wave model. Both tiles hold one block
     // per SM. A configuration's rate is the product of
-    // - its tile's own rate (the 128x128 tile's is 0.95 of the 256x128 tile's);
+    // - its tile's own rate (the 128x128 tile's is kTile128Rate of the 256x128 tile's);
     // - the share of its tiles' area inside C;
     // - the share of the SMs its blocks keep busy over their waves;
     // - what the split costs, by its reduction:
     //   - in a cluster: a wave is as many blocks as fit in whole clusters (DeviceModel::slots), and ks / (ks
-    //     + 32) for ks of K per split: each block's fixed cost and its share of the reduction come to about
-    //     32 of K;
+    //     + kBlockFixedK) for ks of K per split: each block's fixed cost and its share of the reduction;
     //   - by the second kernel: a wave is a block per SM, and the split runs at kernel_split_rate. Where
     //     cluster sizes leave SMs out of every wave this fills them (H200, 2048x768x3072: 128x128 split 4
     //     0.95x cuBLAS, 0.74x in a cluster, whose 384 blocks take four waves of 120).
@@ -600,7 +599,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);
     double best = 0;
     for (const TileOption o :
-         {TileOption{Kernel::Simt256x128, 1.0}, TileOption{Kernel::Simt128x128k16, 0.95}}) {
+         {TileOption{Kernel::Simt256x128, 1.0}, TileOption{Kernel::Simt128x128k16, kTile128Rate}}) {
       const TileInfo t = tile_of(o.kernel);
       const std::int64_t b = blocks(t.bm, t.bn);
       const double inside = double(p.m) * p.n * batch / (double(b) * t.bm * t.bn);
@@ -609,10 +608,11 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
         const double ks = double(p.k) / s;
         if (ks < 128) break;
         const double busy = double(b * s) / double(waves(b * s, slots[i]) * sms);
-        const double rate = o.rate * inside * busy * ks / (ks + 32);
+        const double rate = o.rate * inside * busy * ks / (ks + kBlockFixedK);
         if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Cluster;
         if (s == 1) continue;
-        const double by_kernel = o.rate * inside * fill(b * s, 1) * p.k / (p.k + 32.0) * kernel_split_rate(s);
+        const double by_kernel =
+            o.rate * inside * fill(b * s, 1) * p.k / (p.k + kBlockFixedK) * kernel_split_rate(s);
         if (by_kernel > best)
           best = by_kernel, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Kernel;
       }
@@ -669,10 +669,10 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
     if (c.kernel == Kernel::Simt128x128x2 && p.k >= 512) {
       // K of 512 or more: a wave model over the two 128x128 tiles and the splits added by the second
-      // kernel, as in the rules above (kernel_split_rate, times ks / (ks + 32) for each block's fixed cost
-      // at ks of K a split). The two-per-SM tile's waves hold two blocks an SM, and an SM left with one
-      // block runs it at kLoneBlockRate of its two-block throughput, so a last wave under one block per SM
-      // costs 1 / kLoneBlockRate of a block's time, not 2; the 16-deep tile holds one block an SM at
+      // kernel, as in the rules above (kernel_split_rate, times ks / (ks + kBlockFixedK) for each block's
+      // fixed cost at ks of K a split). The two-per-SM tile's waves hold two blocks an SM, and an SM left
+      // with one block runs it at kLoneBlockRate of its two-block throughput, so a last wave under one block
+      // per SM costs 1 / kLoneBlockRate of a block's time, not 2; the 16-deep tile holds one block an SM at
       // kDeepTileRate of the two-per-SM tile's rate. (Odd extents over few tiles, H200: 99x11863x5754 0.62x
       // cuBLAS at split 2 of the two-per-SM tile, 0.81x at split 8, 0.84x on the 16-deep tile split 4.)
       const std::int64_t tiles = blocks(128, 128);
@@ -686,7 +686,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       double best = 0;
       for (int s : {1, 2, 3, 4, 6, 8, 12, 16}) {
         if (s > 1 && p.k / s < 256) break;
-        const double ks = double(p.k) / s, cost = kernel_split_rate(s) * ks / (ks + 32);
+        const double ks = double(p.k) / s, cost = kernel_split_rate(s) * ks / (ks + kBlockFixedK);
         const double two = paired(tiles * s) * cost, deep = kDeepTileRate * fill(tiles * s, 1) * cost;
         if (two > best) best = two, c.kernel = Kernel::Simt128x128x2, c.split_k = s;
         if (deep > best) best = deep, c.kernel = Kernel::Simt128x128k16, c.split_k = s;

@@ -53,9 +53,23 @@ constexpr int kSmallBatchMinM = 128;
 constexpr int kSmallBatchMinSplitK = 128;
 constexpr double kSmallBatchSwapGain = 0.2;
 constexpr int kSmallBatchShortK = 192;
-// The 128x128 tiles of choose()'s last rule at K of 512 or more: an SM holding one block of the two-per-SM
-// tile runs it at kLoneBlockRate of its two-block throughput; the 16-deep tile (one block an SM) runs at
-// kDeepTileRate of the two-per-SM tile's rate (dispatch.cpp; H200 sweeps, bench/gemm/DESIGN.md).
+// The cost model's fitted constants, used by choose()'s wave models (dispatch.cpp; bench/gemm/DESIGN.md
+// section 3 gives the sweeps behind each; scripts/fit_dispatch.py refits the last rule's from sweep logs):
+// - a split of K added by the second kernel runs at kSplitRateBase - kSplitRateSlope * split / K of the
+//   unsplit rate (kernel_split_rate; H100 sweeps of the 256x128 tile);
+// - each block's fixed cost, with its share of a split's reduction, comes to kBlockFixedK elements of K;
+// - the big rule splits a grid that fills its waves poorly only where the split promises kSplitMinGain;
+// - tile rates against the best tile of a rule: the 16-deep 128x128 tile at kTile128Rate of the 256x128
+//   tile (the wave model), the 64x128 tile at kTile64x128Rate of the 64x256 tile (M of 33-64);
+// - the last rule's 128x128 tiles at K of 512 or more: an SM holding one block of the two-per-SM tile runs it
+//   at kLoneBlockRate of its two-block throughput; the 16-deep tile (one block an SM) runs at kDeepTileRate
+//   of the two-per-SM tile's rate (H200 sweeps).
+constexpr double kSplitRateBase = 0.945;
+constexpr double kSplitRateSlope = 33.0;
+constexpr double kBlockFixedK = 32.0;
+constexpr double kSplitMinGain = 1.02;
+constexpr double kTile128Rate = 0.95;
+constexpr double kTile64x128Rate = 0.9;
 constexpr double kLoneBlockRate = 0.75;
 constexpr double kDeepTileRate = 0.97;
 // B along k is copied along n (Config::b_along_n) where each of its elements feeds this many FMAs or more.
