@@ -666,8 +666,9 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // blocks.
     const bool stageable = a_reg_stageable(p) && b_reg_stageable(p);
     c.kernel = stageable || b_vectorisable(p) ? Kernel::Simt128x128x2 : Kernel::Simt128x128k16;
-    c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
-    if (c.kernel == Kernel::Simt128x128x2 && p.k >= 512) {
+    if (c.kernel != Kernel::Simt128x128x2 || p.k < 512) {
+      c.split_k = split_for(blocks(128, 128), 2 * sms, 64);
+    } else {
       // K of 512 or more: a wave model over the two 128x128 tiles and the splits added by the second
       // kernel, as in the rules above (kernel_split_rate, times ks / (ks + kBlockFixedK) for each block's
       // fixed cost at ks of K a split). The two-per-SM tile's waves hold two blocks an SM, and an SM left

@@ -107,13 +107,15 @@ Problem pack_shape(const Problem& p) {
     else
       q.a_sm = l.ld, q.a_sk = 1;
   }
-  if (!b_whole_runs(p) && !b_packs_along_k(p)) {
-    read_b_along_n(q, p);  // the layout Config::b_along_n copies to
-  } else if (!b_whole_runs(p)) {
-    const PackedLayout l = b_layout(p);
-    q.b = nullptr;
-    q.b_sb = batches_of(p.b_sb, p.batch) > 1 ? l.rows * l.ld : 0;
-    q.b_sn = l.ld, q.b_sk = 1;
+  if (!b_whole_runs(p)) {
+    if (b_packs_along_k(p)) {
+      const PackedLayout l = b_layout(p);
+      q.b = nullptr;
+      q.b_sb = batches_of(p.b_sb, p.batch) > 1 ? l.rows * l.ld : 0;
+      q.b_sn = l.ld, q.b_sk = 1;
+    } else {
+      read_b_along_n(q, p);  // the layout Config::b_along_n copies to
+    }
   }
   return q;
 }
