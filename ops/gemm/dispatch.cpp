@@ -154,9 +154,9 @@ std::vector<Config> candidates(const Problem& p, MathMode math, const DeviceMode
           if (math != MathMode::FP32 && st != Staging::Registers) continue;
           if (pack && (math != MathMode::FP32 || st == Staging::CpAsync || !needs_pack(p))) continue;
           // B along k copied along n first (Config::b_along_n): for the register-staged tiles of 128x128
-          // and over.
-          const bool bn_too = math == MathMode::FP32 && st == Staging::Registers && !pack &&
-                              t.bm * t.bn >= 128 * 128 && b_repackable(p);
+          // and over, and the TMA tiles.
+          const bool bn_too = math == MathMode::FP32 && !pack && b_repackable(p) &&
+                              ((st == Staging::Registers && t.bm * t.bn >= 128 * 128) || st == Staging::Tma);
           for (bool bn : {false, true}) {
             if (bn && !bn_too) continue;
             Config rk{k, split, math, SplitReduce::Kernel, st, pack};
@@ -303,10 +303,9 @@ struct TileOption {
   int per_sm = 1;
 };
 
-}  // namespace
-
 // Pick the tile by the shape class, then split K while there are too few blocks to fill the machine.
-Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
+// `packed`: p is a problem whose operands packing copied (pack_shape), chosen for.
+Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, bool packed) {
   // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
   // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
   if (p.m == 1 || p.n == 1) return Config{Kernel::Gemv, 1, math};
@@ -338,7 +337,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     const double tiles64 = std::ceil(p.m / 64.0) * std::ceil(p.n / 64.0) * p.batch;
     const double per_copied = tiles64 >= model.sm_count ? 256.0 : 512.0;
     if (double(p.m) * p.n * p.k * p.batch >= per_copied * copied) {
-      Config c = choose(q, math, model);
+      Config c = choose_for(q, math, model, true);
       c.b_along_n = false;  // B stays as it lies: the copies would share the one pack scratch
       // The unsplit 256x128 tile with A along k and B along n reads unaligned operands in place through the
       // lane loaders as fast as it reads packed ones: the copy is saved.
@@ -357,12 +356,14 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     // B along k (x W^T: every projection through a Linear's (out, in) weight) where each of its elements
     // feeds kBAlongNMinRows FMAs or more: copied along n first when the copied problem's pick is a
     // register-staged tile of 128x128 or over (the loop stores such a B to shared memory without a
-    // transpose); the copy then costs at most ~3 % of the product.
-    Config c = choose(b_along_n_shape(p), math, model);
+    // transpose) or a TMA tile (which fetches B along n only); the copy then costs at most ~3 % of the
+    // product.
+    Config c = choose_for(b_along_n_shape(p), math, model, packed);
     const TileInfo t = is_simt(c.kernel) ? tile_of(c.kernel) : TileInfo{0, 0, 0};
     c.b_along_n = true;
-    if (c.staging == Staging::Registers && !c.swap && t.bm * t.bn >= 128 * 128 && can_implement(p, c, model))
-      return c;
+    const bool copied_pays =
+        (c.staging == Staging::Registers && t.bm * t.bn >= 128 * 128) || c.staging == Staging::Tma;
+    if (copied_pays && !c.swap && can_implement(p, c, model)) return c;
   }
   const int sms = model.sm_count;
   const std::int64_t batch = p.batch;
@@ -392,6 +393,13 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sms;
     return static_cast<double>(b) / static_cast<double>(waves(b, slots) * slots);
   };
+  // The same for a tile two of whose blocks an SM holds, where an SM left with one block runs it at `lone` of
+  // its two-block throughput: a last wave of at most one block per SM costs 1 / lone of a block's time, not 2.
+  auto paired = [&](std::int64_t b, double lone) {
+    const std::int64_t slots = 2 * std::int64_t{sms}, rest = b % slots;
+    const double time = 2.0 * double(b / slots) + (rest == 0 ? 0.0 : rest <= sms ? 1 / lone : 2.0);
+    return double(b) / (double(sms) * time);
+  };
   // The rate of K split `s` ways with the splits added by the second kernel, against the unsplit rate over
   // the same slots: a fit to H100 sweeps of the 256x128 tile (bench/gemm/DESIGN.md (dispatch)).
   auto kernel_split_rate = [&](int s) { return s == 1 ? 1.0 : kSplitRateBase - kSplitRateSlope * s / p.k; };
@@ -420,7 +428,7 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
   } else if (math == MathMode::TF32x3) {
     // No whole 128x128 tile: the fp32 SIMT kernels beat 3xTF32 on mma.sync at every such shape measured and
     // are at least as accurate, so TF32x3 runs them there.
-    return choose(p, MathMode::FP32, model);
+    return choose_for(p, MathMode::FP32, model, packed);
   } else if (math != MathMode::FP32) {
     // TF32 without a whole 128x128 tile: mma.sync, K split to about two blocks per SM, down to 32 of K per
     // split.
@@ -556,11 +564,14 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
                                                                              : Kernel::Simt256x128;
     const std::int64_t tiles = blocks(256, 128);
     auto filled = [&](int s) { return fill(tiles * s, 1); };
-    // The TMA kernel's 128x64 tiles, two blocks per SM, where they fill their waves and 256x128 tiles, in
-    // two waves at most, do not; K split 2 in a cluster where each split keeps 1024 of K. Over more waves
-    // the 256x128 tile's higher rate outweighs its idle slots.
+    // With K of 1536 or more, the TMA kernel's 128x64 tiles, two blocks per SM, where they fill their waves
+    // and 256x128 tiles, in two waves at most, do not; K split 2 in a cluster where each split keeps 1024 of
+    // K. Over more waves the 256x128 tile's higher rate outweighs its idle slots. At a K of 1024 or under
+    // the unsplit TMA tile fell behind the split below (H200, one sweep each: 2048x3072x768 35.0 TFLOP/s,
+    // 256x128 split 2 38.8; 2048x3072x1024 38.4, 40.7); from 2047 it led (2047x2049x2047, 2048x2056x2048,
+    // H100).
     auto filled_tma = [&](int s) { return fill(blocks(128, 64) * s, 2); };
-    if (filled(1) < 0.9 && tiles <= 2 * sms && filled_tma(1) >= 0.95 && tma_ready(p, model)) {
+    if (p.k >= 1536 && filled(1) < 0.9 && tiles <= 2 * sms && filled_tma(1) >= 0.95 && tma_ready(p, model)) {
       c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma;
       c.split_k = (p.k + 1) / 2 >= 1024 && filled_tma(2) >= 0.95 ? 2 : 1;
       reduce = SplitReduce::Cluster;
@@ -582,9 +593,11 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       }
     }
   } else if (runs16 && p.k >= 512) {
-    // Under 3/4 of a wave of 256x128 tiles with K of 512 or more: the wave model. Both tiles hold one block
-    // per SM. A configuration's rate is the product of
-    // - its tile's own rate (the 128x128 tile's is kTile128Rate of the 256x128 tile's);
+    // Under 3/4 of a wave of 256x128 tiles with K of 512 or more: the wave model. The 256x128 and 16-deep
+    // 128x128 tiles hold one block per SM, the TMA kernel's 128x64 tile (where TMA can fetch the operands)
+    // two. A configuration's rate is the product of
+    // - its tile's own rate (the 128x128 tile's is kTile128Rate of the 256x128 tile's, the TMA tile's
+    //   kTmaTileRate, unsplit kTmaUnsplitRate of that);
     // - the share of its tiles' area inside C;
     // - the share of the SMs its blocks keep busy over their waves;
     // - what the split costs, by its reduction:
@@ -593,7 +606,13 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     //   - by the second kernel: a wave is a block per SM, and the split runs at kernel_split_rate. Where
     //     cluster sizes leave SMs out of every wave this fills them (H200, 2048x768x3072: 128x128 split 4
     //     0.95x cuBLAS, 0.74x in a cluster, whose 384 blocks take four waves of 120).
-    // The constants are fitted to H100 sweeps (bench/gemm/DESIGN.md (dispatch)).
+    //   - the TMA tile's splits, added by the second kernel: waves of two blocks an SM, an SM left with one
+    //     running it at kTmaLoneBlockRate (paired), and ks / (ks + kBlockFixedK). Not on packed operands,
+    //     where it ran 15-25 % under the picks here (1279x1281x1279, 1535x1537x1535, 1023x1025x1023; H200).
+    // The one-block tiles' constants are fitted to H100 sweeps, the TMA tile's to H200 sweeps of the
+    // transformer block's products (bench/gemm/DESIGN.md (dispatch); 2048x768x3072: 256x128 split 8 0.96x
+    // cuBLAS, TMA split 4 1.00x; 1024x3072x768: 128x128 split 2 in a cluster 0.95x, TMA split 2 1.00x;
+    // 2048x3072x768: TMA unsplit 0.94x, 128x128 unsplit 1.03x).
     constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
     std::int64_t slots[std::size(kSplits)];
     for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);
@@ -615,6 +634,20 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
             o.rate * inside * fill(b * s, 1) * p.k / (p.k + kBlockFixedK) * kernel_split_rate(s);
         if (by_kernel > best)
           best = by_kernel, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Kernel;
+      }
+    }
+    if (tma_ready(p, model) && !packed) {
+      const std::int64_t b = blocks(128, 64);
+      const double in = inside(128, 64);
+      for (const int s : kSplits) {
+        const double ks = double(p.k) / s;
+        if (ks < 128) break;
+        const double rate = kTmaTileRate * (s == 1 ? kTmaUnsplitRate : 1.0) * in *
+                            paired(b * s, kTmaLoneBlockRate) * ks / (ks + kBlockFixedK);
+        if (rate > best) {
+          best = rate, c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma, c.split_k = s;
+          reduce = SplitReduce::Kernel;
+        }
       }
     }
   } else if (small_batch) {
@@ -677,18 +710,11 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
       // kDeepTileRate of the two-per-SM tile's rate. (Odd extents over few tiles, H200: 99x11863x5754 0.62x
       // cuBLAS at split 2 of the two-per-SM tile, 0.81x at split 8, 0.84x on the 16-deep tile split 4.)
       const std::int64_t tiles = blocks(128, 128);
-      auto paired = [&](std::int64_t b) {
-        const std::int64_t slots = 2 * std::int64_t{sms}, rest = b % slots;
-        const double time = 2.0 * double(b / slots) + (rest == 0     ? 0.0
-                                                       : rest <= sms ? 1 / kLoneBlockRate
-                                                                     : 2.0);
-        return double(b) / (double(sms) * time);
-      };
       double best = 0;
       for (int s : {1, 2, 3, 4, 6, 8, 12, 16}) {
         if (s > 1 && p.k / s < 256) break;
         const double ks = double(p.k) / s, cost = kernel_split_rate(s) * ks / (ks + kBlockFixedK);
-        const double two = paired(tiles * s) * cost, deep = kDeepTileRate * fill(tiles * s, 1) * cost;
+        const double two = paired(tiles * s, kLoneBlockRate) * cost, deep = kDeepTileRate * fill(tiles * s, 1) * cost;
         if (two > best) best = two, c.kernel = Kernel::Simt128x128x2, c.split_k = s;
         if (deep > best) best = deep, c.kernel = Kernel::Simt128x128k16, c.split_k = s;
       }
@@ -712,6 +738,12 @@ Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
     c = Config{Kernel::Simt128x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
   if (!can_implement(p, c, model)) c = Config{Kernel::Naive, 1, MathMode::FP32};
   return c;
+}
+
+}  // namespace
+
+Config choose(const Problem& p, MathMode math, const DeviceModel& model) {
+  return choose_for(p, math, model, false);
 }
 
 Config choose(const Problem& p, MathMode math) {

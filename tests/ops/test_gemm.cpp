@@ -645,7 +645,8 @@ TEST(Gemm, F32_DeepSplit_PassesTheMatrix) {
 }
 
 // B along k copied along n first (Config::b_along_n): the dispatcher's pick where it copies (2048 rows), the
-// register-staged tiles of 128x128 and over unsplit and split (added by the second kernel and in a cluster),
+// register-staged tiles of 128x128 and over unsplit and split (added by the second kernel and in a cluster)
+// and the TMA kernel's 128x64 tile split (which reads B along n only),
 // over the matrix of for_each_matrix_case with the bias where B is stored n x k, against float64; guard bands
 // intact. Then batches with B per entry and broadcast, and a B along n, which refuses the copy.
 TEST(Gemm, F32_BAlongN_PassesTheMatrix) {
@@ -660,7 +661,8 @@ TEST(Gemm, F32_BAlongN_PassesTheMatrix) {
                             Config{Kernel::Simt256x128, 3, MathMode::FP32, SplitReduce::Kernel},
                             Config{Kernel::Simt128x128k16, 2, MathMode::FP32, SplitReduce::Cluster},
                             Config{Kernel::Simt128x128x2, 4, MathMode::FP32, SplitReduce::Kernel},
-                            Config{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Kernel}}) {
+                            Config{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Kernel},
+                            Config{Kernel::SimtTma128x64, 2, MathMode::FP32, SplitReduce::Kernel, Staging::Tma}}) {
       Config bn = c;
       bn.b_along_n = true;
       if (can_implement(p, bn)) out.push_back(bn);

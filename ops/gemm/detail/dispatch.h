@@ -63,7 +63,10 @@ constexpr int kSmallBatchShortK = 192;
 //   tile (the wave model), the 64x128 tile at kTile64x128Rate of the 64x256 tile (M of 33-64);
 // - the last rule's 128x128 tiles at K of 512 or more: an SM holding one block of the two-per-SM tile runs it
 //   at kLoneBlockRate of its two-block throughput; the 16-deep tile (one block an SM) runs at kDeepTileRate
-//   of the two-per-SM tile's rate (H200 sweeps).
+//   of the two-per-SM tile's rate (H200 sweeps);
+// - the aligned wave model's TMA 128x64 tile (two blocks an SM) at kTmaTileRate of the 256x128 tile, an SM
+//   left with one of its blocks at kTmaLoneBlockRate of the two-block throughput, its unsplit runs at
+//   kTmaUnsplitRate (over several waves they ran 5-8 % under split 2; H200 sweeps, bench/gemm/fit).
 constexpr double kSplitRateBase = 0.945;
 constexpr double kSplitRateSlope = 33.0;
 constexpr double kBlockFixedK = 32.0;
@@ -72,6 +75,9 @@ constexpr double kTile128Rate = 0.95;
 constexpr double kTile64x128Rate = 0.9;
 constexpr double kLoneBlockRate = 0.75;
 constexpr double kDeepTileRate = 0.97;
+constexpr double kTmaTileRate = 0.96;
+constexpr double kTmaLoneBlockRate = 0.5;
+constexpr double kTmaUnsplitRate = 0.925;
 // B along k is copied along n (Config::b_along_n) where each of its elements feeds this many FMAs or more.
 constexpr double kBAlongNMinRows = 2048;
 

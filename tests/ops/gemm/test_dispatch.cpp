@@ -135,18 +135,26 @@ TEST_P(GemmDispatchHopper, F32_SplitsKToFillTheLastWave) {
   EXPECT_EQ(pick(dense_rows(2048, 2056, 2040)).split_k, 1) << "1020 of K per split";
 }
 
-// 256x128 tiles half outside C (M of 128) leave the big-problem rule for the wave model, which takes the
-// 128x128 tile.
+// 256x128 tiles half outside C (M of 128) leave the big-problem rule for the wave model, which takes a
+// 128-row tile: the TMA kernel's 128x64 where TMA can fetch the operands, else the 16-deep 128x128 tile.
 TEST_P(GemmDispatchHopper, F32_EdgeWasteLeavesThe256x128Tile) {
-  const Config m128 = pick(dense_rows(128, 15056, 13680));
-  EXPECT_EQ(m128.kernel, Kernel::Simt128x128k16) << config_name(m128);
+  const Problem p = dense_rows(128, 15056, 13680);
+  const Config m128 = pick(p);
+  EXPECT_EQ(m128.kernel, Kernel::SimtTma128x64) << config_name(m128);
+  DeviceModel no_tma = model();
+  no_tma.tma_kernels = false;
+  const Config m128r = choose(p, MathMode::FP32, no_tma);
+  EXPECT_EQ(m128r.kernel, Kernel::Simt128x128k16) << config_name(m128r);
   EXPECT_NE(pick(dense_rows(560, 13632, 9328)).kernel, Kernel::Simt256x128);  // 73 % of the tiles' area in C
 }
 
 // Under 3/4 of a wave of 256x128 tiles with K of 512 or more, the wave model: the tile and split that keep
 // the most SMs busy over their waves (as many blocks per wave as fit in whole clusters), less each block's
-// fixed cost; the 128x128 tile counts at 0.95 of the 256x128 tile's rate. K split in a cluster.
+// fixed cost; the 128x128 tile counts at 0.95 of the 256x128 tile's rate. K split in a cluster. (On a device
+// without the TMA kernels: F32_MidGridsWeighTheTmaTile below has them.)
 TEST_P(GemmDispatchHopper, F32_MidGridsTakeTheWaveModel) {
+  DeviceModel no_tma = model();
+  no_tma.tma_kernels = false;
   struct Case {
     int m, n, k;
     Kernel kernel;
@@ -168,7 +176,7 @@ TEST_P(GemmDispatchHopper, F32_MidGridsTakeTheWaveModel) {
            Case{1792, 1792, 1792, Kernel::Simt128x128k16, 2},
        }) {
     const Problem p = dense_rows(c.m, c.n, c.k);
-    const Config got = pick(p);
+    const Config got = choose(p, MathMode::FP32, no_tma);
     SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
     EXPECT_EQ(got.kernel, c.kernel) << config_name(got);
     EXPECT_EQ(got.split_k, c.split) << config_name(got);
@@ -178,10 +186,53 @@ TEST_P(GemmDispatchHopper, F32_MidGridsTakeTheWaveModel) {
   }
 }
 
+// Where TMA can fetch the operands the wave model also weighs the TMA kernel's 128x64 tile, two blocks an
+// SM (an SM left with one runs it at kTmaLoneBlockRate), its splits added by the second kernel, unsplit at
+// kTmaUnsplitRate: the transformer block's products (x W, W stored in x out; H200 sweeps, bench/gemm/fit).
+TEST_P(GemmDispatchHopper, F32_MidGridsWeighTheTmaTile) {
+  struct Case {
+    int m, n, k;
+    Kernel kernel;
+    int split;
+  };
+  for (const Case& c : {
+           // 384 tiles of 128x64, split 2: 768 blocks, 97 % of three waves of 264 (the 16-deep 128x128
+           // tile split 2 in a cluster fills as many, at a lower rate).
+           Case{1024, 3072, 768, Kernel::SimtTma128x64, 2},
+           Case{1024, 1024, 1024, Kernel::SimtTma128x64, 2},  // 256 blocks: one wave of two an SM
+           Case{1024, 768, 3072, Kernel::SimtTma128x64, 8},   // 96 tiles, split 8: 768 blocks
+           Case{2048, 768, 3072, Kernel::SimtTma128x64, 4},   // 192 tiles, split 4: 768 blocks
+           // 72 tiles of 256x128 split 3 in clusters fill 92 % of two waves of 117 at the higher rate.
+           Case{1024, 2304, 768, Kernel::Simt256x128, 3},
+       }) {
+    const Config got = pick(dense_rows(c.m, c.n, c.k));
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
+    EXPECT_EQ(got.kernel, c.kernel) << config_name(got);
+    EXPECT_EQ(got.split_k, c.split) << config_name(got);
+    if (c.kernel == Kernel::SimtTma128x64) {
+      EXPECT_EQ(got.staging, Staging::Tma) << config_name(got);
+      EXPECT_EQ(got.reduce, SplitReduce::Kernel) << config_name(got);
+    }
+  }
+  // Over 3/4 of a wave of 256x128 tiles the big rule holds: its unsplit TMA tile only from 1536 of K
+  // (2048x3072x768: 256x128 split 2).
+  const Config wide = pick(dense_rows(2048, 3072, 768));
+  EXPECT_EQ(wide.kernel, Kernel::Simt256x128) << config_name(wide);
+  EXPECT_EQ(wide.split_k, 2) << config_name(wide);
+  // Packed operands keep the one-block tiles (55 tiles of 256x128, split 2 in a cluster), where the same
+  // product at whole runs takes the TMA tile.
+  const Config packed = pick(dense_rows(1279, 1281, 1279));
+  EXPECT_TRUE(packed.pack) << config_name(packed);
+  EXPECT_EQ(packed.kernel, Kernel::Simt256x128) << config_name(packed);
+  EXPECT_EQ(pick(dense_rows(1280, 1280, 1280)).kernel, Kernel::SimtTma128x64);
+}
+
 // The wave model adds the splits with the second kernel where cluster sizes leave SMs out of every wave and
 // one block per SM fills them: the transformer products below a wave of 256x128 tiles (x W^T, B stored n x
 // k).
 TEST_P(GemmDispatchHopper, F32_WaveModelFillsClusterGapsWithTheReduceKernel) {
+  DeviceModel no_tma = model();  // the one-block tiles (with TMA, B copied along n takes the TMA tile)
+  no_tma.tma_kernels = false;
   struct Case {
     int m, n, k;
     bool ta, tb;
@@ -201,7 +252,7 @@ TEST_P(GemmDispatchHopper, F32_WaveModelFillsClusterGapsWithTheReduceKernel) {
     Problem p = dense_rows(c.m, c.n, c.k);
     if (c.ta) p.a_sm = 1, p.a_sk = c.m;
     if (c.tb) p.b_sk = 1, p.b_sn = c.k;
-    const Config got = pick(p);
+    const Config got = choose(p, MathMode::FP32, no_tma);
     SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
     EXPECT_EQ(got.kernel, c.kernel) << config_name(got);
     EXPECT_EQ(got.split_k, c.split) << config_name(got);
@@ -256,7 +307,8 @@ TEST_P(GemmDispatchHopper, F32_SmallBatchOverHalfAWaveTakesTheBatchedRule) {
 }
 
 // B along k (x W^T) is copied along n where each of its elements feeds kBAlongNMinRows FMAs or more and the
-// copied problem takes a register-staged tile of 128x128 or over: that problem's pick, with b_along_n.
+// copied problem takes a register-staged tile of 128x128 or over, or a TMA tile: that problem's pick, with
+// b_along_n.
 TEST_P(GemmDispatchHopper, F32_BAlongKUnderATallMIsCopiedAlongN) {
   auto nt = [](int m, int n, int k, int batch = 1, bool broadcast = false) {
     Problem p = dense(m, n, k, batch);
@@ -275,7 +327,7 @@ TEST_P(GemmDispatchHopper, F32_BAlongKUnderATallMIsCopiedAlongN) {
     Config expect = pick(b_along_n_shape(p));
     expect.b_along_n = true;
     EXPECT_EQ(config_name(got), config_name(expect));
-    EXPECT_EQ(got.staging, Staging::Registers);
+    EXPECT_TRUE(got.staging == Staging::Registers || got.staging == Staging::Tma) << config_name(got);
     EXPECT_TRUE(can_implement(p, got, model()));
   }
   // Not copied: 1024 rows; B along n; A at an odd leading dimension (packed instead); a batch of 512 rows
