@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Refit the constants of choose()'s two-tile wave model (ops/gemm/dispatch.cpp, the last rule) from
-bench_gemm sweep logs.
+"""Refit the constants of choose()'s wave models (ops/gemm/dispatch.cpp) from bench_gemm sweep logs: the last
+rule's two-tile model and the aligned wave model's TMA tile.
 
     python3 scripts/fit_dispatch.py [--sms 132] [--verbose] LOG...
 
@@ -21,6 +21,22 @@ Each shape's ratios to cuBLAS are compared up to a factor of their own (cuBLAS's
 only the model's ranking within a shape counts: the fit minimises the squared log error after removing each
 shape's mean. It prints the best (lone, deep, a, b) on a grid, the error of the values in the source
 (read from ops/gemm/detail/dispatch.h) beside it, and with --verbose every row's measured and predicted ratio.
+
+The TMA fit takes the shapes in whole 16-byte runs, A along k and B along n (where TMA can fetch them), K of
+512 or more and under 3/4 of a wave of 256x128 tiles (the aligned wave model's domain), and their rows on the
+256x128 tiles (either depth) and the 16-deep 128x128 tile, unsplit or split in a cluster or by the second
+kernel, and on the TMA kernel's 128x64 tile, unsplit or split by the second kernel, 128 of K a split or more:
+
+    - the one-block tiles as the rule has them: rate 1 and kTile128Rate; in a cluster, waves of the
+      DeviceModel's cluster slots (the H200 table in dispatch.cpp) and ks / (ks + fixed); by the second
+      kernel, waves of one block an SM and kernel_split_rate x K / (K + fixed);
+    - the TMA tile: rate tma (kTmaTileRate), x unsplit (kTmaUnsplitRate) unsplit; waves of two blocks an SM, a
+      last wave of at most one an SM taking 1 / tma_lone (kTmaLoneBlockRate) of a block's time; ks / (ks +
+      fixed).
+
+These three decide which tile wins, not how fast it runs, so the grid keeps the values whose picks run
+fastest (the geometric mean over shapes of the pick's measured ratio over the shape's best), the rms log
+error breaking ties; the same is printed for the source's values.
 """
 import argparse
 import math
@@ -31,7 +47,9 @@ import sys
 HEADER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops", "gemm", "detail",
                            "dispatch.h")
 NAMES = {"lone": "kLoneBlockRate", "deep": "kDeepTileRate", "a": "kSplitRateBase", "b": "kSplitRateSlope",
-         "fixed": "kBlockFixedK"}
+         "fixed": "kBlockFixedK", "tile128": "kTile128Rate", "tma": "kTmaTileRate",
+         "tma_lone": "kTmaLoneBlockRate", "unsplit": "kTmaUnsplitRate"}
+DISPATCH_FILE = os.path.join(os.path.dirname(HEADER_FILE), "..", "dispatch.cpp")
 TWO = "simt_128x128x8_w64x32_t8x8_s4_2cta"
 DEEP = "simt_128x128x16_w64x32_t8x8_s3"
 HEADER = re.compile(r"^sweep (?:(\d+)x\()?(\d+)x(\d+)x(\d+)\)?(?: (NT|TN|TT))? (\S+): ")
@@ -112,6 +130,113 @@ def frange(lo, hi, step):
     return [lo + i * step for i in range(n + 1)]
 
 
+# ---------------------------------------------------------------- the aligned wave model's TMA tile
+
+ALIGNED = re.compile(r"^simt_(256x128x(?:8|16)_w64x64_t16x8_s3|128x128x16_w64x32_t8x8_s3|128x64x32_w64x32_t8x8_s3_tma)"
+                     r"(?:_splitk(\d+)_(reducekernel|dsmem))?$")
+TILE = {"256x128x8_w64x64_t16x8_s3": "256", "256x128x16_w64x64_t16x8_s3": "256",
+        "128x128x16_w64x32_t8x8_s3": "128", "128x64x32_w64x32_t8x8_s3_tma": "tma"}
+
+
+def h200_cluster_slots(path=DISPATCH_FILE):
+    """DeviceModel::h100()'s cluster_slots (the H200 model shares them), from dispatch.cpp."""
+    m = re.search(r"cluster_slots = \{([\d, ]+)\}", open(path).read())
+    if not m:
+        sys.exit("fit_dispatch: cluster_slots not found in %s" % path)
+    return [int(x) for x in m.group(1).split(",")]
+
+
+def read_aligned(paths, sms):
+    """{(m, n, k): {(tile, split, cluster): ratio}}: single NN products in the aligned wave model's domain."""
+    shapes, cur = {}, None
+    for path in paths:
+        for line in open(path):
+            h = HEADER.match(line)
+            if h:
+                batch, m, n, k, layout, math_mode = h.groups()
+                m, n, k = int(m), int(n), int(k)
+                tiles256 = -(-m // 256) * -(-n // 128)
+                cur = None
+                if (math_mode == "fp32" and batch is None and layout is None and m % 4 == 0 and n % 4 == 0
+                        and k % 4 == 0 and k >= 512 and tiles256 < 3 * sms // 4):
+                    cur = (m, n, k)
+                    shapes.setdefault(cur, {})
+                continue
+            r = ROW.match(line)
+            c = ALIGNED.match(r.group(1)) if r and cur else None
+            if not c:
+                continue
+            tile, split, cluster = TILE[c.group(1)], int(c.group(2) or 1), c.group(3) == "dsmem"
+            if cur[2] / split >= 128 and not (tile == "tma" and cluster):
+                shapes[cur][(tile, split, cluster)] = float(r.group(2))
+    return shapes
+
+
+def predict_aligned(shape, config, p, sms, slots):
+    m, n, k = shape
+    tile, split, cluster = config
+    ks = k / split
+    if tile == "tma":
+        blocks = -(-m // 128) * -(-n // 64) * split
+        rest = blocks % (2 * sms)
+        time = 2.0 * (blocks // (2 * sms)) + (0.0 if rest == 0 else 1.0 / p["tma_lone"] if rest <= sms else 2.0)
+        rate = p["tma"] * (p["unsplit"] if split == 1 else 1.0)
+        return rate * blocks / (sms * time) * ks / (ks + p["fixed"])
+    bm = 256 if tile == "256" else 128
+    blocks = -(-m // bm) * -(-n // 128) * split
+    rate = 1.0 if tile == "256" else p["tile128"]
+    if cluster or split == 1:
+        wave = slots[split] if split < len(slots) else sms
+        return rate * blocks / (-(-blocks // wave) * sms) * ks / (ks + p["fixed"])
+    split_rate = p["a"] - p["b"] * split / k
+    return rate * blocks / (-(-blocks // sms) * sms) * k / (k + p["fixed"]) * split_rate
+
+
+def score_aligned(shapes, p, sms, slots):
+    """(geomean of the pick's ratio over the best, rms log error) over the shapes."""
+    total, rows, picks = 0.0, 0, 0.0
+    for shape, meas in shapes.items():
+        pred = {c: predict_aligned(shape, c, p, sms, slots) for c in meas}
+        d = [math.log(meas[c]) - math.log(pred[c]) for c in meas]
+        mean = sum(d) / len(d)
+        total += sum((x - mean) ** 2 for x in d)
+        rows += len(d)
+        picks += math.log(meas[max(meas, key=lambda c: pred[c])] / max(meas.values()))
+    return math.exp(picks / max(len(shapes), 1)), math.sqrt(total / max(rows, 1))
+
+
+def fit_tma(logs, source, sms, verbose):
+    slots = h200_cluster_slots()
+    shapes = {s: m for s, m in read_aligned(logs, sms).items()
+              if any(c[0] == "tma" for c in m) and any(c[0] != "tma" for c in m)}
+    if not shapes:
+        print("TMA tile: no aligned NN shape with TMA and one-block rows in the logs")
+        return
+    print("TMA tile: %d shapes, %d rows" % (len(shapes), sum(len(m) for m in shapes.values())))
+    best = None
+    for tma in frange(0.85, 1.05, 0.01):
+        for lone in frange(0.4, 0.8, 0.025):
+            for unsplit in frange(0.85, 1.0, 0.025):
+                p = dict(source, tma=tma, tma_lone=lone, unsplit=unsplit)
+                picks, e = score_aligned(shapes, p, sms, slots)
+                if best is None or (picks, -e) > (best[0], -best[1]):
+                    best = (picks, e, p)
+    picks, e, p = best
+    fmt = "tma %.2f  tma_lone %.3f  unsplit %.3f"
+    print(("fit:    " + fmt + "  picks at %.4f of the best, rms log error %.4f") %
+          (p["tma"], p["tma_lone"], p["unsplit"], picks, e))
+    picks, e = score_aligned(shapes, source, sms, slots)
+    print(("source: " + fmt + "  picks at %.4f of the best, rms log error %.4f") %
+          (source["tma"], source["tma_lone"], source["unsplit"], picks, e))
+    if verbose:
+        for shape, meas in sorted(shapes.items()):
+            pred = {c: predict_aligned(shape, c, source, sms, slots) for c in meas}
+            pick = max(meas, key=lambda c: pred[c])
+            name = lambda c: "%s s%d%s" % (c[0], c[1], " cluster" if c[2] else "")
+            print("%dx%dx%d: source picks %s at %.3f, best %s at %.3f" %
+                  (shape + (name(pick), meas[pick], name(max(meas, key=meas.get)), max(meas.values()))))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("logs", nargs="+")
@@ -121,8 +246,10 @@ def main():
     source = source_constants()
     shapes = {s: m for s, m in read(args.logs).items() if not whole_runs(s) and len(m) >= 2}
     if not shapes:
-        sys.exit("fit_dispatch: no shape without whole runs with two or more 128x128 rows in the logs")
-    print("%d shapes, %d rows" % (len(shapes), sum(len(m) for m in shapes.values())))
+        print("last rule: no shape without whole runs with two or more 128x128 rows in the logs")
+        fit_tma(args.logs, source, args.sms, args.verbose)
+        return
+    print("last rule: %d shapes, %d rows" % (len(shapes), sum(len(m) for m in shapes.values())))
     best = None
     for lone in frange(0.5, 1.0, 0.05):
         for deep in frange(0.85, 1.10, 0.01):
@@ -146,6 +273,7 @@ def main():
             for c in sorted(meas, key=lambda c: -meas[c]):
                 name = ("2cta" if c[0] == TWO else "k16") + " s%d" % c[1]
                 print("  %-9s measured %.3f  source model %.3f" % (name, meas[c], pred[c] * scale))
+    fit_tma(args.logs, source, args.sms, args.verbose)
 
 
 if __name__ == "__main__":
