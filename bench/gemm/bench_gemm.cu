@@ -362,8 +362,13 @@ void sweep(const GemmShape& s, MathMode math, const std::regex& only) {
     return std::string(line);
   };
   std::vector<R> rs;
-  for (const Config& c : candidates(p0, math)) {
-    // The dispatcher's pick is always timed, beside those --only selects.
+  // The dispatcher's pick is always timed (also where it lies outside the candidates' splits), beside those
+  // --only selects.
+  std::vector<Config> configs = candidates(p0, math);
+  if (std::none_of(configs.begin(), configs.end(),
+                   [&](const Config& c) { return config_name(c) == config_name(chosen); }))
+    configs.insert(configs.begin(), chosen);
+  for (const Config& c : configs) {
     if (!std::regex_search(config_name(c), only) && config_name(c) != config_name(chosen)) continue;
     auto fn = [&](const Problem& p) { launch(p, c, handles().stream); };
     const double err = validate(o, p0, fn);
