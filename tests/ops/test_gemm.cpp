@@ -1612,6 +1612,28 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
   }
 }
 
+// The transformer block's products that the aligned wave model gives the TMA kernel's 128x64 tile (split by
+// the second kernel; with B stored n x k under 2048 rows or more, after B is copied along n), and one the
+// big rule gives the 256x128 tile split 2, each run through mt::gemm with a fused bias and GELU against
+// float64 over a C first filled with NaN (beta 0), then with beta 0.5 (the picks: test_dispatch.cpp,
+// F32_MidGridsWeighTheTmaTile).
+TEST(Gemm, F32_Dispatch_MidGridsOnTheTmaTile) {
+  MT_REQUIRE_GPU();
+  struct Shape3 {
+    std::int64_t m, n, k;
+    bool b_along_k;
+  };
+  for (const Shape3& s : {Shape3{1024, 3072, 768, false}, Shape3{1024, 768, 3072, false},
+                          Shape3{1280, 1280, 1280, false}, Shape3{2048, 768, 768, true},
+                          Shape3{2048, 3072, 768, false}}) {
+    for (float beta : {0.f, 0.5f}) {
+      GemmCase c{s.m, s.n, s.k, false, s.b_along_k};
+      c.bias = true, c.act = Activation::Gelu, c.beta = beta;
+      run_gemm_case(c, Device::cuda(0));
+    }
+  }
+}
+
 TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
