@@ -69,26 +69,30 @@ def source_constants(path=HEADER_FILE):
     return values
 
 
-def read(paths):
-    """{(batch, m, n, k, layout): {(tile, split): ratio}} over the logs (the last row of a repeat wins)."""
-    shapes, cur = {}, None
+def sweep_rows(paths):
+    """(shape, config, ratio) for every row of the fp32 sweeps in the logs, shape = (batch, m, n, k, layout)."""
     for path in paths:
+        cur = None
         for line in open(path):
             h = HEADER.match(line)
             if h:
                 batch, m, n, k, layout, math_mode = h.groups()
-                cur = None
-                if math_mode == "fp32":
-                    cur = (int(batch or 1), int(m), int(n), int(k), layout or "NN")
-                    shapes.setdefault(cur, {})
+                cur = (int(batch or 1), int(m), int(n), int(k), layout or "NN") if math_mode == "fp32" else None
                 continue
             r = ROW.match(line)
             if r and cur:
-                c = CONFIG.match(r.group(1))
-                split = int(c.group(2) or 1) if c else 0
-                # The rule's candidates: K of 512 or more, 256 of K a split or more.
-                if c and cur[3] >= 512 and cur[3] // split >= 256:
-                    shapes[cur][(c.group(1), split)] = float(r.group(2))
+                yield cur, r.group(1), float(r.group(2))
+
+
+def read(paths):
+    """{(batch, m, n, k, layout): {(tile, split): ratio}} over the logs (the last row of a repeat wins)."""
+    shapes = {}
+    for shape, config, ratio in sweep_rows(paths):
+        c = CONFIG.match(config)
+        split = int(c.group(2) or 1) if c else 0
+        # The rule's candidates: K of 512 or more, 256 of K a split or more.
+        if c and shape[3] >= 512 and shape[3] // split >= 256:
+            shapes.setdefault(shape, {})[(c.group(1), split)] = ratio
     return shapes
 
 
@@ -148,27 +152,15 @@ def h200_cluster_slots(path=DISPATCH_FILE):
 
 def read_aligned(paths, sms):
     """{(m, n, k): {(tile, split, cluster): ratio}}: single NN products in the aligned wave model's domain."""
-    shapes, cur = {}, None
-    for path in paths:
-        for line in open(path):
-            h = HEADER.match(line)
-            if h:
-                batch, m, n, k, layout, math_mode = h.groups()
-                m, n, k = int(m), int(n), int(k)
-                tiles256 = -(-m // 256) * -(-n // 128)
-                cur = None
-                if (math_mode == "fp32" and batch is None and layout is None and m % 4 == 0 and n % 4 == 0
-                        and k % 4 == 0 and k >= 512 and tiles256 < 3 * sms // 4):
-                    cur = (m, n, k)
-                    shapes.setdefault(cur, {})
-                continue
-            r = ROW.match(line)
-            c = ALIGNED.match(r.group(1)) if r and cur else None
-            if not c:
-                continue
-            tile, split, cluster = TILE[c.group(1)], int(c.group(2) or 1), c.group(3) == "dsmem"
-            if cur[2] / split >= 128 and not (tile == "tma" and cluster):
-                shapes[cur][(tile, split, cluster)] = float(r.group(2))
+    shapes = {}
+    for (batch, m, n, k, layout), config, ratio in sweep_rows(paths):
+        c = ALIGNED.match(config)
+        if not (c and batch == 1 and layout == "NN" and m % 4 == 0 and n % 4 == 0 and k % 4 == 0 and k >= 512
+                and -(-m // 256) * -(-n // 128) < 3 * sms // 4):
+            continue
+        tile, split, cluster = TILE[c.group(1)], int(c.group(2) or 1), c.group(3) == "dsmem"
+        if k / split >= 128 and not (tile == "tma" and cluster):
+            shapes.setdefault((m, n, k), {})[(tile, split, cluster)] = ratio
     return shapes
 
 

@@ -148,6 +148,13 @@ TEST_P(GemmDispatchHopper, F32_EdgeWasteLeavesThe256x128Tile) {
   EXPECT_NE(pick(dense_rows(560, 13632, 9328)).kernel, Kernel::Simt256x128);  // 73 % of the tiles' area in C
 }
 
+// A single product m x n x k in rows and the tile and split the rule under test picks.
+struct Pick {
+  int m, n, k;
+  Kernel kernel;
+  int split;
+};
+
 // Under 3/4 of a wave of 256x128 tiles with K of 512 or more, the wave model: the tile and split that keep
 // the most SMs busy over their waves (as many blocks per wave as fit in whole clusters), less each block's
 // fixed cost; the 128x128 tile counts at 0.95 of the 256x128 tile's rate. K split in a cluster. (On a device
@@ -155,25 +162,20 @@ TEST_P(GemmDispatchHopper, F32_EdgeWasteLeavesThe256x128Tile) {
 TEST_P(GemmDispatchHopper, F32_MidGridsTakeTheWaveModel) {
   DeviceModel no_tma = model();
   no_tma.tma_kernels = false;
-  struct Case {
-    int m, n, k;
-    Kernel kernel;
-    int split;
-  };
-  for (const Case& c : {
+  for (const Pick& c : {
            // Rows of odd length: packed first. 36 tiles of 256x128, split 3: 108 blocks, one wave of 117 in
            // clusters of 3 (82 % of the SMs; split 2 55 %, split 4 two waves of 120, 55 %).
-           Case{1023, 1025, 1023, Kernel::Simt256x128, 3},
-           Case{1279, 1281, 1279, Kernel::Simt256x128, 2},  // 55 tiles, split 2: 83 %
+           Pick{1023, 1025, 1023, Kernel::Simt256x128, 3},
+           Pick{1279, 1281, 1279, Kernel::Simt256x128, 2},  // 55 tiles, split 2: 83 %
            // 78 tiles, split 3: two waves of 117, 89 % (156 of 128x128 split 3 as much, at 0.95 the rate).
-           Case{1535, 1537, 1535, Kernel::Simt256x128, 3},
-           Case{1536, 1536, 1536, Kernel::Simt256x128, 3},
+           Pick{1535, 1537, 1535, Kernel::Simt256x128, 3},
+           Pick{1536, 1536, 1536, Kernel::Simt256x128, 3},
            // 64 tiles of 128x128, split 2: 97 % of a wave with 512 of K each (32 of 256x128, split 3: 73 %).
-           Case{1024, 1024, 1024, Kernel::Simt128x128k16, 2},
-           Case{1280, 1280, 1280, Kernel::Simt256x128, 2},  // 50 tiles, split 2: 76 %, 640 of K each
+           Pick{1024, 1024, 1024, Kernel::Simt128x128k16, 2},
+           Pick{1280, 1280, 1280, Kernel::Simt256x128, 2},  // 50 tiles, split 2: 76 %, 640 of K each
            // 98 tiles of 256x128: split 4 takes four waves of 120 blocks in clusters of 4 (74 %); 196 of
            // 128x128, split 2, three waves of 132 (99 %).
-           Case{1792, 1792, 1792, Kernel::Simt128x128k16, 2},
+           Pick{1792, 1792, 1792, Kernel::Simt128x128k16, 2},
        }) {
     const Problem p = dense_rows(c.m, c.n, c.k);
     const Config got = choose(p, MathMode::FP32, no_tma);
@@ -190,20 +192,15 @@ TEST_P(GemmDispatchHopper, F32_MidGridsTakeTheWaveModel) {
 // SM (an SM left with one runs it at kTmaLoneBlockRate), its splits added by the second kernel, unsplit at
 // kTmaUnsplitRate: the transformer block's products (x W, W stored in x out; H200 sweeps, bench/gemm/fit).
 TEST_P(GemmDispatchHopper, F32_MidGridsWeighTheTmaTile) {
-  struct Case {
-    int m, n, k;
-    Kernel kernel;
-    int split;
-  };
-  for (const Case& c : {
+  for (const Pick& c : {
            // 384 tiles of 128x64, split 2: 768 blocks, 97 % of three waves of 264 (the 16-deep 128x128
            // tile split 2 in a cluster fills as many, at a lower rate).
-           Case{1024, 3072, 768, Kernel::SimtTma128x64, 2},
-           Case{1024, 1024, 1024, Kernel::SimtTma128x64, 2},  // 256 blocks: one wave of two an SM
-           Case{1024, 768, 3072, Kernel::SimtTma128x64, 8},   // 96 tiles, split 8: 768 blocks
-           Case{2048, 768, 3072, Kernel::SimtTma128x64, 4},   // 192 tiles, split 4: 768 blocks
+           Pick{1024, 3072, 768, Kernel::SimtTma128x64, 2},
+           Pick{1024, 1024, 1024, Kernel::SimtTma128x64, 2},  // 256 blocks: one wave of two an SM
+           Pick{1024, 768, 3072, Kernel::SimtTma128x64, 8},   // 96 tiles, split 8: 768 blocks
+           Pick{2048, 768, 3072, Kernel::SimtTma128x64, 4},   // 192 tiles, split 4: 768 blocks
            // 72 tiles of 256x128 split 3 in clusters fill 92 % of two waves of 117 at the higher rate.
-           Case{1024, 2304, 768, Kernel::Simt256x128, 3},
+           Pick{1024, 2304, 768, Kernel::Simt256x128, 3},
        }) {
     const Config got = pick(dense_rows(c.m, c.n, c.k));
     SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
