@@ -70,14 +70,16 @@ def source_constants(path=HEADER_FILE):
 
 
 def sweep_rows(paths):
-    """(shape, config, ratio) for every row of the fp32 sweeps in the logs, shape = (batch, m, n, k, layout)."""
+    """(shape, config, ratio) for each row of the logs' fp32 sweeps; shape = (batch, m, n, k, layout)."""
     for path in paths:
         cur = None
         for line in open(path):
             h = HEADER.match(line)
             if h:
                 batch, m, n, k, layout, math_mode = h.groups()
-                cur = (int(batch or 1), int(m), int(n), int(k), layout or "NN") if math_mode == "fp32" else None
+                cur = None
+                if math_mode == "fp32":
+                    cur = (int(batch or 1), int(m), int(n), int(k), layout or "NN")
                 continue
             r = ROW.match(line)
             if r and cur:
@@ -136,8 +138,8 @@ def frange(lo, hi, step):
 
 # ---------------------------------------------------------------- the aligned wave model's TMA tile
 
-ALIGNED = re.compile(r"^simt_(256x128x(?:8|16)_w64x64_t16x8_s3|128x128x16_w64x32_t8x8_s3|128x64x32_w64x32_t8x8_s3_tma)"
-                     r"(?:_splitk(\d+)_(reducekernel|dsmem))?$")
+ALIGNED = re.compile(r"^simt_(256x128x(?:8|16)_w64x64_t16x8_s3|128x128x16_w64x32_t8x8_s3"
+                     r"|128x64x32_w64x32_t8x8_s3_tma)(?:_splitk(\d+)_(reducekernel|dsmem))?$")
 TILE = {"256x128x8_w64x64_t16x8_s3": "256", "256x128x16_w64x64_t16x8_s3": "256",
         "128x128x16_w64x32_t8x8_s3": "128", "128x64x32_w64x32_t8x8_s3_tma": "tma"}
 
@@ -171,7 +173,8 @@ def predict_aligned(shape, config, p, sms, slots):
     if tile == "tma":
         blocks = -(-m // 128) * -(-n // 64) * split
         rest = blocks % (2 * sms)
-        time = 2.0 * (blocks // (2 * sms)) + (0.0 if rest == 0 else 1.0 / p["tma_lone"] if rest <= sms else 2.0)
+        last = 0.0 if rest == 0 else 1.0 / p["tma_lone"] if rest <= sms else 2.0
+        time = 2.0 * (blocks // (2 * sms)) + last
         rate = p["tma"] * (p["unsplit"] if split == 1 else 1.0)
         return rate * blocks / (sms * time) * ks / (ks + p["fixed"])
     bm = 256 if tile == "256" else 128

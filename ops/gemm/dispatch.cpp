@@ -304,7 +304,7 @@ struct TileOption {
 };
 
 // Pick the tile by the shape class, then split K while there are too few blocks to fill the machine.
-// `packed`: p is a problem whose operands packing copied (pack_shape), chosen for.
+// `packed`: p is pack_shape() of the caller's problem, whose operands the launch copies first.
 Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, bool packed) {
   // A vector operand (M == 1 or N == 1): nothing to reuse, so the product is a read of the matrix; the
   // streaming vector kernel does it at the copy rate in every math mode (fp32 is exact enough and no slower).
@@ -394,7 +394,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     return static_cast<double>(b) / static_cast<double>(waves(b, slots) * slots);
   };
   // The same for a tile two of whose blocks an SM holds, where an SM left with one block runs it at `lone` of
-  // its two-block throughput: a last wave of at most one block per SM costs 1 / lone of a block's time, not 2.
+  // its two-block throughput: a last wave of at most one block per SM costs 1 / lone of a block's time,
+  // not 2.
   auto paired = [&](std::int64_t b, double lone) {
     const std::int64_t slots = 2 * std::int64_t{sms}, rest = b % slots;
     const double time = 2.0 * double(b / slots) + (rest == 0 ? 0.0 : rest <= sms ? 1 / lone : 2.0);
@@ -611,8 +612,7 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     //     where it ran 15-25 % under the picks here (1279x1281x1279, 1535x1537x1535, 1023x1025x1023; H200).
     // The one-block tiles' constants are fitted to H100 sweeps, the TMA tile's to H200 sweeps of the
     // transformer block's products (bench/gemm/DESIGN.md (dispatch); 2048x768x3072: 256x128 split 8 0.96x
-    // cuBLAS, TMA split 4 1.00x; 1024x3072x768: 128x128 split 2 in a cluster 0.95x, TMA split 2 1.00x;
-    // 2048x3072x768: TMA unsplit 0.94x, 128x128 unsplit 1.03x).
+    // cuBLAS, TMA split 4 1.00x; 1024x3072x768: 128x128 split 2 in a cluster 0.95x, TMA split 2 1.00x).
     constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
     std::int64_t slots[std::size(kSplits)];
     for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);
@@ -714,7 +714,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
       for (int s : {1, 2, 3, 4, 6, 8, 12, 16}) {
         if (s > 1 && p.k / s < 256) break;
         const double ks = double(p.k) / s, cost = kernel_split_rate(s) * ks / (ks + kBlockFixedK);
-        const double two = paired(tiles * s, kLoneBlockRate) * cost, deep = kDeepTileRate * fill(tiles * s, 1) * cost;
+        const double two = paired(tiles * s, kLoneBlockRate) * cost;
+        const double deep = kDeepTileRate * fill(tiles * s, 1) * cost;
         if (two > best) best = two, c.kernel = Kernel::Simt128x128x2, c.split_k = s;
         if (deep > best) best = deep, c.kernel = Kernel::Simt128x128k16, c.split_k = s;
       }

@@ -662,7 +662,8 @@ TEST(Gemm, F32_BAlongN_PassesTheMatrix) {
                             Config{Kernel::Simt128x128k16, 2, MathMode::FP32, SplitReduce::Cluster},
                             Config{Kernel::Simt128x128x2, 4, MathMode::FP32, SplitReduce::Kernel},
                             Config{Kernel::Simt64x256, 1, MathMode::FP32, SplitReduce::Kernel},
-                            Config{Kernel::SimtTma128x64, 2, MathMode::FP32, SplitReduce::Kernel, Staging::Tma}}) {
+                            Config{Kernel::SimtTma128x64, 2, MathMode::FP32, SplitReduce::Kernel,
+                                   Staging::Tma}}) {
       Config bn = c;
       bn.b_along_n = true;
       if (can_implement(p, bn)) out.push_back(bn);
