@@ -39,6 +39,7 @@ fastest (the geometric mean over shapes of the pick's measured ratio over the sh
 error breaking ties; the same is printed for the source's values.
 """
 import argparse
+import itertools
 import math
 import os
 import re
@@ -136,6 +137,13 @@ def frange(lo, hi, step):
     return [lo + i * step for i in range(n + 1)]
 
 
+def grid_search(base, grids, score):
+    """The constants (base with each grid's key set to one of its values) of the highest score."""
+    keys = list(grids)
+    points = (dict(base, **dict(zip(keys, values))) for values in itertools.product(*grids.values()))
+    return max(points, key=score)
+
+
 # ---------------------------------------------------------------- the aligned wave model's TMA tile
 
 ALIGNED = re.compile(r"^simt_(256x128x(?:8|16)_w64x64_t16x8_s3|128x128x16_w64x32_t8x8_s3"
@@ -208,15 +216,15 @@ def fit_tma(logs, source, sms, verbose):
         print("TMA tile: no aligned NN shape with TMA and one-block rows in the logs")
         return
     print("TMA tile: %d shapes, %d rows" % (len(shapes), sum(len(m) for m in shapes.values())))
-    best = None
-    for tma in frange(0.85, 1.05, 0.01):
-        for lone in frange(0.4, 0.8, 0.025):
-            for unsplit in frange(0.85, 1.0, 0.025):
-                p = dict(source, tma=tma, tma_lone=lone, unsplit=unsplit)
-                picks, e = score_aligned(shapes, p, sms, slots)
-                if best is None or (picks, -e) > (best[0], -best[1]):
-                    best = (picks, e, p)
-    picks, e, p = best
+    grids = {"tma": frange(0.85, 1.05, 0.01), "tma_lone": frange(0.4, 0.8, 0.025),
+             "unsplit": frange(0.85, 1.0, 0.025)}
+
+    def speed_then_error(p):
+        picks, e = score_aligned(shapes, p, sms, slots)
+        return picks, -e
+
+    p = grid_search(source, grids, speed_then_error)
+    picks, e = score_aligned(shapes, p, sms, slots)
     fmt = "tma %.2f  tma_lone %.3f  unsplit %.3f"
     print(("fit:    " + fmt + "  picks at %.4f of the best, rms log error %.4f") %
           (p["tma"], p["tma_lone"], p["unsplit"], picks, e))
@@ -239,36 +247,33 @@ def main():
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     source = source_constants()
-    shapes = {s: m for s, m in read(args.logs).items() if not whole_runs(s) and len(m) >= 2}
+    fit_last_rule(args.logs, source, args.sms, args.verbose)
+    fit_tma(args.logs, source, args.sms, args.verbose)
+
+
+def fit_last_rule(logs, source, sms, verbose):
+    shapes = {s: m for s, m in read(logs).items() if not whole_runs(s) and len(m) >= 2}
     if not shapes:
         print("last rule: no shape without whole runs with two or more 128x128 rows in the logs")
-        fit_tma(args.logs, source, args.sms, args.verbose)
         return
     print("last rule: %d shapes, %d rows" % (len(shapes), sum(len(m) for m in shapes.values())))
-    best = None
-    for lone in frange(0.5, 1.0, 0.05):
-        for deep in frange(0.85, 1.10, 0.01):
-            for a in frange(0.85, 1.0, 0.015):
-                for b in frange(0.0, 80.0, 8.0):
-                    p = {"lone": lone, "deep": deep, "a": a, "b": b, "fixed": source["fixed"]}
-                    e = error(shapes, p, args.sms)
-                    if best is None or e < best[0]:
-                        best = (e, p)
-    e, p = best
+    grids = {"lone": frange(0.5, 1.0, 0.05), "deep": frange(0.85, 1.10, 0.01), "a": frange(0.85, 1.0, 0.015),
+             "b": frange(0.0, 80.0, 8.0)}
+    p = grid_search(source, grids, lambda p: -error(shapes, p, sms))
+    e = error(shapes, p, sms)
     fmt = "lone %.2f  deep %.2f  a %.3f  b %.0f"
     print(("fit:    " + fmt + "  rms log error %.4f") % (p["lone"], p["deep"], p["a"], p["b"], e))
     print(("source: " + fmt + "  rms log error %.4f") % (source["lone"], source["deep"], source["a"],
-                                                         source["b"], error(shapes, source, args.sms)))
-    if args.verbose:
+                                                         source["b"], error(shapes, source, sms)))
+    if verbose:
         for shape, meas in sorted(shapes.items()):
             batch, m, n, k, layout = shape
             print("%dx(%dx%dx%d) %s" % (batch, m, n, k, layout))
-            pred = {c: predict(shape, c[0], c[1], source, args.sms) for c in meas}
+            pred = {c: predict(shape, c[0], c[1], source, sms) for c in meas}
             scale = math.exp(sum(math.log(meas[c] / pred[c]) for c in meas) / len(meas))
             for c in sorted(meas, key=lambda c: -meas[c]):
                 name = ("2cta" if c[0] == TWO else "k16") + " s%d" % c[1]
                 print("  %-9s measured %.3f  source model %.3f" % (name, meas[c], pred[c] * scale))
-    fit_tma(args.logs, source, args.sms, args.verbose)
 
 
 if __name__ == "__main__":

@@ -567,10 +567,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     auto filled = [&](int s) { return fill(tiles * s, 1); };
     // With K of 1536 or more, the TMA kernel's 128x64 tiles, two blocks per SM, where they fill their waves
     // and 256x128 tiles, in two waves at most, do not; K split 2 in a cluster where each split keeps 1024 of
-    // K. Over more waves the 256x128 tile's higher rate outweighs its idle slots. At a K of 1024 or under
-    // the unsplit TMA tile fell behind the split below (H200, one sweep each: 2048x3072x768 35.0 TFLOP/s,
-    // 256x128 split 2 38.8; 2048x3072x1024 38.4, 40.7); from 2047 it led (2047x2049x2047, 2048x2056x2048,
-    // H100).
+    // K. Over more waves the 256x128 tile's higher rate outweighs its idle slots; under 1536 of K the
+    // unsplit TMA tile falls behind the 256x128 split below (bench/gemm/DESIGN.md, section 3 table).
     auto filled_tma = [&](int s) { return fill(blocks(128, 64) * s, 2); };
     if (p.k >= 1536 && filled(1) < 0.9 && tiles <= 2 * sms && filled_tma(1) >= 0.95 && tma_ready(p, model)) {
       c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma;
@@ -609,10 +607,9 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     //     0.95x cuBLAS, 0.74x in a cluster, whose 384 blocks take four waves of 120).
     //   - the TMA tile's splits, added by the second kernel: waves of two blocks an SM, an SM left with one
     //     running it at kTmaLoneBlockRate (paired), and ks / (ks + kBlockFixedK). Not on packed operands,
-    //     where it ran 15-25 % under the picks here (1279x1281x1279, 1535x1537x1535, 1023x1025x1023; H200).
+    //     where it runs well under the one-block tiles.
     // The one-block tiles' constants are fitted to H100 sweeps, the TMA tile's to H200 sweeps of the
-    // transformer block's products (bench/gemm/DESIGN.md (dispatch); 2048x768x3072: 256x128 split 8 0.96x
-    // cuBLAS, TMA split 4 1.00x; 1024x3072x768: 128x128 split 2 in a cluster 0.95x, TMA split 2 1.00x).
+    // transformer block's products (bench/gemm/DESIGN.md, the wave model; scripts/fit_dispatch.py).
     constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
     std::int64_t slots[std::size(kSplits)];
     for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);

@@ -54,7 +54,7 @@ constexpr int kSmallBatchMinSplitK = 128;
 constexpr double kSmallBatchSwapGain = 0.2;
 constexpr int kSmallBatchShortK = 192;
 // The cost model's fitted constants, used by choose()'s wave models (dispatch.cpp; bench/gemm/DESIGN.md
-// section 3 gives the sweeps behind each; scripts/fit_dispatch.py refits the last rule's from sweep logs):
+// section 3 gives the sweeps behind each; scripts/fit_dispatch.py refits the wave models' from sweep logs):
 // - a split of K added by the second kernel runs at kSplitRateBase - kSplitRateSlope * split / K of the
 //   unsplit rate (kernel_split_rate; H100 sweeps of the 256x128 tile);
 // - each block's fixed cost, with its share of a split's reduction, comes to kBlockFixedK elements of K;
@@ -66,7 +66,7 @@ constexpr int kSmallBatchShortK = 192;
 //   of the two-per-SM tile's rate (H200 sweeps);
 // - the aligned wave model's TMA 128x64 tile (two blocks an SM) at kTmaTileRate of the 256x128 tile, an SM
 //   left with one of its blocks at kTmaLoneBlockRate of the two-block throughput, its unsplit runs at
-//   kTmaUnsplitRate (over several waves they ran 5-8 % under split 2; H200 sweeps, bench/gemm/fit).
+//   kTmaUnsplitRate (over several waves the unsplit tile runs behind split 2 at the same fill).
 constexpr double kSplitRateBase = 0.945;
 constexpr double kSplitRateSlope = 33.0;
 constexpr double kBlockFixedK = 32.0;
