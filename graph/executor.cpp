@@ -2,7 +2,8 @@
 //
 // A run allocates nothing and never synchronises the host (except host-output pipelines): intermediates live
 // in one arena, outputs in a persistent buffer, inputs are read in place (or staged into persistent buffers),
-// so a whole run can be captured on the origin stream and replayed while the input pointers stay the same.
+// so a whole run can be captured (on the executor's own streams) and replayed on the origin stream while the
+// input pointers stay the same.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "minitensor/graph/detail/collective.h"
 #include "minitensor/graph/detail/executor_impl.h"
+#include "minitensor/memory/stream_scratch.h"
 #include "minitensor/ops/detail/kernels.h"
 #include "minitensor/ops/detail/norm.h"
 #include "minitensor/ops/ops.h"
@@ -268,6 +270,9 @@ ExecutorImpl::~ExecutorImpl() {
   // An event, not the streams: a user's stream may be gone by now, and a pool stream may be capturing for
   // another thread.
   if (m_run_done.recorded()) MT_CUDA_CHECK_NOTHROW(cudaEventSynchronize(m_run_done.get()));
+  // The graph's replays are done: its capture scratch goes back before the capture streams go.
+  m_graph.reset();
+  for (const Stream& s : m_capture_streams) release_capture_scratch(m_device.index(), s.get());
 }
 
 void ExecutorImpl::note_stream(cudaStream_t stream) {
@@ -480,17 +485,23 @@ void ExecutorImpl::launch_step(int i, cudaStream_t stream) {
   }
 }
 
-void ExecutorImpl::launch_all(cudaStream_t origin, bool timed) {
+void ExecutorImpl::launch_all(cudaStream_t origin, bool timed, bool capture) {
   const int n_streams = m_sched.n_streams;
   m_streams.assign(1, origin);
-  for (int slot = 0; static_cast<int>(m_streams.size()) < n_streams && slot < kStreamPoolSize; ++slot) {
-    cudaStream_t s = pool_stream(m_device.index(), slot);
-    if (s != origin) m_streams.push_back(s);
+  if (capture) {
+    for (int k = 1; k < n_streams; ++k) m_streams.push_back(m_capture_streams[static_cast<size_t>(k)].get());
+  } else {
+    for (int slot = 0; static_cast<int>(m_streams.size()) < n_streams && slot < kStreamPoolSize; ++slot) {
+      cudaStream_t s = pool_stream(m_device.index(), slot);
+      if (s != origin) m_streams.push_back(s);
+    }
   }
   // From the fork on, a failure joins the side streams back before it leaves (before a capture ends, too).
   OnUnwind join_on_failure([&]() noexcept { join_forked(origin); });
   if (n_streams > 1) {
-    for (int k = 1; k < n_streams; ++k) note_stream(m_streams[static_cast<size_t>(k)]);
+    // A capture runs nothing: its buffers are used where the graph is launched, on the run's origin.
+    if (!capture)
+      for (int k = 1; k < n_streams; ++k) note_stream(m_streams[static_cast<size_t>(k)]);
     m_fork.record(origin);
     for (int k = 1; k < n_streams; ++k) {
       m_fork.wait(m_streams[static_cast<size_t>(k)]);
@@ -687,18 +698,21 @@ TensorMap ExecutorImpl::run_device(const TensorMap& inputs) {
     MT_CUDA_CHECK(cudaGraphLaunch(m_graph.exec, origin));
     ++m_stats.n_replays;
   } else if (use_graph && m_stats.n_plain_runs > 0) {
-    // Capture (thread-local mode: other threads may keep using CUDA). Nothing inside allocates or
-    // synchronises.
+    // Capture on the executor's own streams (in the thread-local mode: other threads may keep using CUDA,
+    // and the caller's stream too). Nothing inside allocates or synchronises.
     m_graph_valid = false;  // until this capture is instantiated
-    MT_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
+    while (static_cast<int>(m_capture_streams.size()) < std::max(m_sched.n_streams, 1))
+      m_capture_streams.emplace_back(m_device.index());
+    const cudaStream_t capture = m_capture_streams[0].get();
+    MT_CUDA_CHECK(cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal));
     try {
-      launch_all(origin, false);  // on failure it joins its side streams first, so the capture can end
+      launch_all(capture, false, true);  // on failure it joins its side streams first, so the capture can end
     } catch (...) {
-      end_capture_discarding(origin, m_streams);
+      end_capture_discarding(capture, m_streams);
       throw;
     }
     cudaGraph_t captured = nullptr;
-    MT_CUDA_CHECK(cudaStreamEndCapture(origin, &captured));
+    MT_CUDA_CHECK(cudaStreamEndCapture(capture, &captured));
     CapturedGraph g(captured);
     count_edges(g.get());
     bool updated = false;

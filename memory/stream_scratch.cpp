@@ -71,4 +71,15 @@ void* stream_scratch(ScratchSlot slot, std::size_t bytes, cudaStream_t stream,
   return a.data();
 }
 
+void release_capture_scratch(int device, cudaStream_t stream) noexcept {
+  Entry released;  // freed after the lock is let go
+  {
+    const std::lock_guard<std::recursive_mutex> lock(registry_mutex());
+    auto it = registry().find({device, stream, true});
+    if (it == registry().end()) return;
+    released = std::move(it->second);
+    registry().erase(it);
+  }
+}
+
 }  // namespace mt

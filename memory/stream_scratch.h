@@ -12,10 +12,12 @@
 // thread's capture mode relaxed (the allocation is not part of the graph; the buffer outlives it). A graph
 // keeps the pointers it captured, so those buffers are never freed: an outgrown one is retired, not released.
 // Graphs captured from one stream share its capture scratch, so they must not be replayed concurrently with
-// each other. A slot whose contents must not be shared by eager and captured launches at all (a queue that a
-// launch leaves as it found it) asks for ScratchOptions::eager_only and gets no buffer while capturing.
+// each other (the graph executor captures on streams of its own for that reason). A slot whose contents must
+// not be shared by eager and captured launches at all (a queue that a launch leaves as it found it) asks for
+// ScratchOptions::eager_only and gets no buffer while capturing.
 //
-// Buffers live for the whole process (destroying them at exit would outlive the CUDA runtime).
+// Buffers live for the whole process (destroying them at exit would outlive the CUDA runtime), but for the
+// capture scratch that its stream's owner releases (release_capture_scratch).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,6 +46,11 @@ struct ScratchOptions {
 // on that stream until the slot is next asked for more than its size. bytes == 0: nullptr, nothing allocated.
 void* stream_scratch(ScratchSlot slot, std::size_t bytes, cudaStream_t stream,
                      const ScratchOptions& options = {});
+
+// Frees the capture scratch of `stream` on `device`. Only for the owner of a stream that has destroyed every
+// graph captured from it after the last replay finished (the graph executor's private capture streams, before
+// it destroys them): otherwise capture scratch lives for the process. Never throws.
+void release_capture_scratch(int device, cudaStream_t stream) noexcept;
 
 // Holds the registry's lock while alive. A caller that enqueues several launches on a buffer holds one across
 // stream_scratch and the launches, so a concurrent caller on the same stream cannot release the buffer

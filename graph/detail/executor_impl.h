@@ -32,6 +32,7 @@
 #include "minitensor/graph/detail/internal.h"
 #include "minitensor/graph/detail/program.h"
 #include "minitensor/runtime/event.h"
+#include "minitensor/runtime/stream.h"
 
 namespace mt::detail {
 
@@ -109,7 +110,9 @@ class ExecutorImpl {
   TensorMap run_pipeline(const std::vector<Tensor>& bound);
   bool pipeline_eligible() const { return m_pipeline_ok; }
 
-  void launch_all(cudaStream_t origin, bool timed);
+  // Launches every step from `origin`, the side streams being pool streams, or with `capture` the executor's
+  // own capture streams (origin = m_capture_streams[0]).
+  void launch_all(cudaStream_t origin, bool timed, bool capture = false);
   // Brings every stream this run forked (m_forked) back into `origin` and marks the run's end there, so the
   // next run and the destructor see the half-done work of a run that failed. Never throws.
   void join_forked(cudaStream_t origin) noexcept;
@@ -153,6 +156,11 @@ class ExecutorImpl {
 
   // CUDA graph
   CudaGraphExec m_graph;
+  // The streams a capture runs on, the executor's own (made at its first capture): a capture puts its streams
+  // in capture mode, and a caller's stream or a pool stream may meanwhile take work or a synchronisation from
+  // another thread. They also keep the captured launches' stream scratch (memory/stream_scratch.h) apart
+  // from every other graph's.
+  std::vector<Stream> m_capture_streams;
   std::vector<const void*> m_graph_key;  // input pointers the captured graph reads
   bool m_graph_valid = false;
   bool m_dry = false;  // the first run's loading pass: collectives zero their outputs instead (run_device)

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -284,6 +285,46 @@ TEST(ExecutorThreads, Cuda_EightThreadsShareOneExecutor) {
     for (int t = 0; t < kThreads; ++t) EXPECT_EQ(ok[static_cast<size_t>(t)], kRuns) << "thread " << t;
     EXPECT_EQ(e.stats().n_runs, kThreads * kRuns);
   }
+}
+
+// A capture does not hold the caller's stream: another thread keeps copying from it and synchronising it
+// while one executor re-captures at every run (its input alternates between two tensors). Captured on the
+// caller's stream, the other thread's synchronisation fails (the stream is capturing) and the capture is
+// invalidated.
+TEST(ExecutorThreads, Cuda_CaptureLeavesTheCallersStreamFree) {
+  MT_REQUIRE_GPU();
+  const Graph g = branchy_graph();
+  const Tensor h = uniform({32, 64}, 6);
+  const Tensor x[2] = {uniform({32, 64}, 5).cuda(), uniform({32, 64}, 7).cuda()};
+  Executor plain(g, gpu_options(false));
+  const Values ref[2] = {values_of(plain.run({{"x", x[0]}, {"h", h}})),
+                         values_of(plain.run({{"x", x[1]}, {"h", h}}))};
+  Executor e(g, gpu_options(true));
+  const Tensor t = uniform({256, 256}, 8).cuda();
+  std::atomic<bool> done{false};
+  std::string other_error;
+  int other_rounds = 0;
+  std::thread other([&] {
+    try {
+      for (; !done.load() || other_rounds < 10; ++other_rounds) {
+        (void)t.cpu();  // a copy on the default stream, then its synchronisation
+        synchronize_stream(current_stream(0));
+      }
+    } catch (const std::exception& err) {
+      other_error = err.what();
+    }
+  });
+  constexpr int kRuns = 200;
+  int ok = 0;
+  for (int r = 0; r < kRuns; ++r)
+    ok += same_bits(values_of(e.run({{"x", x[r % 2]}, {"h", h}})), ref[r % 2]) ? 1 : 0;
+  done = true;
+  other.join();
+  EXPECT_EQ(ok, kRuns);
+  EXPECT_EQ(other_error, "");
+  EXPECT_EQ(e.stats().n_runs, kRuns);
+  EXPECT_EQ(e.stats().n_replays, 0);
+  EXPECT_EQ(e.stats().n_captures + e.stats().n_graph_updates, kRuns - 1);  // the first run is plain
 }
 
 ExecOptions cpu_options() {

@@ -1,9 +1,11 @@
 // The caching allocator while a stream is being captured into a CUDA graph: releases and cross-stream
 // searches that would record an event on the capturing stream (and later poll it) must leave the capture
-// valid; the blocks held back come back once the capture has ended.
+// valid; the blocks held back come back once the capture has ended. And the per-stream scratch's capture
+// buffers (memory/stream_scratch.h).
 #include <gtest/gtest.h>
 
 #include "minitensor/memory/detail/caching.h"
+#include "minitensor/memory/stream_scratch.h"
 #include "minitensor/runtime/stream.h"
 #include "tests/common/gpu.h"
 
@@ -52,6 +54,41 @@ TEST(AllocatorCapture, ReleasesAndSearchesDuringCaptureKeepItValid) {
   // The block held back during the capture is fenced now and comes back.
   alloc.empty_cache();
   EXPECT_EQ(alloc.stats().active_bytes.current, active_before);
+}
+
+// A stream's capture scratch is kept apart from its eager scratch, and its owner can give it back (the graph
+// executor does, for its own capture streams, once their graphs are gone); the eager scratch stays.
+TEST(StreamScratchCapture, KeptApartAndReleasedByTheOwner) {
+  MT_REQUIRE_GPU();
+  CachingDeviceAllocator& alloc = caching_cuda_allocator(0);
+  Stream s(0);
+  constexpr std::size_t kBytes = std::size_t{3} << 20;
+  void* eager = stream_scratch(ScratchSlot::GemmPacked, kBytes, s.get());
+  ASSERT_NE(eager, nullptr);
+  auto capture_scratch = [&] {
+    EXPECT_EQ(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    void* p = stream_scratch(ScratchSlot::GemmPacked, kBytes, s.get());
+    void* again = stream_scratch(ScratchSlot::GemmPacked, kBytes, s.get());
+    cudaGraph_t graph = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(s.get(), &graph), cudaSuccess) << "the capture was invalidated";
+    if (graph) EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    EXPECT_EQ(p, again);
+    return p;
+  };
+  void* captured = capture_scratch();
+  ASSERT_NE(captured, nullptr);
+  EXPECT_NE(captured, eager);
+  const std::int64_t active = alloc.stats().active_bytes.current;
+  release_capture_scratch(0, s.get());
+  EXPECT_LE(alloc.stats().active_bytes.current, active - static_cast<std::int64_t>(kBytes));
+  release_capture_scratch(0, s.get());  // nothing left: a no-op
+  EXPECT_EQ(stream_scratch(ScratchSlot::GemmPacked, kBytes, s.get()), eager);
+  // The next capture gets a buffer of its own again.
+  void* next = capture_scratch();
+  EXPECT_NE(next, nullptr);
+  EXPECT_NE(next, eager);
+  release_capture_scratch(0, s.get());
+  EXPECT_EQ(cudaStreamSynchronize(s.get()), cudaSuccess);
 }
 
 }  // namespace
