@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Refit the constants of choose()'s wave models (ops/gemm/dispatch.cpp) from bench_gemm sweep logs: the last
-rule's two-tile model and the aligned wave model's TMA tile.
+rule's two-tile model and the aligned wave model's two-per-SM tiles (TMA 128x64, 128x128).
 
     python3 scripts/fit_dispatch.py [--sms 132] [--verbose] LOG...
 
@@ -22,21 +22,25 @@ only the model's ranking within a shape counts: the fit minimises the squared lo
 shape's mean. It prints the best (lone, deep, a, b) on a grid, the error of the values in the source
 (read from ops/gemm/detail/dispatch.h) beside it, and with --verbose every row's measured and predicted ratio.
 
-The TMA fit takes the shapes in whole 16-byte runs, A along k and B along n (where TMA can fetch them), K of
-512 or more and under 3/4 of a wave of 256x128 tiles (the aligned wave model's domain), and their rows on the
-256x128 tiles (either depth) and the 16-deep 128x128 tile, unsplit or split in a cluster or by the second
-kernel, and on the TMA kernel's 128x64 tile, unsplit or split by the second kernel, 128 of K a split or more:
+The aligned fit takes the shapes in whole 16-byte runs, A along k and B along n (where TMA can fetch them), K
+of 512 or more, under 3/4 of a wave of 256x128 tiles or in at most two waves of them that fill under 90 % (the
+aligned wave model's domain), and their rows on the 256x128 tiles (either depth) and the 16-deep 128x128
+tile, unsplit or split in a cluster (not the 256x128 tile's in two waves) or by the second kernel, and on the
+two-per-SM tiles, unsplit or split by the second kernel, 128 of K a split or more:
 
     - the one-block tiles as the rule has them: rate 1 and kTile128Rate; in a cluster, waves of the
       DeviceModel's cluster slots (the H200 table in dispatch.cpp) and ks / (ks + fixed); by the second
       kernel, waves of one block an SM and kernel_split_rate x K / (K + fixed);
     - the TMA tile: rate tma (kTmaTileRate), x unsplit (kTmaUnsplitRate) unsplit; waves of two blocks an SM, a
       last wave of at most one an SM taking 1 / tma_lone (kTmaLoneBlockRate) of a block's time; ks / (ks +
-      fixed).
+      fixed);
+    - the two-per-SM 128x128 tile (simt_128x128x8_..._2cta): rate two (kTile128x2Rate), its lone blocks at
+      two_lone (kTile128x2LoneRate); ks / (ks + fixed) x kernel_split_rate.
 
-These three decide which tile wins, not how fast it runs, so the grid keeps the values whose picks run
-fastest (the geometric mean over shapes of the pick's measured ratio over the shape's best), the rms log
-error breaking ties; the same is printed for the source's values.
+These decide which tile wins, not how fast it runs, so the grid keeps the values whose picks run fastest (the
+geometric mean over shapes of the pick's measured ratio over the shape's best), the rms log error breaking
+ties; the same is printed for the source's values. The TMA tile's three constants are searched first, the
+128x128 tile's two then.
 """
 import argparse
 import itertools
@@ -49,7 +53,8 @@ HEADER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "op
                            "dispatch.h")
 NAMES = {"lone": "kLoneBlockRate", "deep": "kDeepTileRate", "a": "kSplitRateBase", "b": "kSplitRateSlope",
          "fixed": "kBlockFixedK", "tile128": "kTile128Rate", "tma": "kTmaTileRate",
-         "tma_lone": "kTmaLoneBlockRate", "unsplit": "kTmaUnsplitRate"}
+         "tma_lone": "kTmaLoneBlockRate", "unsplit": "kTmaUnsplitRate", "two": "kTile128x2Rate",
+         "two_lone": "kTile128x2LoneRate"}
 DISPATCH_FILE = os.path.join(os.path.dirname(HEADER_FILE), "..", "dispatch.cpp")
 TWO = "simt_128x128x8_w64x32_t8x8_s4_2cta"
 DEEP = "simt_128x128x16_w64x32_t8x8_s3"
@@ -144,12 +149,14 @@ def grid_search(base, grids, score):
     return max(points, key=score)
 
 
-# ---------------------------------------------------------------- the aligned wave model's TMA tile
+# ---------------------------------------------------------------- the aligned wave model's two-per-SM tiles
 
 ALIGNED = re.compile(r"^simt_(256x128x(?:8|16)_w64x64_t16x8_s3|128x128x16_w64x32_t8x8_s3"
-                     r"|128x64x32_w64x32_t8x8_s3_tma)(?:_splitk(\d+)_(reducekernel|dsmem))?$")
+                     r"|128x64x32_w64x32_t8x8_s3_tma|128x128x8_w64x32_t8x8_s4_2cta)"
+                     r"(?:_splitk(\d+)_(reducekernel|dsmem))?$")
 TILE = {"256x128x8_w64x64_t16x8_s3": "256", "256x128x16_w64x64_t16x8_s3": "256",
-        "128x128x16_w64x32_t8x8_s3": "128", "128x64x32_w64x32_t8x8_s3_tma": "tma"}
+        "128x128x16_w64x32_t8x8_s3": "128", "128x64x32_w64x32_t8x8_s3_tma": "tma",
+        "128x128x8_w64x32_t8x8_s4_2cta": "two"}
 
 
 def h200_cluster_slots(path=DISPATCH_FILE):
@@ -160,38 +167,59 @@ def h200_cluster_slots(path=DISPATCH_FILE):
     return [int(x) for x in m.group(1).split(",")]
 
 
+def two_waves(m, n, sms):
+    """Whether 256x128 tiles take at most two waves that fill under 90 % (the big rule's wave-model branch)."""
+    tiles = -(-m // 256) * -(-n // 128)
+    return 3 * sms // 4 <= tiles <= 2 * sms and tiles / (-(-tiles // sms) * sms) < 0.9 and \
+        m * n / (tiles * 256 * 128) >= 0.75
+
+
 def read_aligned(paths, sms):
     """{(m, n, k): {(tile, split, cluster): ratio}}: single NN products in the aligned wave model's domain."""
     shapes = {}
     for (batch, m, n, k, layout), config, ratio in sweep_rows(paths):
         c = ALIGNED.match(config)
-        if not (c and batch == 1 and layout == "NN" and m % 4 == 0 and n % 4 == 0 and k % 4 == 0 and k >= 512
-                and -(-m // 256) * -(-n // 128) < 3 * sms // 4):
+        if not (c and batch == 1 and layout == "NN" and m % 4 == 0 and n % 4 == 0 and k % 4 == 0 and k >= 512):
+            continue
+        low = two_waves(m, n, sms)
+        if not (low or -(-m // 256) * -(-n // 128) < 3 * sms // 4):
             continue
         tile, split, cluster = TILE[c.group(1)], int(c.group(2) or 1), c.group(3) == "dsmem"
-        if k / split >= 128 and not (tile == "tma" and cluster):
+        if tile == "256" and c.group(1).startswith("256x128x16") and split > 1:
+            continue
+        if k / split >= 128 and not (tile in ("tma", "two") and cluster) and \
+                not (low and tile == "256" and cluster and split > 1):
             shapes.setdefault((m, n, k), {})[(tile, split, cluster)] = ratio
     return shapes
+
+
+def paired(blocks, lone, sms):
+    """The busy share of the SMs for a tile two of whose blocks an SM holds (dispatch.cpp, paired)."""
+    rest = blocks % (2 * sms)
+    last = 0.0 if rest == 0 else 1.0 / lone if rest <= sms else 2.0
+    return blocks / (sms * (2.0 * (blocks // (2 * sms)) + last))
 
 
 def predict_aligned(shape, config, p, sms, slots):
     m, n, k = shape
     tile, split, cluster = config
     ks = k / split
+    split_rate = p["a"] - p["b"] * split / k if split > 1 else 1.0
     if tile == "tma":
         blocks = -(-m // 128) * -(-n // 64) * split
-        rest = blocks % (2 * sms)
-        last = 0.0 if rest == 0 else 1.0 / p["tma_lone"] if rest <= sms else 2.0
-        time = 2.0 * (blocks // (2 * sms)) + last
+        inside = m * n / (-(-m // 128) * -(-n // 64) * 128 * 64)
         rate = p["tma"] * (p["unsplit"] if split == 1 else 1.0)
-        return rate * blocks / (sms * time) * ks / (ks + p["fixed"])
+        return rate * inside * paired(blocks, p["tma_lone"], sms) * ks / (ks + p["fixed"])
     bm = 256 if tile == "256" else 128
-    blocks = -(-m // bm) * -(-n // 128) * split
-    rate = 1.0 if tile == "256" else p["tile128"]
+    tiles = -(-m // bm) * -(-n // 128)
+    blocks = tiles * split
+    inside = m * n / (tiles * bm * 128)
+    if tile == "two":
+        return p["two"] * inside * paired(blocks, p["two_lone"], sms) * ks / (ks + p["fixed"]) * split_rate
+    rate = (1.0 if tile == "256" else p["tile128"]) * inside
     if cluster or split == 1:
         wave = slots[split] if split < len(slots) else sms
         return rate * blocks / (-(-blocks // wave) * sms) * ks / (ks + p["fixed"])
-    split_rate = p["a"] - p["b"] * split / k
     return rate * blocks / (-(-blocks // sms) * sms) * k / (k + p["fixed"]) * split_rate
 
 
@@ -208,29 +236,27 @@ def score_aligned(shapes, p, sms, slots):
     return math.exp(picks / max(len(shapes), 1)), math.sqrt(total / max(rows, 1))
 
 
-def fit_tma(logs, source, sms, verbose):
+def fit_aligned(logs, source, sms, verbose):
     slots = h200_cluster_slots()
     shapes = {s: m for s, m in read_aligned(logs, sms).items()
-              if any(c[0] == "tma" for c in m) and any(c[0] != "tma" for c in m)}
+              if any(c[0] in ("tma", "two") for c in m) and any(c[0] in ("256", "128") for c in m)}
     if not shapes:
-        print("TMA tile: no aligned NN shape with TMA and one-block rows in the logs")
+        print("aligned wave model: no aligned NN shape with two-per-SM and one-block rows in the logs")
         return
-    print("TMA tile: %d shapes, %d rows" % (len(shapes), sum(len(m) for m in shapes.values())))
-    grids = {"tma": frange(0.85, 1.05, 0.01), "tma_lone": frange(0.4, 0.8, 0.025),
-             "unsplit": frange(0.85, 1.0, 0.025)}
+    print("aligned wave model: %d shapes, %d rows" % (len(shapes), sum(len(m) for m in shapes.values())))
 
     def speed_then_error(p):
         picks, e = score_aligned(shapes, p, sms, slots)
         return picks, -e
 
-    p = grid_search(source, grids, speed_then_error)
-    picks, e = score_aligned(shapes, p, sms, slots)
-    fmt = "tma %.2f  tma_lone %.3f  unsplit %.3f"
-    print(("fit:    " + fmt + "  picks at %.4f of the best, rms log error %.4f") %
-          (p["tma"], p["tma_lone"], p["unsplit"], picks, e))
-    picks, e = score_aligned(shapes, source, sms, slots)
-    print(("source: " + fmt + "  picks at %.4f of the best, rms log error %.4f") %
-          (source["tma"], source["tma_lone"], source["unsplit"], picks, e))
+    p = grid_search(source, {"tma": frange(0.85, 1.05, 0.01), "tma_lone": frange(0.4, 0.8, 0.025),
+                             "unsplit": frange(0.85, 1.0, 0.025)}, speed_then_error)
+    p = grid_search(p, {"two": frange(0.85, 1.10, 0.01), "two_lone": frange(0.5, 1.0, 0.05)}, speed_then_error)
+    fmt = "tma %.2f  tma_lone %.3f  unsplit %.3f  two %.2f  two_lone %.2f"
+    for name, q in (("fit:   ", p), ("source:", source)):
+        picks, e = score_aligned(shapes, q, sms, slots)
+        print((name + " " + fmt + "  picks at %.4f of the best, rms log error %.4f") %
+              (q["tma"], q["tma_lone"], q["unsplit"], q["two"], q["two_lone"], picks, e))
     if verbose:
         for shape, meas in sorted(shapes.items()):
             pred = {c: predict_aligned(shape, c, source, sms, slots) for c in meas}
@@ -248,7 +274,7 @@ def main():
     args = ap.parse_args()
     source = source_constants()
     fit_last_rule(args.logs, source, args.sms, args.verbose)
-    fit_tma(args.logs, source, args.sms, args.verbose)
+    fit_aligned(args.logs, source, args.sms, args.verbose)
 
 
 def fit_last_rule(logs, source, sms, verbose):

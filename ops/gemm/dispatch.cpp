@@ -419,6 +419,81 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   c.math = math;
   // The reduction of split K where a rule names one; the others get the default rule at the end.
   std::optional<SplitReduce> reduce;
+  // The wave model over the tiles for 16-byte runs at K of 512 or more: under 3/4 of a wave of 256x128 tiles,
+  // and two waves at most that leave SMs idle (the big rule below). The 256x128 and 16-deep 128x128 tiles
+  // hold one block per SM; the two-per-SM 128x128 tile and the TMA kernel's 128x64 tile (where TMA can fetch
+  // the operands) two. A configuration's rate is the product of
+  // - its tile's own rate against the 256x128 tile's (kTile128Rate, kTile128x2Rate, kTmaTileRate and,
+  // unsplit,
+  //   kTmaUnsplitRate of that);
+  // - the share of its tiles' area inside C;
+  // - the share of the SMs its blocks keep busy over their waves;
+  // - what the split costs, by its reduction:
+  //   - in a cluster: a wave is as many blocks as fit in whole clusters (DeviceModel::slots), and ks / (ks
+  //     + kBlockFixedK) for ks of K per split: each block's fixed cost and its share of the reduction;
+  //   - by the second kernel: a wave is a block per SM, and the split runs at kernel_split_rate. Where
+  //     cluster sizes leave SMs out of every wave this fills them (H200, 2048x768x3072: 128x128 split 4
+  //     0.95x cuBLAS, 0.74x in a cluster, whose 384 blocks take four waves of 120).
+  //   - the two-per-SM tiles' splits, added by the second kernel: waves of two blocks an SM, an SM left with
+  //     one running it at kTile128x2LoneRate or kTmaLoneBlockRate (paired); ks / (ks + kBlockFixedK), and
+  //     kernel_split_rate for the 128x128 tile. Under 3/4 of a wave the TMA tile is not weighed on packed
+  //     operands, where it runs well under the one-block tiles.
+  // In two waves at most (two_waves) the 256x128 tile's splits are added by the second kernel only (the model
+  // rates its cluster splits well above those, which ran level with them where both were measured), and the
+  // TMA tile is weighed on packed operands too (it ran well ahead of the 256x128 splits there).
+  // The one-block tiles' constants are fitted to H100 sweeps, the two-per-SM tiles' to H200 sweeps of the
+  // transformer block's products and of two-wave grids (bench/gemm/DESIGN.md, the wave model;
+  // scripts/fit_dispatch.py).
+  auto aligned_wave_model = [&](bool two_waves) {
+    constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
+    std::int64_t slots[std::size(kSplits)];
+    for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);
+    double best = 0;
+    for (const TileOption o :
+         {TileOption{Kernel::Simt256x128, 1.0}, TileOption{Kernel::Simt128x128k16, kTile128Rate}}) {
+      const TileInfo t = tile_of(o.kernel);
+      const std::int64_t b = blocks(t.bm, t.bn);
+      const double in = inside(t.bm, t.bn);
+      for (std::size_t i = 0; i < std::size(kSplits); ++i) {
+        const int s = kSplits[i];
+        const double ks = double(p.k) / s;
+        if (ks < 128) break;
+        const double busy = double(b * s) / double(waves(b * s, slots[i]) * sms);
+        const double rate = o.rate * in * busy * ks / (ks + kBlockFixedK);
+        const bool clustered = s > 1 && o.kernel == Kernel::Simt256x128 && two_waves;
+        if (rate > best && !clustered)
+          best = rate, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Cluster;
+        if (s == 1) continue;
+        const double by_kernel =
+            o.rate * in * fill(b * s, 1) * p.k / (p.k + kBlockFixedK) * kernel_split_rate(s);
+        if (by_kernel > best)
+          best = by_kernel, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Kernel;
+      }
+    }
+    const std::int64_t b2 = blocks(128, 128);
+    for (const int s : kSplits) {
+      const double ks = double(p.k) / s;
+      if (ks < 128) break;
+      const double rate = kTile128x2Rate * inside(128, 128) * paired(b2 * s, kTile128x2LoneRate) * ks /
+                          (ks + kBlockFixedK) * kernel_split_rate(s);
+      if (rate > best)
+        best = rate, c.kernel = Kernel::Simt128x128x2, c.split_k = s, reduce = SplitReduce::Kernel;
+    }
+    if (tma_ready(p, model) && (!packed || two_waves)) {
+      const std::int64_t b = blocks(128, 64);
+      const double in = inside(128, 64);
+      for (const int s : kSplits) {
+        const double ks = double(p.k) / s;
+        if (ks < 128) break;
+        const double rate = kTmaTileRate * (s == 1 ? kTmaUnsplitRate : 1.0) * in *
+                            paired(b * s, kTmaLoneBlockRate) * ks / (ks + kBlockFixedK);
+        if (rate > best) {
+          best = rate, c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma, c.split_k = s;
+          reduce = SplitReduce::Kernel;
+        }
+      }
+    }
+  };
   if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 &&
       can_implement(p, Config{Kernel::Wgmma, 1, math}, model)) {
     // At least one whole 128x128 tile: the Hopper wgmma kernel, K split over a cluster per tile under a
@@ -565,15 +640,13 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
                                                                              : Kernel::Simt256x128;
     const std::int64_t tiles = blocks(256, 128);
     auto filled = [&](int s) { return fill(tiles * s, 1); };
-    // With K of 1536 or more, the TMA kernel's 128x64 tiles, two blocks per SM, where they fill their waves
-    // and 256x128 tiles, in two waves at most, do not; K split 2 in a cluster where each split keeps 1024 of
-    // K. Over more waves the 256x128 tile's higher rate outweighs its idle slots; under 1536 of K the
-    // unsplit TMA tile falls behind the 256x128 split below (bench/gemm/DESIGN.md, section 3 table).
-    auto filled_tma = [&](int s) { return fill(blocks(128, 64) * s, 2); };
-    if (p.k >= 1536 && filled(1) < 0.9 && tiles <= 2 * sms && filled_tma(1) >= 0.95 && tma_ready(p, model)) {
-      c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma;
-      c.split_k = (p.k + 1) / 2 >= 1024 && filled_tma(2) >= 0.95 ? 2 : 1;
-      reduce = SplitReduce::Cluster;
+    if (p.k >= 512 && filled(1) < 0.9 && tiles <= 2 * sms) {
+      // Two waves at most that leave SMs idle: the wave model above, whose two-per-SM tiles fill such waves
+      // better than 256x128 tiles split 2 or 3 (bench/gemm/DESIGN.md, the wave model). The 256x128 tile
+      // unsplit keeps its depth from above.
+      const Kernel unsplit = c.kernel;
+      aligned_wave_model(true);
+      if (c.kernel == Kernel::Simt256x128 && c.split_k == 1) c.kernel = unsplit;
     } else if (filled(1) < 0.9) {
       // A last wave that leaves SMs idle (under 90 % of the waves' slots filled): K split in 2 or 3 where
       // that fills enough more of them, the 8-deep tile, the splits added by the second kernel. A split runs
@@ -592,61 +665,7 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
       }
     }
   } else if (runs16 && p.k >= 512) {
-    // Under 3/4 of a wave of 256x128 tiles with K of 512 or more: the wave model. The 256x128 and 16-deep
-    // 128x128 tiles hold one block per SM, the TMA kernel's 128x64 tile (where TMA can fetch the operands)
-    // two. A configuration's rate is the product of
-    // - its tile's own rate (the 128x128 tile's is kTile128Rate of the 256x128 tile's, the TMA tile's
-    //   kTmaTileRate, unsplit kTmaUnsplitRate of that);
-    // - the share of its tiles' area inside C;
-    // - the share of the SMs its blocks keep busy over their waves;
-    // - what the split costs, by its reduction:
-    //   - in a cluster: a wave is as many blocks as fit in whole clusters (DeviceModel::slots), and ks / (ks
-    //     + kBlockFixedK) for ks of K per split: each block's fixed cost and its share of the reduction;
-    //   - by the second kernel: a wave is a block per SM, and the split runs at kernel_split_rate. Where
-    //     cluster sizes leave SMs out of every wave this fills them (H200, 2048x768x3072: 128x128 split 4
-    //     0.95x cuBLAS, 0.74x in a cluster, whose 384 blocks take four waves of 120).
-    //   - the TMA tile's splits, added by the second kernel: waves of two blocks an SM, an SM left with one
-    //     running it at kTmaLoneBlockRate (paired), and ks / (ks + kBlockFixedK). Not on packed operands,
-    //     where it runs well under the one-block tiles.
-    // The one-block tiles' constants are fitted to H100 sweeps, the TMA tile's to H200 sweeps of the
-    // transformer block's products (bench/gemm/DESIGN.md, the wave model; scripts/fit_dispatch.py).
-    constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
-    std::int64_t slots[std::size(kSplits)];
-    for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);
-    double best = 0;
-    for (const TileOption o :
-         {TileOption{Kernel::Simt256x128, 1.0}, TileOption{Kernel::Simt128x128k16, kTile128Rate}}) {
-      const TileInfo t = tile_of(o.kernel);
-      const std::int64_t b = blocks(t.bm, t.bn);
-      const double inside = double(p.m) * p.n * batch / (double(b) * t.bm * t.bn);
-      for (std::size_t i = 0; i < std::size(kSplits); ++i) {
-        const int s = kSplits[i];
-        const double ks = double(p.k) / s;
-        if (ks < 128) break;
-        const double busy = double(b * s) / double(waves(b * s, slots[i]) * sms);
-        const double rate = o.rate * inside * busy * ks / (ks + kBlockFixedK);
-        if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Cluster;
-        if (s == 1) continue;
-        const double by_kernel =
-            o.rate * inside * fill(b * s, 1) * p.k / (p.k + kBlockFixedK) * kernel_split_rate(s);
-        if (by_kernel > best)
-          best = by_kernel, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Kernel;
-      }
-    }
-    if (tma_ready(p, model) && !packed) {
-      const std::int64_t b = blocks(128, 64);
-      const double in = inside(128, 64);
-      for (const int s : kSplits) {
-        const double ks = double(p.k) / s;
-        if (ks < 128) break;
-        const double rate = kTmaTileRate * (s == 1 ? kTmaUnsplitRate : 1.0) * in *
-                            paired(b * s, kTmaLoneBlockRate) * ks / (ks + kBlockFixedK);
-        if (rate > best) {
-          best = rate, c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma, c.split_k = s;
-          reduce = SplitReduce::Kernel;
-        }
-      }
-    }
+    aligned_wave_model(false);  // under 3/4 of a wave of 256x128 tiles
   } else if (small_batch) {
     // A batch of small products (each at most 512 on every side): 64x64 tiles on the cp.async ring, four
     // blocks per SM, K split to about four blocks per SM down to kSmallBatchMinSplitK of K; the 64-thread

@@ -1635,6 +1635,25 @@ TEST(Gemm, F32_Dispatch_MidGridsOnTheTmaTile) {
   }
 }
 
+// Grids of at most two waves of 256x128 tiles that leave SMs idle take the wave model's two-per-SM tiles
+// (dispatch.cpp, the big rule): the TMA tile split 2 and 4 (edge tiles at 2000x2300), the 128x128 tile
+// unsplit on B copied along n (x W^T), the TMA tile split 4 there.
+TEST(Gemm, F32_Dispatch_TwoWaveGridsOnTheWaveModel) {
+  MT_REQUIRE_GPU();
+  struct Shape3 {
+    std::int64_t m, n, k;
+    bool b_along_k;
+  };
+  for (const Shape3& s : {Shape3{2560, 2048, 512, false}, Shape3{2000, 2300, 1000, false},
+                          Shape3{2048, 3072, 768, true}, Shape3{2048, 2304, 768, true}}) {
+    for (float beta : {0.f, 0.5f}) {
+      GemmCase c{s.m, s.n, s.k, false, s.b_along_k};
+      c.bias = true, c.act = Activation::Gelu, c.beta = beta;
+      run_gemm_case(c, Device::cuda(0));
+    }
+  }
+}
+
 TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;

@@ -66,7 +66,9 @@ constexpr int kSmallBatchShortK = 192;
 //   of the two-per-SM tile's rate (H200 sweeps);
 // - the aligned wave model's TMA 128x64 tile (two blocks an SM) at kTmaTileRate of the 256x128 tile, an SM
 //   left with one of its blocks at kTmaLoneBlockRate of the two-block throughput, its unsplit runs at
-//   kTmaUnsplitRate (over several waves the unsplit tile runs behind split 2 at the same fill).
+//   kTmaUnsplitRate (over several waves the unsplit tile runs behind split 2 at the same fill);
+// - the aligned wave model's two-per-SM 128x128 tile at kTile128x2Rate of the 256x128 tile, an SM left with
+//   one of its blocks at kTile128x2LoneRate (with 16-byte runs one block keeps an SM nearly as busy as two).
 constexpr double kSplitRateBase = 0.945;
 constexpr double kSplitRateSlope = 33.0;
 constexpr double kBlockFixedK = 32.0;
@@ -78,6 +80,8 @@ constexpr double kDeepTileRate = 0.97;
 constexpr double kTmaTileRate = 0.96;
 constexpr double kTmaLoneBlockRate = 0.5;
 constexpr double kTmaUnsplitRate = 0.925;
+constexpr double kTile128x2Rate = 0.97;
+constexpr double kTile128x2LoneRate = 0.95;
 // B along k is copied along n (Config::b_along_n) where each of its elements feeds this many FMAs or more.
 constexpr double kBAlongNMinRows = 2048;
 

@@ -88,13 +88,13 @@ TEST_P(GemmDispatchHopper, F32_UnalignedBigProblems) {
   EXPECT_FALSE(pick(rows(255, 2113, 1023, 1023, 2113)).pack);
   EXPECT_FALSE(pick(rows(511, 513, 511, 511, 513)).pack);
   EXPECT_FALSE(pick(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
-  // 136 tiles of 256x128 fill 52 % of two waves; 528 tiles of 128x64, two per SM, fill two: the TMA
-  // kernel on the packed operands, K split 2 in a cluster.
+  // 136 tiles of 256x128 fill 52 % of two waves; 528 tiles of 128x64, two per SM, fill two: the wave model's
+  // TMA kernel on the packed operands, K split 2 by the second kernel.
   const Config mid = pick(rows(2047, 2049, 2047, 2047, 2049));
   EXPECT_TRUE(mid.pack) << config_name(mid);
   EXPECT_EQ(mid.kernel, Kernel::SimtTma128x64) << config_name(mid);
   EXPECT_EQ(mid.split_k, 2) << config_name(mid);
-  EXPECT_EQ(mid.reduce, SplitReduce::Cluster) << config_name(mid);
+  EXPECT_EQ(mid.reduce, SplitReduce::Kernel) << config_name(mid);
 }
 
 // Big problems take the 256x128 tile 16 deep, and 8 deep where a K of at most 1024 leaves edge tiles or K is
@@ -126,13 +126,12 @@ TEST_P(GemmDispatchHopper, F32_SplitsKToFillTheLastWave) {
   const Config big = pick(dense_rows(5000, 5000, 5000));
   EXPECT_EQ(big.kernel, Kernel::Simt256x128k16) << config_name(big);
   EXPECT_EQ(big.split_k, 1) << config_name(big);
-  // 136 tiles of 256x128 (52 % of two waves), 528 of 128x64 (two whole waves of two per SM): the TMA kernel,
-  // K split 2 in a cluster where each split keeps 1024 of K.
+  // 136 tiles of 256x128 (52 % of two waves), 528 of 128x64 (two whole waves of two per SM): the wave
+  // model's TMA kernel, K split 2 by the second kernel (F32_TwoWaveGridsTakeTheWaveModel).
   const Config mid = pick(dense_rows(2048, 2056, 2048));
   EXPECT_EQ(mid.kernel, Kernel::SimtTma128x64) << config_name(mid);
   EXPECT_EQ(mid.split_k, 2) << config_name(mid);
-  EXPECT_EQ(mid.reduce, SplitReduce::Cluster) << config_name(mid);
-  EXPECT_EQ(pick(dense_rows(2048, 2056, 2040)).split_k, 1) << "1020 of K per split";
+  EXPECT_EQ(mid.reduce, SplitReduce::Kernel) << config_name(mid);
 }
 
 // 256x128 tiles half outside C (M of 128) leave the big-problem rule for the wave model, which takes a
@@ -211,17 +210,43 @@ TEST_P(GemmDispatchHopper, F32_MidGridsWeighTheTmaTile) {
       EXPECT_EQ(got.reduce, SplitReduce::Kernel) << config_name(got);
     }
   }
-  // Over 3/4 of a wave of 256x128 tiles the big rule holds: its unsplit TMA tile only from 1536 of K
-  // (2048x3072x768: 256x128 split 2).
-  const Config wide = pick(dense_rows(2048, 3072, 768));
-  EXPECT_EQ(wide.kernel, Kernel::Simt256x128) << config_name(wide);
-  EXPECT_EQ(wide.split_k, 2) << config_name(wide);
   // Packed operands keep the one-block tiles (55 tiles of 256x128, split 2 in a cluster), where the same
   // product at whole runs takes the TMA tile.
   const Config packed = pick(dense_rows(1279, 1281, 1279));
   EXPECT_TRUE(packed.pack) << config_name(packed);
   EXPECT_EQ(packed.kernel, Kernel::Simt256x128) << config_name(packed);
   EXPECT_EQ(pick(dense_rows(1280, 1280, 1280)).kernel, Kernel::SimtTma128x64);
+}
+
+// Grids of at most two waves of 256x128 tiles that leave SMs idle take the wave model too, with the
+// two-per-SM 128x128 tile (an SM left with one block at kTile128x2LoneRate) and the 256x128 tile's splits
+// added by the second kernel only (H200 sweeps, bench/gemm/fit). Over two waves the big rule still splits.
+TEST_P(GemmDispatchHopper, F32_TwoWaveGridsTakeTheWaveModel) {
+  for (const Pick& c : {
+           // 384 tiles of 128x128: one wave of two an SM and one of one (120 blocks).
+           Pick{2048, 3072, 768, Kernel::Simt128x128x2, 1}, Pick{1792, 3584, 1536, Kernel::Simt128x128x2, 1},
+           // 160-162 tiles of 256x128 (61 % of two waves); the TMA tile split 2: 97-98 % of five waves.
+           Pick{2560, 2048, 512, Kernel::SimtTma128x64, 2}, Pick{2048, 2560, 2048, Kernel::SimtTma128x64, 2},
+           Pick{2304, 2304, 2304, Kernel::SimtTma128x64, 2},
+           Pick{3328, 1664, 1280, Kernel::SimtTma128x64, 3},  // 169 tiles; 2028 blocks, 96 %
+       }) {
+    const Config got = pick(dense_rows(c.m, c.n, c.k));
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
+    EXPECT_EQ(got.kernel, c.kernel) << config_name(got);
+    EXPECT_EQ(got.split_k, c.split) << config_name(got);
+    EXPECT_EQ(got.reduce, SplitReduce::Kernel) << config_name(got);
+  }
+  // Without the TMA kernels the 256x128 tile splits by the second kernel, never in a cluster.
+  DeviceModel no_tma = model();
+  no_tma.tma_kernels = false;
+  const Config split = choose(dense_rows(2560, 2048, 2048), MathMode::FP32, no_tma);
+  EXPECT_FALSE(split.kernel == Kernel::Simt256x128 && split.reduce == SplitReduce::Cluster)
+      << config_name(split);
+  // 288 tiles of 256x128 (73 % of three waves): the big rule, 256x128 split by the second kernel.
+  const Config over = pick(dense_rows(3072, 3072, 1024));
+  EXPECT_EQ(over.kernel, Kernel::Simt256x128) << config_name(over);
+  EXPECT_GT(over.split_k, 1) << config_name(over);
+  EXPECT_EQ(over.reduce, SplitReduce::Kernel) << config_name(over);
 }
 
 // The wave model adds the splits with the second kernel where cluster sizes leave SMs out of every wave and
