@@ -472,6 +472,7 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     }
     const std::int64_t b2 = blocks(128, 128);
     for (const int s : kSplits) {
+      if (p.b_sn != 1) break;  // B along k: the tile's transposing stores were not measured in this model
       const double ks = double(p.k) / s;
       if (ks < 128) break;
       const double rate = kTile128x2Rate * inside(128, 128) * paired(b2 * s, kTile128x2LoneRate) * ks /
@@ -489,7 +490,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
                             paired(b * s, kTmaLoneBlockRate) * ks / (ks + kBlockFixedK);
         if (rate > best) {
           best = rate, c.kernel = Kernel::SimtTma128x64, c.staging = Staging::Tma, c.split_k = s;
-          reduce = SplitReduce::Kernel;
+          // Packed, its splits ran faster reduced in a cluster.
+          reduce = packed && s <= kMaxClusterSplit ? SplitReduce::Cluster : SplitReduce::Kernel;
         }
       }
     }

@@ -89,12 +89,12 @@ TEST_P(GemmDispatchHopper, F32_UnalignedBigProblems) {
   EXPECT_FALSE(pick(rows(511, 513, 511, 511, 513)).pack);
   EXPECT_FALSE(pick(rows(4095, 4097, 1023, 1023, 4097), MathMode::TF32x3).pack);
   // 136 tiles of 256x128 fill 52 % of two waves; 528 tiles of 128x64, two per SM, fill two: the wave model's
-  // TMA kernel on the packed operands, K split 2 by the second kernel.
+  // TMA kernel on the packed operands, K split 2 in a cluster (packed, its splits ran faster so).
   const Config mid = pick(rows(2047, 2049, 2047, 2047, 2049));
   EXPECT_TRUE(mid.pack) << config_name(mid);
   EXPECT_EQ(mid.kernel, Kernel::SimtTma128x64) << config_name(mid);
   EXPECT_EQ(mid.split_k, 2) << config_name(mid);
-  EXPECT_EQ(mid.reduce, SplitReduce::Kernel) << config_name(mid);
+  EXPECT_EQ(mid.reduce, SplitReduce::Cluster) << config_name(mid);
 }
 
 // Big problems take the 256x128 tile 16 deep, and 8 deep where a K of at most 1024 leaves edge tiles or K is
@@ -242,6 +242,13 @@ TEST_P(GemmDispatchHopper, F32_TwoWaveGridsTakeTheWaveModel) {
   const Config split = choose(dense_rows(2560, 2048, 2048), MathMode::FP32, no_tma);
   EXPECT_FALSE(split.kernel == Kernel::Simt256x128 && split.reduce == SplitReduce::Cluster)
       << config_name(split);
+  // B along k under 2048 rows (not copied): not the two-per-SM tile, whose transposing stores the model was
+  // not fitted on.
+  Problem nt = dense_rows(512, 12288, 4096);
+  nt.b_sk = 1, nt.b_sn = 4096;
+  const Config along_k = pick(nt);
+  EXPECT_FALSE(along_k.b_along_n) << config_name(along_k);
+  EXPECT_NE(along_k.kernel, Kernel::Simt128x128x2) << config_name(along_k);
   // 288 tiles of 256x128 (73 % of three waves): the big rule, 256x128 split by the second kernel.
   const Config over = pick(dense_rows(3072, 3072, 1024));
   EXPECT_EQ(over.kernel, Kernel::Simt256x128) << config_name(over);
