@@ -642,10 +642,11 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
                                                                              : Kernel::Simt256x128;
     const std::int64_t tiles = blocks(256, 128);
     auto filled = [&](int s) { return fill(tiles * s, 1); };
-    if (p.k >= 512 && filled(1) < 0.9 && tiles <= 2 * sms) {
-      // Two waves at most that leave SMs idle: the wave model above, whose two-per-SM tiles fill such waves
-      // better than 256x128 tiles split 2 or 3 (bench/gemm/DESIGN.md, the wave model). The 256x128 tile
-      // unsplit keeps its depth from above.
+    if (p.k >= 512 && filled(1) < 0.9 && tiles <= 2 * sms && p.b_sn == 1) {
+      // Two waves at most that leave SMs idle, B along n (as given, or copied so from 2048 rows): the wave
+      // model above, whose two-per-SM tiles fill such waves better than 256x128 tiles split 2 or 3
+      // (bench/gemm/DESIGN.md, the wave model). B along k keeps the split below, which its one-block picks
+      // did not pass. The 256x128 tile unsplit keeps its depth from above.
       const Kernel unsplit = c.kernel;
       aligned_wave_model(true);
       if (c.kernel == Kernel::Simt256x128 && c.split_k == 1) c.kernel = unsplit;

@@ -242,13 +242,14 @@ TEST_P(GemmDispatchHopper, F32_TwoWaveGridsTakeTheWaveModel) {
   const Config split = choose(dense_rows(2560, 2048, 2048), MathMode::FP32, no_tma);
   EXPECT_FALSE(split.kernel == Kernel::Simt256x128 && split.reduce == SplitReduce::Cluster)
       << config_name(split);
-  // B along k under 2048 rows (not copied): not the two-per-SM tile, whose transposing stores the model was
-  // not fitted on.
+  // B along k under 2048 rows (not copied): the big rule's split, which the wave model's one-block picks did
+  // not pass there.
   Problem nt = dense_rows(512, 12288, 4096);
   nt.b_sk = 1, nt.b_sn = 4096;
   const Config along_k = pick(nt);
   EXPECT_FALSE(along_k.b_along_n) << config_name(along_k);
-  EXPECT_NE(along_k.kernel, Kernel::Simt128x128x2) << config_name(along_k);
+  EXPECT_EQ(along_k.kernel, Kernel::Simt256x128) << config_name(along_k);
+  EXPECT_EQ(along_k.split_k, 2) << config_name(along_k);
   // 288 tiles of 256x128 (73 % of three waves): the big rule, 256x128 split by the second kernel.
   const Config over = pick(dense_rows(3072, 3072, 1024));
   EXPECT_EQ(over.kernel, Kernel::Simt256x128) << config_name(over);
