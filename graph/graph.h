@@ -312,11 +312,13 @@ class ExecutorImpl;
 
 // Threads: run() may be called from several threads at once; the runs of one executor are serialised (a
 // mutex: the second waits until the first has queued its work, not until that work is done), and a run on
-// another current stream than the last first waits, on the device, for the last run. The outputs are the
-// executor's own buffers, overwritten by the next run whichever thread makes it: to keep them while other
-// threads run, clone them under your own lock, or give each thread its own executor. stats(), plan_stats(),
-// summary(), warnings(), value(), last_profile(), profile_table() and write_trace() must not overlap a run
-// on another thread; moving or destroying an executor must not overlap any other call on it.
+// another current stream than the last first waits, on the device, for the last run. A CUDA-graph capture
+// runs on streams of the executor's own, so the caller's stream keeps taking work and synchronisations from
+// other threads meanwhile; the graph is then launched on it. The outputs are the executor's own buffers,
+// overwritten by the next run whichever thread makes it: to keep them while other threads run, clone them
+// under your own lock, or give each thread its own executor. stats(), plan_stats(), summary(), warnings(),
+// value(), last_profile(), profile_table() and write_trace() must not overlap a run on another thread;
+// moving or destroying an executor must not overlap any other call on it.
 // A Graph is built by one thread at a time; a graph nobody modifies may be compiled, dumped, checked or
 // run_cpu'd from several threads at once. Eager ops may be called from several threads at once: each queues
 // its work on its thread's current_stream(device) (default_stream(device), shared by all threads, unless a
