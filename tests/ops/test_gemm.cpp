@@ -1615,18 +1615,17 @@ TEST(Gemm, F32_Dispatch_SmallM_SkinnyN_ShortKBatched) {
 
 // The transformer block's products that the aligned wave model gives the TMA kernel's 128x64 tile (split by
 // the second kernel; with B stored n x k under 2048 rows or more, after B is copied along n), and one the
-// big rule gives the 256x128 tile split 2, each run through mt::gemm with a fused bias and GELU against
-// float64 over a C first filled with NaN (beta 0), then with beta 0.5 (the picks: test_dispatch.cpp,
-// F32_MidGridsWeighTheTmaTile).
-TEST(Gemm, F32_Dispatch_MidGridsOnTheTmaTile) {
-  MT_REQUIRE_GPU();
-  struct Shape3 {
-    std::int64_t m, n, k;
-    bool b_along_k;
-  };
-  for (const Shape3& s : {Shape3{1024, 3072, 768, false}, Shape3{1024, 768, 3072, false},
-                          Shape3{1280, 1280, 1280, false}, Shape3{2048, 768, 768, true},
-                          Shape3{2048, 3072, 768, false}}) {
+// two-wave wave model gives the two-per-SM 128x128 tile (the picks: test_dispatch.cpp,
+// F32_MidGridsWeighTheTmaTile and F32_TwoWaveGridsTakeTheWaveModel).
+struct EpilogueShape {
+  std::int64_t m, n, k;
+  bool b_along_k;
+};
+
+// Each shape through mt::gemm with a fused bias and GELU against float64, over a C first filled with NaN
+// (beta 0), then with beta 0.5.
+void run_bias_gelu_cases(std::initializer_list<EpilogueShape> shapes) {
+  for (const EpilogueShape& s : shapes) {
     for (float beta : {0.f, 0.5f}) {
       GemmCase c{s.m, s.n, s.k, false, s.b_along_k};
       c.bias = true, c.act = Activation::Gelu, c.beta = beta;
@@ -1635,23 +1634,24 @@ TEST(Gemm, F32_Dispatch_MidGridsOnTheTmaTile) {
   }
 }
 
+TEST(Gemm, F32_Dispatch_MidGridsOnTheTmaTile) {
+  MT_REQUIRE_GPU();
+  run_bias_gelu_cases({{1024, 3072, 768, false},
+                       {1024, 768, 3072, false},
+                       {1280, 1280, 1280, false},
+                       {2048, 768, 768, true},
+                       {2048, 3072, 768, false}});
+}
+
 // Grids of at most two waves of 256x128 tiles that leave SMs idle take the wave model's two-per-SM tiles
 // (dispatch.cpp, the big rule): the TMA tile split 2 and 4 (edge tiles at 2000x2300), the 128x128 tile
 // unsplit on B copied along n (x W^T), the TMA tile split 4 there.
 TEST(Gemm, F32_Dispatch_TwoWaveGridsOnTheWaveModel) {
   MT_REQUIRE_GPU();
-  struct Shape3 {
-    std::int64_t m, n, k;
-    bool b_along_k;
-  };
-  for (const Shape3& s : {Shape3{2560, 2048, 512, false}, Shape3{2000, 2300, 1000, false},
-                          Shape3{2048, 3072, 768, true}, Shape3{2048, 2304, 768, true}}) {
-    for (float beta : {0.f, 0.5f}) {
-      GemmCase c{s.m, s.n, s.k, false, s.b_along_k};
-      c.bias = true, c.act = Activation::Gelu, c.beta = beta;
-      run_gemm_case(c, Device::cuda(0));
-    }
-  }
+  run_bias_gelu_cases({{2560, 2048, 512, false},
+                       {2000, 2300, 1000, false},
+                       {2048, 3072, 768, true},
+                       {2048, 2304, 768, true}});
 }
 
 TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {

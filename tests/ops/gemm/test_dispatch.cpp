@@ -64,6 +64,13 @@ class GemmDispatchHopper : public ::testing::TestWithParam<std::string> {
   Config pick(const Problem& p, MathMode math = MathMode::FP32) const { return choose(p, math, model()); }
 };
 
+// Expects `got` to be `kernel` split `split` ways, reduced by `reduce`.
+void expect_config(const Config& got, Kernel kernel, int split, SplitReduce reduce) {
+  EXPECT_EQ(got.kernel, kernel) << config_name(got);
+  EXPECT_EQ(got.split_k, split) << config_name(got);
+  EXPECT_EQ(got.reduce, reduce) << config_name(got);
+}
+
 // Unaligned operands of a problem where each copied element would feed enough FMAs (4095x4097x1023):
 // row-major ones are read in place by the 256x128 tile's lane-loader ring; other layouts are packed; below
 // that size neither. With C in odd rows the 256x128 tile runs 8 deep (its ROWS_C kernels: store_rows).
@@ -115,10 +122,7 @@ TEST_P(GemmDispatchHopper, F32_EdgeTilesOfShortKTakeThe8DeepTile) {
 // A last wave that leaves most SMs idle splits K (3000^3: 288 tiles of 256x128 on 132 SMs); full waves do
 // not.
 TEST_P(GemmDispatchHopper, F32_SplitsKToFillTheLastWave) {
-  const Config odd = pick(dense_rows(3000, 3000, 3000));
-  EXPECT_EQ(odd.kernel, Kernel::Simt256x128) << config_name(odd);
-  EXPECT_EQ(odd.split_k, 3) << config_name(odd);
-  EXPECT_EQ(odd.reduce, SplitReduce::Kernel) << config_name(odd);
+  expect_config(pick(dense_rows(3000, 3000, 3000)), Kernel::Simt256x128, 3, SplitReduce::Kernel);
   const Config wide = pick(dense_rows(4100, 4100, 4096));  // 561 tiles, 85 % filled
   EXPECT_EQ(wide.split_k, 3) << config_name(wide);
   EXPECT_EQ(pick(dense_rows(4096, 4096, 4096)).split_k, 1);  // 97 % filled
@@ -128,10 +132,7 @@ TEST_P(GemmDispatchHopper, F32_SplitsKToFillTheLastWave) {
   EXPECT_EQ(big.split_k, 1) << config_name(big);
   // 136 tiles of 256x128 (52 % of two waves), 528 of 128x64 (two whole waves of two per SM): the wave
   // model's TMA kernel, K split 2 by the second kernel (F32_TwoWaveGridsTakeTheWaveModel).
-  const Config mid = pick(dense_rows(2048, 2056, 2048));
-  EXPECT_EQ(mid.kernel, Kernel::SimtTma128x64) << config_name(mid);
-  EXPECT_EQ(mid.split_k, 2) << config_name(mid);
-  EXPECT_EQ(mid.reduce, SplitReduce::Kernel) << config_name(mid);
+  expect_config(pick(dense_rows(2048, 2056, 2048)), Kernel::SimtTma128x64, 2, SplitReduce::Kernel);
 }
 
 // 256x128 tiles half outside C (M of 128) leave the big-problem rule for the wave model, which takes a
@@ -230,11 +231,8 @@ TEST_P(GemmDispatchHopper, F32_TwoWaveGridsTakeTheWaveModel) {
            Pick{2304, 2304, 2304, Kernel::SimtTma128x64, 2},
            Pick{3328, 1664, 1280, Kernel::SimtTma128x64, 3},  // 169 tiles; 2028 blocks, 96 %
        }) {
-    const Config got = pick(dense_rows(c.m, c.n, c.k));
     SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
-    EXPECT_EQ(got.kernel, c.kernel) << config_name(got);
-    EXPECT_EQ(got.split_k, c.split) << config_name(got);
-    EXPECT_EQ(got.reduce, SplitReduce::Kernel) << config_name(got);
+    expect_config(pick(dense_rows(c.m, c.n, c.k)), c.kernel, c.split, SplitReduce::Kernel);
   }
   // Without the TMA kernels the 256x128 tile splits by the second kernel, never in a cluster.
   DeviceModel no_tma = model();
@@ -248,8 +246,7 @@ TEST_P(GemmDispatchHopper, F32_TwoWaveGridsTakeTheWaveModel) {
   nt.b_sk = 1, nt.b_sn = 4096;
   const Config along_k = pick(nt);
   EXPECT_FALSE(along_k.b_along_n) << config_name(along_k);
-  EXPECT_EQ(along_k.kernel, Kernel::Simt256x128) << config_name(along_k);
-  EXPECT_EQ(along_k.split_k, 2) << config_name(along_k);
+  expect_config(along_k, Kernel::Simt256x128, 2, SplitReduce::Kernel);
   // 288 tiles of 256x128 (73 % of three waves): the big rule, 256x128 split by the second kernel.
   const Config over = pick(dense_rows(3072, 3072, 1024));
   EXPECT_EQ(over.kernel, Kernel::Simt256x128) << config_name(over);
