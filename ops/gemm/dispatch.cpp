@@ -421,11 +421,10 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   std::optional<SplitReduce> reduce;
   // The wave model over the tiles for 16-byte runs at K of 512 or more: under 3/4 of a wave of 256x128 tiles,
   // and two waves at most that leave SMs idle (the big rule below). The 256x128 and 16-deep 128x128 tiles
-  // hold one block per SM; the two-per-SM 128x128 tile and the TMA kernel's 128x64 tile (where TMA can fetch
-  // the operands) two. A configuration's rate is the product of
+  // hold one block per SM; the two-per-SM 128x128 tile (where B runs along n) and the TMA kernel's 128x64
+  // tile (where TMA can fetch the operands) two. A configuration's rate is the product of
   // - its tile's own rate against the 256x128 tile's (kTile128Rate, kTile128x2Rate, kTmaTileRate and,
-  // unsplit,
-  //   kTmaUnsplitRate of that);
+  //   unsplit, kTmaUnsplitRate of that);
   // - the share of its tiles' area inside C;
   // - the share of the SMs its blocks keep busy over their waves;
   // - what the split costs, by its reduction:
@@ -440,7 +439,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   //     operands, where it runs well under the one-block tiles.
   // In two waves at most (two_waves) the 256x128 tile's splits are added by the second kernel only (the model
   // rates its cluster splits well above those, which ran level with them where both were measured), and the
-  // TMA tile is weighed on packed operands too (it ran well ahead of the 256x128 splits there).
+  // TMA tile is weighed on packed operands too (it ran well ahead of the 256x128 splits there), its splits
+  // reduced in a cluster.
   // The one-block tiles' constants are fitted to H100 sweeps, the two-per-SM tiles' to H200 sweeps of the
   // transformer block's products and of two-wave grids (bench/gemm/DESIGN.md, the wave model;
   // scripts/fit_dispatch.py).
