@@ -116,10 +116,7 @@ def predict(shape, tile, split, p, sms):
     batch, m, n, k, _ = shape
     blocks = -(-m // 128) * -(-n // 128) * batch * split
     if tile == TWO:
-        slots = 2 * sms
-        rest = blocks % slots
-        time = 2.0 * (blocks // slots) + (0.0 if rest == 0 else 1.0 / p["lone"] if rest <= sms else 2.0)
-        busy, rate = blocks / (sms * time), 1.0
+        busy, rate = paired(blocks, p["lone"], sms), 1.0
     else:
         busy, rate = blocks / (-(-blocks // sms) * sms), p["deep"]
     ks = k / split

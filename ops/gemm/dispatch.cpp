@@ -404,6 +404,12 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   // The rate of K split `s` ways with the splits added by the second kernel, against the unsplit rate over
   // the same slots: a fit to H100 sweeps of the 256x128 tile (bench/gemm/DESIGN.md (dispatch)).
   auto kernel_split_rate = [&](int s) { return s == 1 ? 1.0 : kSplitRateBase - kSplitRateSlope * s / p.k; };
+  // A split's cost where the second kernel adds it: kernel_split_rate, times ks / (ks + kBlockFixedK) for ks
+  // of K a split (each block's fixed cost).
+  auto split_cost = [&](int s) {
+    const double ks = double(p.k) / s;
+    return kernel_split_rate(s) * ks / (ks + kBlockFixedK);
+  };
   // Register-staged with 16-byte loads for every operand run.
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   // Whether 256x128 tiles leave edge tiles (partly outside C).
@@ -470,13 +476,12 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
           best = by_kernel, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Kernel;
       }
     }
+    // Not on B along k: the tile's transposing stores were not measured in this model.
     const std::int64_t b2 = blocks(128, 128);
     for (const int s : kSplits) {
-      if (p.b_sn != 1) break;  // B along k: the tile's transposing stores were not measured in this model
-      const double ks = double(p.k) / s;
-      if (ks < 128) break;
-      const double rate = kTile128x2Rate * inside(128, 128) * paired(b2 * s, kTile128x2LoneRate) * ks /
-                          (ks + kBlockFixedK) * kernel_split_rate(s);
+      if (p.b_sn != 1 || p.k / s < 128) break;
+      const double rate =
+          kTile128x2Rate * inside(128, 128) * paired(b2 * s, kTile128x2LoneRate) * split_cost(s);
       if (rate > best)
         best = rate, c.kernel = Kernel::Simt128x128x2, c.split_k = s, reduce = SplitReduce::Kernel;
     }
@@ -732,7 +737,7 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
       double best = 0;
       for (int s : {1, 2, 3, 4, 6, 8, 12, 16}) {
         if (s > 1 && p.k / s < 256) break;
-        const double ks = double(p.k) / s, cost = kernel_split_rate(s) * ks / (ks + kBlockFixedK);
+        const double cost = split_cost(s);
         const double two = paired(tiles * s, kLoneBlockRate) * cost;
         const double deep = kDeepTileRate * fill(tiles * s, 1) * cost;
         if (two > best) best = two, c.kernel = Kernel::Simt128x128x2, c.split_k = s;
