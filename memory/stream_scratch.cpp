@@ -7,6 +7,7 @@
 
 #include "minitensor/memory/allocator.h"
 #include "minitensor/runtime/error.h"
+#include "minitensor/runtime/stream.h"
 
 namespace mt {
 namespace {
@@ -26,6 +27,38 @@ std::map<std::tuple<int, cudaStream_t, bool>, Entry>& registry() {
   // Leaked on purpose: process-exit destruction would run after the CUDA runtime has gone.
   static auto* r = new std::map<std::tuple<int, cudaStream_t, bool>, Entry>();
   return *r;
+}
+
+// The capture scratch of destroyed streams: graphs captured from a stream may outlive it and still use it.
+std::vector<Entry>& orphans() {
+  static auto* o = new std::vector<Entry>();
+  return *o;
+}
+
+// An mt::Stream about to be destroyed: its eager scratch goes back to the allocator (stream-ordered on the
+// stream, which still exists; this hook runs before the allocator's, which then retires the stream), and
+// its capture scratch is kept apart, so a stream created later with the same handle does not share it.
+void on_stream_destroying(int device, cudaStream_t stream) noexcept {
+  Entry eager;  // freed after the lock is let go
+  const std::lock_guard<std::recursive_mutex> lock(registry_mutex());
+  if (auto it = registry().find({device, stream, false}); it != registry().end()) {
+    eager = std::move(it->second);
+    registry().erase(it);
+  }
+  if (auto it = registry().find({device, stream, true}); it != registry().end()) {
+    try {
+      orphans().push_back(std::move(it->second));
+      registry().erase(it);
+    } catch (...) {  // no memory for the list: the entry stays under the handle, shared as before
+    }
+  }
+}
+
+// Once per process, after the device allocator exists (it installs its own hooks when made), so that
+// this hook runs first at a stream's destruction (destroying hooks run in reverse order).
+void install_stream_hook() {
+  static std::once_flag once;
+  std::call_once(once, [] { add_stream_hooks(nullptr, &on_stream_destroying); });
 }
 
 // Relaxes the calling thread's stream-capture mode while alive (where `on`): allocating is not allowed while
@@ -66,7 +99,9 @@ void* stream_scratch(ScratchSlot slot, std::size_t bytes, cudaStream_t stream,
   const RelaxedCaptureMode relaxed(captured);
   if (captured && a) entry.retired.push_back(std::move(a));
   a.reset();  // release first: the old buffer's users are ordered on the stream before the new one's
-  a = cuda_allocator(device).allocate(std::max(bytes, options.min_bytes), stream);
+  Allocator& allocator = cuda_allocator(device);
+  install_stream_hook();
+  a = allocator.allocate(std::max(bytes, options.min_bytes), stream);
   if (options.zero_on_allocate) MT_CUDA_CHECK(cudaMemsetAsync(a.data(), 0, a.size(), stream));
   return a.data();
 }

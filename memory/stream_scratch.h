@@ -16,8 +16,11 @@
 // not be shared by eager and captured launches at all (a queue that a launch leaves as it found it) asks for
 // ScratchOptions::eager_only and gets no buffer while capturing.
 //
-// Buffers live for the whole process (destroying them at exit would outlive the CUDA runtime), but for the
-// capture scratch that its stream's owner releases (release_capture_scratch).
+// Lifetime: the eager scratch of an mt::Stream goes back to the allocator when the stream is destroyed (a
+// stream hook). Capture scratch lives for the process, since graphs captured from a stream may outlive it,
+// unless its stream's owner releases it (release_capture_scratch); a destroyed stream's capture scratch is
+// kept apart from a later stream given the same handle. Scratch of streams made outside mt::Stream, and of
+// the default and pool streams, lives for the process (freeing at exit would outlive the CUDA runtime).
 #pragma once
 
 #include <cuda_runtime_api.h>

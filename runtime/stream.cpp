@@ -23,10 +23,12 @@ StreamHooks& stream_hooks() {
   return *h;
 }
 
+// Creation in registration order, destruction in reverse (runtime/stream.h says why).
 void run_hooks(bool created, int device, cudaStream_t stream) noexcept {
   StreamHooks& h = stream_hooks();
   const int n = h.n.load(std::memory_order_acquire);
-  for (int i = 0; i < n; ++i) {
+  for (int j = 0; j < n; ++j) {
+    const int i = created ? j : n - 1 - j;
     const StreamHook f =
         created ? h.hooks[static_cast<size_t>(i)].first : h.hooks[static_cast<size_t>(i)].second;
     if (f) f(device, stream);

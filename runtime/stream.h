@@ -34,7 +34,10 @@ class Stream {
 // What the layers above keep per stream (the caching allocator's pools) hears when an mt::Stream creates its
 // CUDA stream (`created`) and just before it destroys it (`destroying`): a destroyed stream takes no more
 // work, not even an event, and the next stream created may get the same handle. Plain functions that must
-// not throw, registered once per process by the layer that needs them (at most 8 pairs).
+// not throw, registered once per process by the layer that needs them (at most 8 pairs). `created` hooks run
+// in registration order and `destroying` hooks in reverse, as constructors and destructors do: a user of a
+// lower layer registers after it, so what it frees onto the dying stream reaches the layer below before that
+// layer retires the stream.
 using StreamHook = void (*)(int device, cudaStream_t stream);
 void add_stream_hooks(StreamHook created, StreamHook destroying);
 

@@ -91,5 +91,45 @@ TEST(StreamScratchCapture, KeptApartAndReleasedByTheOwner) {
   EXPECT_EQ(cudaStreamSynchronize(s.get()), cudaSuccess);
 }
 
+// Destroying an mt::Stream gives its eager scratch back to the allocator; its capture scratch stays, since a
+// graph captured from the stream may outlive it, and such a graph still replays (on another stream) into it.
+TEST(StreamScratchCapture, ADestroyedStreamGivesBackItsEagerScratchAndKeepsItsCaptureScratch) {
+  MT_REQUIRE_GPU();
+  CachingDeviceAllocator& alloc = caching_cuda_allocator(0);
+  constexpr std::size_t kBytes = std::size_t{3} << 20;
+  constexpr int n = static_cast<int>(kBytes / sizeof(float));
+  const std::int64_t before = alloc.stats().active_bytes.current;
+  std::int64_t eager_bytes = 0, captured_bytes = 0;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  {
+    Stream s(0);
+    auto* eager = static_cast<float*>(stream_scratch(ScratchSlot::GemmPacked, kBytes, s.get()));
+    ASSERT_NE(eager, nullptr);
+    touch<<<n / 256, 256, 0, s.get()>>>(eager, n);
+    eager_bytes = alloc.stats().active_bytes.current - before;
+    EXPECT_GE(eager_bytes, static_cast<std::int64_t>(kBytes));
+    ASSERT_EQ(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    auto* captured = static_cast<float*>(stream_scratch(ScratchSlot::GemmPacked, kBytes, s.get()));
+    touch<<<n / 256, 256, 0, s.get()>>>(captured, n);
+    ASSERT_EQ(cudaStreamEndCapture(s.get(), &graph), cudaSuccess) << "the capture was invalidated";
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    captured_bytes = alloc.stats().active_bytes.current - before - eager_bytes;
+    EXPECT_GE(captured_bytes, static_cast<std::int64_t>(kBytes));
+  }
+  EXPECT_EQ(alloc.stats().active_bytes.current - before, captured_bytes) << "the eager scratch came back";
+  // The stream is gone; its graph replays into the capture scratch it kept.
+  Stream other(0);
+  ASSERT_EQ(cudaGraphLaunch(exec, other.get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(other.get()), cudaSuccess);
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  // A stream made after it (perhaps given the same handle) starts without scratch: asked, it allocates.
+  const std::int64_t kept = alloc.stats().active_bytes.current;
+  EXPECT_NE(stream_scratch(ScratchSlot::GemmPacked, kBytes, other.get()), nullptr);
+  EXPECT_GE(alloc.stats().active_bytes.current - kept, static_cast<std::int64_t>(kBytes));
+  EXPECT_EQ(cudaStreamSynchronize(other.get()), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace mt

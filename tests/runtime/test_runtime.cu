@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "minitensor/runtime/runtime.h"
 #include "tests/common/gpu.h"
@@ -160,6 +162,28 @@ TEST(StreamGpu, CurrentStreamGuardAndPool) {
   EXPECT_EQ(current_stream(0), def);
   EXPECT_EQ(pool_stream(0, kStreamPoolSize), pool_stream(0, 0));
   EXPECT_EQ(pool_stream(0, -1), pool_stream(0, kStreamPoolSize - 1));
+}
+
+// Two hook pairs that log what they hear while the test runs: the layer registered later hears of a creation
+// after, and of a destruction before, the layer under it.
+std::vector<int> g_hook_log;
+bool g_hook_logging = false;
+void log_hook(int code) {
+  if (g_hook_logging) g_hook_log.push_back(code);
+}
+
+TEST(StreamGpu, HooksHearCreationInOrderAndDestructionInReverse) {
+  MT_REQUIRE_GPU();
+  static std::once_flag once;
+  std::call_once(once, [] {
+    add_stream_hooks([](int, cudaStream_t) { log_hook(1); }, [](int, cudaStream_t) { log_hook(-1); });
+    add_stream_hooks([](int, cudaStream_t) { log_hook(2); }, [](int, cudaStream_t) { log_hook(-2); });
+  });
+  g_hook_log.clear();
+  g_hook_logging = true;
+  { Stream s(0); }
+  g_hook_logging = false;
+  EXPECT_EQ(g_hook_log, (std::vector<int>{1, 2, -2, -1}));
 }
 
 __global__ void spin_then_write(int* flag, long long cycles, int value) {
