@@ -74,6 +74,10 @@ constexpr int kPackRows = 64;       // rows per pack block
 constexpr int kProducerRegs = 40;   // setmaxnreg: the producer needs few registers...
 constexpr int kConsumerRegs = 232;  // ...so the consumers get 232 (128*40 + 256*232 <= 64K registers)
 constexpr int kMinSplitKTiles = 2;  // the dispatcher splits K only into shares of at least this many k tiles
+// The wave model of 3xTF32 grids over a wave: a CTA's fixed cost (pipeline fill, epilogue, cluster reduction)
+// in elements of K, and the gain a split must promise over the unsplit grid (bench/gemm/DESIGN.md, wgmma).
+constexpr double kWaveFixedK = 300;
+constexpr double kWaveSplitMinGain = 1.03;
 
 // Tiling parameters of gemm_wgmma:
 //   BN      CTA tile N (the wgmma N); BM = 128, BK = 32 are fixed (kBM, kBK)
@@ -609,7 +613,10 @@ bool wgmma_can_implement(const Problem& p, MathMode math) {
 // TF32 takes 128 x 256 tiles once they still give about three quarters of a wave of CTAs, else 128 x 128 for
 // more CTAs; 3xTF32 has only 128 x 128 (three accumulator sets). Under a wave of 128 x 128 tiles, K is split
 // over a cluster of up to 8 CTAs per tile: the largest split whose clusters are all resident at once, with at
-// least kMinSplitKTiles k tiles each. See bench/gemm/DESIGN.md (wgmma).
+// least kMinSplitKTiles k tiles each. Over a wave, 3xTF32 weighs splits of 2 and 3 on a wave model: a split
+// of s costs its waves (ctas * s over the slots of s-CTA clusters, rounded up) times K / s + kWaveFixedK, so
+// a thin last wave (1024 x 2304: 144 tiles on 132 SMs) is traded for more, shorter CTAs where that pays by
+// kWaveSplitMinGain. See bench/gemm/DESIGN.md (wgmma).
 WgmmaConfig wgmma_choose(const Problem& p, MathMode math, const DeviceModel& model) {
   WgmmaConfig c{128, 1};
   const std::int64_t sms = model.sm_count;
@@ -625,6 +632,16 @@ WgmmaConfig wgmma_choose(const Problem& p, MathMode math, const DeviceModel& mod
     // A CTA takes a whole SM (its ring), so clusters of s resident at once are the slots of size s over s.
     for (int s : {2, 3, 4, 6, 8})
       if (ctas * s <= sms && k_tiles / s >= kMinSplitKTiles && ctas <= model.slots(s) / s) c.split = s;
+    if (math == MathMode::TF32x3 && ctas > sms) {
+      const auto cost = [&](int s) {
+        const std::int64_t slots = model.slots(s);
+        const double waves = static_cast<double>((ctas * s + slots - 1) / slots);
+        return waves * (static_cast<double>(p.k) / s + kWaveFixedK);
+      };
+      double best = cost(1) / kWaveSplitMinGain;
+      for (int s : {2, 3})
+        if (k_tiles / s >= kMinSplitKTiles && cost(s) < best) best = cost(s), c.split = s;
+    }
   }
   return c;
 }

@@ -529,6 +529,23 @@ TEST_P(GemmDispatchHopper, Wgmma_SplitsFewTiles) {
   }
 }
 
+// 3xTF32 grids of one to two waves whose last wave is thin split K in a cluster (the wave model of
+// wgmma_choose); grids the model rates level, and every TF32 grid over a wave, stay unsplit.
+TEST_P(GemmDispatchHopper, Wgmma_TF32x3ThinLastWavesSplit) {
+  for (const Problem& thin : {dense_rows(1024, 2304, 768), dense_rows(1024, 3072, 768),
+                              dense_rows(1024, 3072, 1024), dense_rows(1280, 2048, 2048)}) {
+    const Config c = pick(thin, MathMode::TF32x3);
+    EXPECT_EQ(c.kernel, Kernel::Wgmma);
+    EXPECT_EQ(c.split_k, 2);
+    EXPECT_EQ(c.reduce, SplitReduce::Cluster);
+    EXPECT_EQ(pick(thin, MathMode::TF32).split_k, 1);
+  }
+  EXPECT_EQ(pick(dense_rows(1024, 2304, 3072), MathMode::TF32x3).split_k, 3);
+  for (const Problem& level : {dense_rows(1024, 4096, 1024), dense_rows(1536, 2304, 768),
+                               dense_rows(2048, 3072, 768), dense_rows(4096, 4096, 4096)})
+    EXPECT_EQ(pick(level, MathMode::TF32x3).split_k, 1);
+}
+
 // A short K over a large C in fp32 whose rows do not take float4 stores (odd N, an offset view): the rows
 // kernel, whatever the operands' layout (transposed, unaligned, batched), unsplit. C in float4 rows, a small
 // C, or K past kSmallKRowsMax take the tiled kernels; the TF32 modes keep theirs.
