@@ -36,6 +36,7 @@ enum class ScratchSlot {
   GemmPacked,         // operands the GEMM packs before its main kernel
   ReducePartials,     // partials of two-pass reductions
   SoftmaxRowQueue,    // the row queue of the bulk-copy softmax ring
+  AttentionPartials,  // the key splits' partial rows of the tensor-core attention
 };
 
 struct ScratchOptions {

@@ -19,11 +19,19 @@
 //   per tile.
 // - Per-score checks (a mask, keys past the end, the causal edge) run only on the tiles that need them.
 // - A warp whose queries see none of a tile's keys (causal) skips its products: its state would not change.
+// - Few blocks over long keys (attention_kv_splits): the keys are split over up to kMaxKvSplits blocks per
+//   query tile, each writing its unnormalised output with its row max and sum, and a second kernel combines
+//   them. A block's keys run in sequence through 4 warps, so without the split one block of the last query
+//   tiles (causal: the most keys) sets the kernel's time while most SMs idle.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "minitensor/ops/detail/attention.h"
+#include "minitensor/memory/stream_scratch.h"
 #include "minitensor/ops/detail/attention_tile.cuh"
+#include "minitensor/runtime/device.h"
 #include "minitensor/runtime/detail/device_primitives.cuh"
 #include "minitensor/runtime/error.h"
 #include "minitensor/runtime/launch.h"
@@ -104,8 +112,17 @@ __device__ __forceinline__ void split_tile(const float* k_raw, const float* v_ra
   }
 }
 
+// The key splits of one launch: split blockIdx.y of `splits` takes its share of the query tile's key tiles
+// and, where splits > 1, writes its unnormalised rows to o_part[split][row][D] and (max, sum) to
+// ml_part[split][row][2], rows numbered (b0, b1, query).
+struct KvSplit {
+  int splits = 1;
+  float* o_part = nullptr;
+  float* ml_part = nullptr;
+};
+
 template <int D, int PASSES>
-__global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
+__global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p, KvSplit sp) {
   using Smem = TcSmem<D>;
   constexpr int kSteps = D / 8, kNt = kBN / 8, kNd = D / 8;
   extern __shared__ float4 smem4[];
@@ -122,8 +139,12 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
   const float* vb = p.v.ptr + b0 * p.v.s0 + b1 * p.v.s1;
   const float* mb = p.mask ? p.mask + b0 * p.m0 + b1 * p.m1 : nullptr;
 
-  // Causal: keys past the block's (the warp's) last query are never seen.
-  const int k_end = p.causal ? min(p.tk, q0 + kBM) : p.tk;
+  // Causal: keys past the block's (the warp's) last query are never seen. This split's key tiles: its share
+  // of the query tile's, [k_begin, k_end).
+  const int k_all = p.causal ? min(p.tk, q0 + kBM) : p.tk;
+  const int n_tiles = (k_all + kBN - 1) / kBN, split = static_cast<int>(blockIdx.y);
+  const int k_begin = n_tiles * split / sp.splits * kBN;
+  const int k_end = min(k_all, n_tiles * (split + 1) / sp.splits * kBN);
   const int warp_last = q0 + 16 * warp + 15;
   const int warp_end = p.causal ? min(p.tk, warp_last + 1) : p.tk;
   // Tile i lands in raw stage i % 2; one copy group per tile (empty past the end), so waiting for all but
@@ -137,8 +158,8 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
     }
     cp_async_commit();
   };
-  load_tile(0);
-  load_tile(kBN);
+  load_tile(k_begin);
+  load_tile(k_begin + kBN);
 
   // This lane's rows: r0 (accumulator entries 0, 1) and r1 = r0 + 8 (entries 2, 3). Q's A fragment of step
   // kk: {(r0, 2t), (r1, 2t), (r0, 2t + 1), (r1, 2t + 1)} of d = 8 kk + ..., as renumbered.
@@ -160,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
   for (int nd = 0; nd < kNd; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  for (int k0 = 0; k0 < k_end; k0 += kBN) {
+  for (int k0 = k_begin; k0 < k_end; k0 += kBN) {
     cp_async_wait<1>();
     __syncthreads();  // this tile's raw K and V landed; every warp is done with the previous planes
     const float* stage = raw + ((k0 / kBN) % 2) * 2 * Smem::kRaw;
@@ -248,6 +269,20 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
     }
   }
 
+  if (sp.splits > 1) {  // this split's rows, unnormalised, for attention_combine
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int qi = h ? r1 : r0;
+      if (qi >= p.tq) continue;
+      const std::int64_t row = (static_cast<std::int64_t>(split) * p.b0 * p.b1 + bh) * p.tq + qi;
+      float* dst = sp.o_part + row * D + 2 * t;
+#pragma unroll
+      for (int nd = 0; nd < kNd; ++nd)
+        *reinterpret_cast<float2*>(dst + 8 * nd) = make_float2(o[nd][2 * h], o[nd][2 * h + 1]);
+      if (t == 0) *reinterpret_cast<float2*>(sp.ml_part + 2 * row) = make_float2(m[h], l[h]);
+    }
+    return;
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int qi = h ? r1 : r0;
@@ -266,12 +301,83 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p) {
   }
 }
 
+// Combines the key splits of each row: with M the largest split max, out = sum_s 2^(m_s - M) o_s over
+// sum_s 2^(m_s - M) l_s (maxes in base 2, as the scores); a row no split saw a key of gives zeros. A warp per
+// row, each lane D / 32 columns.
+template <int D>
+__global__ void __launch_bounds__(128) attention_combine(AttnProblem p, KvSplit sp) {
+  const std::int64_t rows = static_cast<std::int64_t>(p.b0) * p.b1 * p.tq;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  float big = -INFINITY;
+  for (int s = 0; s < sp.splits; ++s) big = fmaxf(big, sp.ml_part[2 * (s * rows + row)]);
+  float acc[D / 32] = {}, sum = 0.f;
+  if (big != -INFINITY)
+    for (int s = 0; s < sp.splits; ++s) {
+      const float2 ml = *reinterpret_cast<const float2*>(sp.ml_part + 2 * (s * rows + row));
+      const float w = exp2f(ml.x - big);  // 0 for a split that saw no key (max -inf)
+      sum += w * ml.y;
+      const float* o = sp.o_part + (s * rows + row) * D;
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) acc[j] += w * o[lane + 32 * j];
+    }
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  const int qi = static_cast<int>(row % p.tq);
+  const std::int64_t bh = row / p.tq;
+  float* dst = p.out + bh / p.b1 * p.o0 + bh % p.b1 * p.o1 + static_cast<std::int64_t>(qi) * p.ot;
+#pragma unroll
+  for (int j = 0; j < D / 32; ++j) dst[lane + 32 * j] = acc[j] * inv;
+}
+
+// MT_ATTENTION_KV_SPLITS=k (1 .. kMaxKvSplits) overrides attention_kv_splits at every launch: for sweeps.
+int forced_kv_splits() {
+  static const int forced = [] {
+    const char* env = std::getenv("MT_ATTENTION_KV_SPLITS");
+    return env ? std::clamp(std::atoi(env), 0, kMaxKvSplits) : 0;
+  }();
+  return forced;
+}
+
 template <int D, int PASSES>
 void run(const AttnProblem& p, cudaStream_t stream) {
-  launch_attention_grid(attention_tc<D, PASSES>, kBM, kThreads, TcSmem<D>::kBytes, p, stream);
+  const auto kernel = attention_tc<D, PASSES>;
+  if (TcSmem<D>::kBytes > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device));
+  const std::int64_t heads = static_cast<std::int64_t>(p.b0) * p.b1;
+  KvSplit sp;
+  sp.splits = attention_kv_splits(p.tq, p.tk, heads, device_properties(device).sm_count);
+  if (forced_kv_splits() > 0) sp.splits = forced_kv_splits();
+  const std::int64_t rows = heads * p.tq, blocks = (p.tq + kBM - 1) / kBM * heads;
+  if (sp.splits > 1) {
+    const StreamScratchLock lock;  // the buffer stays ours until both launches are enqueued
+    auto* part = static_cast<float*>(stream_scratch(
+        ScratchSlot::AttentionPartials, sizeof(float) * sp.splits * rows * (D + 2), stream));
+    sp.o_part = part;
+    sp.ml_part = part + sp.splits * rows * D;
+    kernel<<<dim3(static_cast<unsigned>(blocks), sp.splits), kThreads, TcSmem<D>::kBytes, stream>>>(p, sp);
+    MT_CUDA_CHECK_LAUNCH();
+    attention_combine<D><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p, sp);
+    MT_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  kernel<<<static_cast<unsigned>(blocks), kThreads, TcSmem<D>::kBytes, stream>>>(p, sp);
+  MT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
+
+int attention_kv_splits(int tq, int tk, std::int64_t heads, int sm_count) {
+  const std::int64_t blocks = static_cast<std::int64_t>((tq + kBM - 1) / kBM) * heads;
+  const int key_tiles = (tk + kBN - 1) / kBN;
+  if (sm_count <= 0 || blocks == 0 || blocks >= kKvSplitMaxBlocksPerSm * sm_count) return 1;
+  int splits = 1;
+  for (int s = 2; s <= kMaxKvSplits; ++s)
+    if (key_tiles / s >= kKvSplitMinKeyTiles && blocks * s <= kKvSplitTargetBlocksPerSm * sm_count)
+      splits = s;
+  return splits;
+}
 
 bool launch_attention_tc(const AttnProblem& p, cudaStream_t stream) {
   const bool x3 = p.math == MathMode::TF32x3;

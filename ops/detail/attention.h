@@ -34,6 +34,16 @@ struct AttnProblem {
 bool launch_attention(const AttnProblem& p, cudaStream_t stream);
 bool launch_attention_tc(const AttnProblem& p, cudaStream_t stream);
 
+// Key splits of the tensor-core kernel (ops/attention_tc.cu): where its query tiles (64 rows of one head)
+// give fewer than kKvSplitMaxBlocksPerSm blocks per SM, each tile's keys are split over up to kMaxKvSplits
+// blocks, each with at least kKvSplitMinKeyTiles tiles of 32 keys, as long as the blocks stay within
+// kKvSplitTargetBlocksPerSm per SM; 1: no split. Pure (no device), for tests on the CPU.
+inline constexpr int kMaxKvSplits = 8;
+inline constexpr int kKvSplitMinKeyTiles = 8;
+inline constexpr int kKvSplitMaxBlocksPerSm = 2;
+inline constexpr int kKvSplitTargetBlocksPerSm = 6;
+int attention_kv_splits(int tq, int tk, std::int64_t heads, int sm_count);
+
 // float64 per query row; a fully masked row gives zeros. q, k, v and mask as for mt::attention, mask already
 // expanded to (..., Tq, Tk) or undefined.
 Tensor cpu_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,

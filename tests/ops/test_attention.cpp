@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "minitensor/ops/attention.h"
+#include "minitensor/ops/detail/attention.h"
 #include "minitensor/ops/elementwise.h"
 #include "minitensor/ops/reduce.h"
 #include "tests/common/gpu.h"
@@ -192,9 +193,35 @@ TEST(Attention, TensorCores_ManyBlocks) {
                      {700, 300}, true);
 }
 
-// A fully masked row gives zeros on the tensor cores too.
-TEST(Attention, TensorCores_FullyMaskedRowsGiveZeros) {
-  const std::int64_t t = 70;
+// Few query tiles over long keys: the keys split over several blocks and a combining pass
+// (detail::attention_kv_splits); causal (light first tiles whose later splits see no key), masks over
+// Tq != Tk, head dims 32 and 64, both tensor-core modes.
+TEST(Attention, TensorCores_KeySplits) {
+  for (MathMode math : {MathMode::TF32x3, MathMode::TF32}) {
+    for (bool causal : {false, true}) run_attention_math(math, {1, 3, 1000, 32}, {1, 3, 1000, 32}, causal);
+    run_attention_math(math, {1, 2, 300, 64}, {1, 2, 700, 64}, false);
+    run_attention_math(math, {1, 2, 700, 64}, {1, 2, 700, 64}, true, Layout::Strided);
+    run_attention_math(math, {2, 1, 130, 64}, {2, 1, 900, 64}, false, Layout::Contiguous, {130, 900}, true);
+  }
+}
+
+// The rule: only where the query tiles give under 2 blocks per SM, with at least 8 key tiles a split, and
+// the blocks held to 6 per SM.
+TEST(Attention, KeySplitRule) {
+  using detail::attention_kv_splits;
+  EXPECT_EQ(attention_kv_splits(1024, 1024, 12, 132), 4);  // 192 blocks, 32 key tiles
+  EXPECT_EQ(attention_kv_splits(1024, 1024, 16, 132), 3);  // 256 blocks: 3 splits make 768 <= 792
+  EXPECT_EQ(attention_kv_splits(512, 512, 48, 132), 1);    // 384 blocks: enough
+  EXPECT_EQ(attention_kv_splits(128, 128, 96, 132), 1);    // 4 key tiles
+  EXPECT_EQ(attention_kv_splits(300, 700, 2, 132), 2);     // 22 key tiles
+  EXPECT_EQ(attention_kv_splits(64, 100000, 1, 132), detail::kMaxKvSplits);
+  EXPECT_EQ(attention_kv_splits(0, 1024, 12, 132), 1);
+  EXPECT_EQ(attention_kv_splits(1024, 0, 12, 132), 1);
+  EXPECT_EQ(attention_kv_splits(1024, 1024, 12, 0), 1);  // no device
+}
+
+// A fully masked row (row 5 of a t x t mask) gives zeros on the tensor cores.
+void check_fully_masked_row_tc(std::int64_t t) {
   std::vector<float> m(static_cast<size_t>(t * t), 0.f);
   for (std::int64_t j = 0; j < t; ++j) m[static_cast<size_t>(5 * t + j)] = -INFINITY;  // row 5
   const Tensor q = rand({1, 2, t, 64}, 4), k = rand({1, 2, t, 64}, 5), v = rand({1, 2, t, 64}, 6);
@@ -208,6 +235,14 @@ TEST(Attention, TensorCores_FullyMaskedRowsGiveZeros) {
   for (float x : got.select(1, 0).select(1, 5).to_vector<float>()) EXPECT_EQ(x, 0.f);
   const test::Comparison cmp = test::compare(got, ref, Tolerance::close(2e-5, 1e-4));
   EXPECT_TRUE(cmp.ok) << cmp.summary();
+}
+
+// A fully masked row gives zeros on the tensor cores too, with and without key splits.
+TEST(Attention, TensorCores_FullyMaskedRowsGiveZeros) {
+  for (const std::int64_t t : {70, 600}) {
+    SCOPED_TRACE("t " + std::to_string(t));
+    check_fully_masked_row_tc(t);
+  }
 }
 
 TEST(Attention, Errors) {
