@@ -47,7 +47,7 @@ void end_capture_discarding(cudaStream_t origin, const std::vector<cudaStream_t>
   }
 }
 
-// Destroys a captured graph unless release()d: count_edges or instantiation may throw.
+// Destroys a captured graph unless release()d: count_graph or instantiation may throw.
 class CapturedGraph {
  public:
   explicit CapturedGraph(cudaGraph_t g) : m_graph(g) {}
@@ -557,7 +557,18 @@ TensorMap ExecutorImpl::run_cpu_path(const TensorMap& inputs) {
   return out;
 }
 
-void ExecutorImpl::count_edges(cudaGraph_t g) {
+void ExecutorImpl::count_graph(cudaGraph_t g) {
+  std::size_t n_nodes = 0;
+  MT_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n_nodes));
+  std::vector<cudaGraphNode_t> nodes(n_nodes);
+  if (n_nodes > 0) MT_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n_nodes));
+  int kernels = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    MT_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    kernels += type == cudaGraphNodeTypeKernel;
+  }
+  m_stats.n_graph_kernels = kernels;
   std::size_t n = 0;
   MT_CUDA_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
   std::vector<cudaGraphNode_t> from(n), to(n);
@@ -714,7 +725,7 @@ TensorMap ExecutorImpl::run_device(const TensorMap& inputs) {
     cudaGraph_t captured = nullptr;
     MT_CUDA_CHECK(cudaStreamEndCapture(capture, &captured));
     CapturedGraph g(captured);
-    count_edges(g.get());
+    count_graph(g.get());
     bool updated = false;
     if (m_graph.exec) {
       cudaGraphExecUpdateResultInfo info{};

@@ -293,6 +293,9 @@ struct ExecStats {
   // Of the last captured CUDA graph: its dependency edges, and those that let a kernel start while the one
   // before it finishes (programmatic dependent launch kept by the capture).
   int n_graph_edges = 0, n_programmatic_edges = 0;
+  // Of the last captured CUDA graph: its kernels, every kernel a run launches (a step may launch more than
+  // one: a GEMM's operand pack or split-K reduction, attention's key-split combine).
+  int n_graph_kernels = 0;
 };
 // Every field above, by its name.
 std::string to_json(const ExecStats& stats);

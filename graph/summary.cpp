@@ -63,6 +63,7 @@ std::string to_json(const ExecStats& stats) {
       .field("n_pipelined_runs", stats.n_pipelined_runs)
       .field("n_graph_edges", stats.n_graph_edges)
       .field("n_programmatic_edges", stats.n_programmatic_edges)
+      .field("n_graph_kernels", stats.n_graph_kernels)
       .end_object();
   return w.take();
 }

@@ -24,7 +24,8 @@
 // Time is per run (wall clock over a batch of back-to-back runs, then one synchronise), which is what a
 // serving loop sees. Counters: host_us (the launch path's host time per run), single_us (one run alone
 // between two events), launches (executor steps), and in the graph modes graph_edges / pdl_edges (the
-// captured graph's dependency edges, and those that let a kernel start while the one before it finishes).
+// captured graph's dependency edges, and those that let a kernel start while the one before it finishes);
+// the Block rows also kernels (the captured graph's kernels: a step may launch more than one).
 // PyTorch's numbers for the same MLP come from bench/graph/torch_mlp.py, run in the same session; it reads
 // this binary's JSON and prints the ratios. FLOPs per MLP run: 2 * 2 * batch * hidden^2.
 #include <benchmark/benchmark.h>
@@ -297,6 +298,7 @@ void bm_block(benchmark::State& state, std::int64_t b, std::int64_t t, std::int6
   }
   state.counters["launches"] = exec.n_launches();
   time_runs(state, 20, [&] { benchmark::DoNotOptimize(exec.run(in)); });
+  state.counters["kernels"] = exec.stats().n_graph_kernels;  // of the captured graph
 }
 
 void register_all() {

@@ -70,9 +70,11 @@ def main():
     if args.mt_json:
         for r in json.load(open(args.mt_json))["benchmarks"]:
             if r["name"].startswith("Block/"):
-                mt[r["name"].split("/iterations")[0]] = (r["real_time"], r.get("launches"))
+                key = r["name"].split("/iterations")[0]
+                mt[key] = (r["real_time"], r.get("launches"), r.get("kernels"))
     print(f"{'block':22s} {'eager':>8s} {'graph':>8s} {'compile':>8s} {'mt fp32':>8s} {'mt 3xtf32':>9s} "
-          f"{'graph/mt':>9s} {'launches':>8s} {'max diff':>9s} {'diff x3':>9s}")
+          f"{'graph/mt':>9s} {'3x/graph':>8s} {'launches':>8s} {'kernels':>8s} {'max diff':>9s} "
+          f"{'diff x3':>9s}")
     g = torch.Generator(device="cuda").manual_seed(0)
     for d, h in DIMS:
         for b, t in SHAPES:
@@ -105,10 +107,13 @@ def main():
                 diff = (ref - y_mt).abs().max().item() if y_mt is not None else float("nan")
                 diff3 = (ref - y_mt3).abs().max().item() if y_mt3 is not None else float("nan")
             key = f"Block/d{d}/{b}x{t}"
-            ours, launches = mt.get(key + "/fp32", (float("nan"), None))
-            ours3, _ = mt.get(key + "/tf32x3", (float("nan"), None))
-            print(f"{key:22s} {eager:8.1f} {graph:8.1f} {comp:8.1f} {ours:8.1f} {ours3:9.1f} {graph / ours:9.3f} "
-                  f"{launches if launches is not None else '':>8} {diff:9.2e} {diff3:9.2e}")
+            ours, launches, kernels = mt.get(key + "/fp32", (float("nan"), None, None))
+            ours3, _, kernels3 = mt.get(key + "/tf32x3", (float("nan"), None, None))
+            # kernels: the captured graph's, fp32 / 3xTF32 (a step may launch more than one)
+            kern = "/".join(str(int(k)) if k is not None else "-" for k in (kernels, kernels3))
+            steps = launches if launches is not None else ""
+            print(f"{key:22s} {eager:8.1f} {graph:8.1f} {comp:8.1f} {ours:8.1f} {ours3:9.1f} "
+                  f"{graph / ours:9.3f} {ours3 / graph:8.3f} {steps:>8} {kern:>8s} {diff:9.2e} {diff3:9.2e}")
 
 
 if __name__ == "__main__":

@@ -340,13 +340,14 @@ void BM_row_norm(benchmark::State& state, std::int64_t d, bool rms) {
       });
 }
 
-// ---- fused attention, (B, 12 heads, T, 64), fp32 (BM_attention: the CUDA-core kernel) or TF32x3
-// (BM_attention_tf32x3: the tensor-core kernel), causal or not (bench/ops/torch_attention.py times PyTorch's
-// scaled_dot_product_attention in float32 on the same shapes). median_us times one call (host path included),
-// graph_us the device time per call (20 calls replayed as one CUDA graph). Counter TFLOPs (from graph_us):
-// 4 B H T^2 D (halved causal).
-void BM_attention(benchmark::State& state, std::int64_t batch, std::int64_t t, bool causal, MathMode math) {
-  const std::int64_t heads = 12, dh = 64;
+// ---- fused attention, (B, 12 heads (16 in the _h16 rows), T, 64), fp32 (BM_attention: the CUDA-core kernel)
+// or TF32x3 (BM_attention_tf32x3: the tensor-core kernel), causal or not (bench/ops/torch_attention.py times
+// PyTorch's scaled_dot_product_attention in float32 on the same shapes). median_us times one call (host path
+// included), graph_us the device time per call (20 calls replayed as one CUDA graph). Counter TFLOPs (from
+// graph_us): 4 B H T^2 D (halved causal).
+void BM_attention(benchmark::State& state, std::int64_t batch, std::int64_t t, bool causal, MathMode math,
+                  std::int64_t heads = 12) {
+  const std::int64_t dh = 64;
   const Device dev = Device::cuda(0);
   const Tensor q = randn({batch, heads, t, dh}, 1, dev), k = randn({batch, heads, t, dh}, 2, dev),
                v = randn({batch, heads, t, dh}, 3, dev);
@@ -464,14 +465,17 @@ BENCHMARK_CAPTURE(BM_attention, 8x128_causal, 8, 128, true, MathMode::FP32)->App
 BENCHMARK_CAPTURE(BM_attention, 4x512, 4, 512, false, MathMode::FP32)->Apply(timed);
 BENCHMARK_CAPTURE(BM_attention, 4x512_causal, 4, 512, true, MathMode::FP32)->Apply(timed);
 BENCHMARK_CAPTURE(BM_attention, 1x1024_causal, 1, 1024, true, MathMode::FP32)->Apply(timed);
-void BM_attention_tf32x3(benchmark::State& state, std::int64_t batch, std::int64_t t, bool causal) {
-  BM_attention(state, batch, t, causal, MathMode::TF32x3);
+BENCHMARK_CAPTURE(BM_attention, 1x1024_causal_h16, 1, 1024, true, MathMode::FP32, 16)->Apply(timed);
+void BM_attention_tf32x3(benchmark::State& state, std::int64_t batch, std::int64_t t, bool causal,
+                         std::int64_t heads = 12) {
+  BM_attention(state, batch, t, causal, MathMode::TF32x3, heads);
 }
 BENCHMARK_CAPTURE(BM_attention_tf32x3, 8x128, 8, 128, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_attention_tf32x3, 8x128_causal, 8, 128, true)->Apply(timed);
 BENCHMARK_CAPTURE(BM_attention_tf32x3, 4x512, 4, 512, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_attention_tf32x3, 4x512_causal, 4, 512, true)->Apply(timed);
 BENCHMARK_CAPTURE(BM_attention_tf32x3, 1x1024_causal, 1, 1024, true)->Apply(timed);
+BENCHMARK_CAPTURE(BM_attention_tf32x3, 1x1024_causal_h16, 1, 1024, true, 16)->Apply(timed);
 BENCHMARK_CAPTURE(BM_transpose_copy, aligned, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_transpose_copy, offset1, true)->Apply(timed);
 BENCHMARK(BM_permute_021)->Apply(timed);

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch baseline for bench_ops' attention rows: torch.nn.functional.scaled_dot_product_attention in float32
-(TF32 off), (B, 12 heads, T, 64), causal or not, timed with CUDA events after warm-up two ways, as bench_ops
-times its rows: one call (median of 20; the host path included) and the device time per call, 20 calls
-captured as one CUDA graph and replayed (median of 11 replays).
+(TF32 off), (B, 12 heads (16 in the _h16 row), T, 64), causal or not, timed with CUDA events after warm-up
+two ways, as bench_ops times its rows: one call (median of 20; the host path included) and the device time
+per call, 20 calls captured as one CUDA graph and replayed (median of 11 replays).
 
     python3 bench/ops/torch_attention.py [--mt-json bench_ops.json]
 
@@ -22,8 +22,9 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torch_graph import capture  # noqa: E402 (bench/torch_graph.py)
 
-ROWS = [("8x128", 8, 128, False), ("8x128_causal", 8, 128, True), ("4x512", 4, 512, False),
-        ("4x512_causal", 4, 512, True), ("1x1024_causal", 1, 1024, True)]
+ROWS = [("8x128", 8, 12, 128, False), ("8x128_causal", 8, 12, 128, True), ("4x512", 4, 12, 512, False),
+        ("4x512_causal", 4, 12, 512, True), ("1x1024_causal", 1, 12, 1024, True),
+        ("1x1024_causal_h16", 1, 16, 1024, True)]
 
 
 def median_us(fn, iters=20, warmup=5):
@@ -77,9 +78,9 @@ def main():
           "torch/mt > 1: minitensor faster")
     print(f"{'row':16s} {'timing':7s} {'torch us':>9s} {'fp32 us':>9s} {'torch/mt':>9s} {'x3 us':>9s} "
           f"{'torch/x3':>9s}")
-    for name, batch, t, causal in ROWS:
+    for name, batch, heads, t, causal in ROWS:
         g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(batch, 12, t, 64, device="cuda", generator=g) for _ in range(3))
+        q, k, v = (torch.randn(batch, heads, t, 64, device="cuda", generator=g) for _ in range(3))
         fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
         for i, (timing, us) in enumerate((("call", median_us(fn)), ("graph", graph_us(fn)))):
             f32 = mt.get(("fp32", name), (None, None))[i]

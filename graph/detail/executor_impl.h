@@ -120,7 +120,7 @@ class ExecutorImpl {
   // allocator's record_stream), once per stream: so it is never reused before that stream's work is done.
   void note_stream(cudaStream_t stream);
   void note_buffer(const std::shared_ptr<Storage>& storage);  // a new shared buffer: every stream seen so far
-  void count_edges(cudaGraph_t g);                            // into m_stats after a capture
+  void count_graph(cudaGraph_t g);                            // into m_stats after a capture
   void launch_step(int i, cudaStream_t stream);
   Tensor node_tensor(int id) const;
   std::string summary() const;

@@ -269,6 +269,7 @@ TEST(GraphCuda, CudaGraphReplayEqualsPlainRunAndFollowsNewData) {
   // The MLP's launches run in sequence: the captured graph has edges, some of them may be programmatic.
   EXPECT_GT(eg.stats().n_graph_edges, 0);
   EXPECT_LE(eg.stats().n_programmatic_edges, eg.stats().n_graph_edges);
+  EXPECT_GE(eg.stats().n_graph_kernels, eg.n_launches());  // a step launches one kernel or more
   // A new input pointer: the graph is updated (or re-instantiated), not stale.
   Tensor x2 = uniform({32, 64}, 7).cuda();
   const Tensor y2 = eg.run({{"x", x2}}).at("y").clone();

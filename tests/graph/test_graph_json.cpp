@@ -137,9 +137,10 @@ TEST(GraphJson, PlanStatsExecStatsAndProfile) {
                         .n_replays = 5,
                         .n_pipelined_runs = 6,
                         .n_graph_edges = 7,
-                        .n_programmatic_edges = 8};
+                        .n_programmatic_edges = 8,
+                        .n_graph_kernels = 11};
   j = json::parse(to_json(stats));
-  EXPECT_EQ(j.size(), 9u);
+  EXPECT_EQ(j.size(), 10u);
   EXPECT_EQ(j.at("n_runs").get<int>(), 10);
   EXPECT_EQ(j.at("n_plain_runs").get<int>(), 1);
   EXPECT_EQ(j.at("n_captures").get<int>(), 2);
@@ -149,6 +150,7 @@ TEST(GraphJson, PlanStatsExecStatsAndProfile) {
   EXPECT_EQ(j.at("n_pipelined_runs").get<int>(), 6);
   EXPECT_EQ(j.at("n_graph_edges").get<int>(), 7);
   EXPECT_EQ(j.at("n_programmatic_edges").get<int>(), 8);
+  EXPECT_EQ(j.at("n_graph_kernels").get<int>(), 11);
 
   const std::vector<NodeTiming> profile = {
       {.label = "#3 '" + kNastyName + "'",
