@@ -121,7 +121,9 @@ struct KvSplit {
   float* ml_part = nullptr;
 };
 
-template <int D, int PASSES>
+// SPLIT: the key-split variant (sp.splits > 1); the other is compiled apart, as the split's extra state would
+// cost the unsplit kernel registers it does not have to spare (it sits at the 168 that 3 blocks per SM allow).
+template <int D, int PASSES, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p, KvSplit sp) {
   using Smem = TcSmem<D>;
   constexpr int kSteps = D / 8, kNt = kBN / 8, kNd = D / 8;
@@ -142,9 +144,12 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p, KvSpl
   // Causal: keys past the block's (the warp's) last query are never seen. This split's key tiles: its share
   // of the query tile's, [k_begin, k_end).
   const int k_all = p.causal ? min(p.tk, q0 + kBM) : p.tk;
-  const int n_tiles = (k_all + kBN - 1) / kBN, split = static_cast<int>(blockIdx.y);
-  const int k_begin = n_tiles * split / sp.splits * kBN;
-  const int k_end = min(k_all, n_tiles * (split + 1) / sp.splits * kBN);
+  int k_begin = 0, k_end = k_all;
+  if constexpr (SPLIT) {
+    const int n_tiles = (k_all + kBN - 1) / kBN, split = static_cast<int>(blockIdx.y);
+    k_begin = n_tiles * split / sp.splits * kBN;
+    k_end = min(k_all, n_tiles * (split + 1) / sp.splits * kBN);
+  }
   const int warp_last = q0 + 16 * warp + 15;
   const int warp_end = p.causal ? min(p.tk, warp_last + 1) : p.tk;
   // Tile i lands in raw stage i % 2; one copy group per tile (empty past the end), so waiting for all but
@@ -269,12 +274,12 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p, KvSpl
     }
   }
 
-  if (sp.splits > 1) {  // this split's rows, unnormalised, for attention_combine
+  if constexpr (SPLIT) {  // this split's rows, unnormalised, for attention_combine
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int qi = h ? r1 : r0;
       if (qi >= p.tq) continue;
-      const std::int64_t row = (static_cast<std::int64_t>(split) * p.b0 * p.b1 + bh) * p.tq + qi;
+      const std::int64_t row = (static_cast<std::int64_t>(blockIdx.y) * p.b0 * p.b1 + bh) * p.tq + qi;
       float* dst = sp.o_part + row * D + 2 * t;
 #pragma unroll
       for (int nd = 0; nd < kNd; ++nd)
@@ -341,8 +346,6 @@ int forced_kv_splits() {
 
 template <int D, int PASSES>
 void run(const AttnProblem& p, cudaStream_t stream) {
-  const auto kernel = attention_tc<D, PASSES>;
-  if (TcSmem<D>::kBytes > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
   const std::int64_t heads = static_cast<std::int64_t>(p.b0) * p.b1;
@@ -350,6 +353,8 @@ void run(const AttnProblem& p, cudaStream_t stream) {
   sp.splits = attention_kv_splits(p.tq, p.tk, heads, device_properties(device).sm_count);
   if (forced_kv_splits() > 0) sp.splits = forced_kv_splits();
   const std::int64_t rows = heads * p.tq, blocks = (p.tq + kBM - 1) / kBM * heads;
+  const auto kernel = sp.splits > 1 ? attention_tc<D, PASSES, true> : attention_tc<D, PASSES, false>;
+  if (TcSmem<D>::kBytes > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
   if (sp.splits > 1) {
     const StreamScratchLock lock;  // the buffer stays ours until both launches are enqueued
     auto* part = static_cast<float*>(stream_scratch(
