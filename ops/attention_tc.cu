@@ -121,8 +121,9 @@ struct KvSplit {
   float* ml_part = nullptr;
 };
 
-// SPLIT: the key-split variant (sp.splits > 1); the other is compiled apart, as the split's extra state would
-// cost the unsplit kernel registers it does not have to spare (it sits at the 168 that 3 blocks per SM allow).
+// SPLIT: the key-split variant (sp.splits > 1); the other is compiled apart, as the split's extra state
+// would cost the unsplit kernel registers it does not have to spare (it sits at the 168 that 3 blocks per
+// SM allow).
 template <int D, int PASSES, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p, KvSplit sp) {
   using Smem = TcSmem<D>;
@@ -286,22 +287,22 @@ __global__ void __launch_bounds__(kThreads, 3) attention_tc(AttnProblem p, KvSpl
         *reinterpret_cast<float2*>(dst + 8 * nd) = make_float2(o[nd][2 * h], o[nd][2 * h + 1]);
       if (t == 0) *reinterpret_cast<float2*>(sp.ml_part + 2 * row) = make_float2(m[h], l[h]);
     }
-    return;
-  }
+  } else {  // the rows, normalised
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int qi = h ? r1 : r0;
-    if (qi >= p.tq) continue;
-    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;  // a fully masked row: zeros
-    float* dst = p.out + b0 * p.o0 + b1 * p.o1 + static_cast<std::int64_t>(qi) * p.ot + 2 * t;
-    if ((reinterpret_cast<std::uintptr_t>(dst) & 7u) == 0) {
+    for (int h = 0; h < 2; ++h) {
+      const int qi = h ? r1 : r0;
+      if (qi >= p.tq) continue;
+      const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;  // a fully masked row: zeros
+      float* dst = p.out + b0 * p.o0 + b1 * p.o1 + static_cast<std::int64_t>(qi) * p.ot + 2 * t;
+      if ((reinterpret_cast<std::uintptr_t>(dst) & 7u) == 0) {
 #pragma unroll
-      for (int nd = 0; nd < kNd; ++nd)
-        *reinterpret_cast<float2*>(dst + 8 * nd) = make_float2(o[nd][2 * h] * inv, o[nd][2 * h + 1] * inv);
-    } else {
+        for (int nd = 0; nd < kNd; ++nd)
+          *reinterpret_cast<float2*>(dst + 8 * nd) = make_float2(o[nd][2 * h] * inv, o[nd][2 * h + 1] * inv);
+      } else {
 #pragma unroll
-      for (int nd = 0; nd < kNd; ++nd)
-        dst[8 * nd] = o[nd][2 * h] * inv, dst[8 * nd + 1] = o[nd][2 * h + 1] * inv;
+        for (int nd = 0; nd < kNd; ++nd)
+          dst[8 * nd] = o[nd][2 * h] * inv, dst[8 * nd + 1] = o[nd][2 * h + 1] * inv;
+      }
     }
   }
 }
