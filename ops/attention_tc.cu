@@ -28,8 +28,8 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "minitensor/ops/detail/attention.h"
 #include "minitensor/memory/stream_scratch.h"
+#include "minitensor/ops/detail/attention.h"
 #include "minitensor/ops/detail/attention_tile.cuh"
 #include "minitensor/runtime/device.h"
 #include "minitensor/runtime/detail/device_primitives.cuh"
