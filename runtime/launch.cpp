@@ -1,5 +1,7 @@
 #include "minitensor/runtime/launch.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -9,6 +11,14 @@
 #include "minitensor/runtime/error.h"
 
 namespace mt {
+
+bool programmatic_launch() {
+  static const bool on = [] {
+    const char* v = std::getenv("MT_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
 
 int current_sm_count() {
   thread_local int cached_device = -1;

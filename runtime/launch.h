@@ -54,6 +54,11 @@ int grid_stride_blocks(Kernel* kernel, int threads, std::int64_t n_items, std::i
   return static_cast<int>(std::max<std::int64_t>(1, std::min(needed, resident)));
 }
 
+// Whether kernels that support it are launched to overlap the kernel before them in their stream
+// (LaunchConfig::overlap_previous_kernel): on, unless the environment sets MT_PDL=0, which launches every
+// kernel the ordinary way (to time the overlap, or to rule it out). Read once.
+bool programmatic_launch();
+
 // A cudaLaunchKernelEx configuration, with the blocks grouped into thread-block clusters of `cluster`
 // (no attribute when it is 1 x 1 x 1). Pass `&config.cfg` to cudaLaunchKernelEx or
 // cudaOccupancyMaxActiveClusters. Not copyable: cfg points at this object's attributes.
@@ -78,7 +83,9 @@ struct LaunchConfig {
   // Programmatic dependent launch (sm_90): this kernel's blocks may start before the previous kernel in the
   // stream has finished, once that kernel's blocks have all signalled (griddepcontrol.launch_dependents) or
   // exited; the kernel must run griddepcontrol.wait before it touches anything the previous kernel writes.
+  // A no-op where programmatic_launch() is off.
   void overlap_previous_kernel() {
+    if (!programmatic_launch()) return;
     cudaLaunchAttribute& a = attrs[cfg.numAttrs++];
     a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     a.val.programmaticStreamSerializationAllowed = 1;

@@ -182,6 +182,12 @@ __device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, st
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
+// Asks L2 to fetch [src, src + bytes) from memory (16-byte aligned, bytes % 16 == 0); nothing lands in shared
+// memory and nothing waits. L2 is where every SM's accesses meet, so a prefetch never makes a later read
+// stale: it may run before pdl_wait.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, std::uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
 // The box of `map` at (c0, c1, c2) (c0 the contiguous dim) into shared memory, completing on `bar`.
 __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
                                             std::uint32_t bar) {
