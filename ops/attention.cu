@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, D == 128 ? 1 : 2) attention_fwd(Attn
 
 template <int D>
 void run(const AttnProblem& p, cudaStream_t stream) {
-  launch_attention_grid(attention_fwd<D>, kBM, kThreads, AttnSmem<D>::kBytes, p, stream);
+  launch_attention_grid(attention_fwd<D>, kBM, kThreads, AttnSmem<D>::kBytes, 1, stream, p);
 }
 
 }  // namespace

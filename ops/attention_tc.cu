@@ -353,23 +353,20 @@ void run(const AttnProblem& p, cudaStream_t stream) {
   KvSplit sp;
   sp.splits = attention_kv_splits(p.tq, p.tk, heads, device_properties(device).sm_count);
   if (forced_kv_splits() > 0) sp.splits = forced_kv_splits();
-  const std::int64_t rows = heads * p.tq, blocks = (p.tq + kBM - 1) / kBM * heads;
+  const std::int64_t rows = heads * p.tq;
   const auto kernel = sp.splits > 1 ? attention_tc<D, PASSES, true> : attention_tc<D, PASSES, false>;
-  if (TcSmem<D>::kBytes > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
   if (sp.splits > 1) {
     const StreamScratchLock lock;  // the buffer stays ours until both launches are enqueued
     auto* part = static_cast<float*>(stream_scratch(
         ScratchSlot::AttentionPartials, sizeof(float) * sp.splits * rows * (D + 2), stream));
     sp.o_part = part;
     sp.ml_part = part + sp.splits * rows * D;
-    kernel<<<dim3(static_cast<unsigned>(blocks), sp.splits), kThreads, TcSmem<D>::kBytes, stream>>>(p, sp);
-    MT_CUDA_CHECK_LAUNCH();
+    launch_attention_grid(kernel, kBM, kThreads, TcSmem<D>::kBytes, sp.splits, stream, p, sp);
     attention_combine<D><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p, sp);
     MT_CUDA_CHECK_LAUNCH();
     return;
   }
-  kernel<<<static_cast<unsigned>(blocks), kThreads, TcSmem<D>::kBytes, stream>>>(p, sp);
-  MT_CUDA_CHECK_LAUNCH();
+  launch_attention_grid(kernel, kBM, kThreads, TcSmem<D>::kBytes, 1, stream, p, sp);
 }
 
 }  // namespace

@@ -51,13 +51,17 @@ __device__ __forceinline__ void attn_load_rows(float* dst, const float* src, std
   }
 }
 
-// Launches an attention kernel over `p`: one block of `threads` per `rows` queries of each (b0, b1) slice,
-// `smem` bytes of dynamic shared memory (the limit raised past 48 KiB).
-inline void launch_attention_grid(void (*kernel)(AttnProblem), int rows, int threads, std::size_t smem,
-                                  const AttnProblem& p, cudaStream_t stream) {
+// Launches an attention kernel over `p` (its first parameter; `extra` the rest): one block of `threads` per
+// `rows` queries of each (b0, b1) slice, `splits` of them along y, `smem` bytes of dynamic shared memory (the
+// limit raised past 48 KiB). An ordinary launch: launched to overlap the kernel before it, the attention
+// kernels slowed the fp32 block at 1x128 (bench/ops/TRIED.md).
+template <class... Params, class... Extra>
+void launch_attention_grid(void (*kernel)(Params...), int rows, int threads, std::size_t smem, int splits,
+                           cudaStream_t stream, const AttnProblem& p, const Extra&... extra) {
   if (smem > 48 * 1024) use_max_dynamic_smem(reinterpret_cast<const void*>(kernel));
   const std::int64_t blocks = static_cast<std::int64_t>((p.tq + rows - 1) / rows) * p.b0 * p.b1;
-  kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(p);
+  kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)), threads, smem, stream>>>(
+      p, extra...);
   MT_CUDA_CHECK_LAUNCH();
 }
 
