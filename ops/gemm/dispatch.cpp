@@ -100,7 +100,7 @@ bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model
   if (info.family == KernelFamily::SmallK)
     return cfg.split_k == 1 && cfg.staging == Staging::Registers &&
            std::ceil(p.m / double(info.tile.bm)) * std::ceil(p.n / double(info.tile.bn)) < 2147483647.0;
-  // mma.sync kernels add split K with the second kernel only, wgmma in a cluster only; clusters need sm_90.
+  // mma.sync kernels add split K with the second kernel only, wgmma either way; clusters need sm_90.
   if (cfg.split_k > 1 && cfg.reduce == SplitReduce::Cluster &&
       ((is_tensor(cfg.kernel) && cfg.kernel != Kernel::Wgmma) || cfg.split_k > kMaxClusterSplit ||
        !model.has_clusters()))
@@ -108,7 +108,7 @@ bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model
   if (is_rung(cfg.kernel)) return cfg.split_k == 1 && cfg.math == MathMode::FP32;
   if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
   if (cfg.kernel == Kernel::Wgmma)
-    return (cfg.split_k == 1 || cfg.reduce == SplitReduce::Cluster) &&
+    return (cfg.split_k == 1 || cfg.reduce == SplitReduce::Cluster || cfg.split_k <= kMaxKernelSplit) &&
            wgmma_can_implement(p, cfg.math, model);
   // The TMA kernels have no other staging, and no other kernel has it.
   if (info.is_tma != (cfg.staging == Staging::Tma)) return false;
@@ -503,11 +503,13 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   };
   if (math != MathMode::FP32 && p.m >= 128 && p.n >= 128 &&
       can_implement(p, Config{Kernel::Wgmma, 1, math}, model)) {
-    // At least one whole 128x128 tile: the Hopper wgmma kernel, K split over a cluster per tile under a
-    // wave of tiles (wgmma_choose). Small and skinny shapes stay on mma.sync with split K, which wins there.
+    // At least one whole 128x128 tile: the Hopper wgmma kernel, K split under a wave of tiles over a cluster
+    // per tile, or past a cluster's 8 by the reduce kernel (wgmma_choose). Small and skinny shapes stay on
+    // mma.sync with split K, which wins there.
     c.kernel = Kernel::Wgmma;
-    c.split_k = wgmma_choose(p, math, model).split;
-    reduce = SplitReduce::Cluster;
+    const WgmmaConfig w = wgmma_choose(p, math, model);
+    c.split_k = w.split;
+    reduce = w.by_kernel ? SplitReduce::Kernel : SplitReduce::Cluster;
   } else if (math == MathMode::TF32x3) {
     // No whole 128x128 tile: the fp32 SIMT kernels beat 3xTF32 on mma.sync at every such shape measured and
     // are at least as accurate, so TF32x3 runs them there.

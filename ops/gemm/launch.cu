@@ -24,8 +24,7 @@ void launch_one(const Problem& p, const Config& cfg, cudaStream_t stream) {
     return launch_one(swapped(p), plain, stream);
   }
   const int split = std::max(1, cfg.split_k);
-  if (p.softmax && !(split > 1 && cfg.reduce == SplitReduce::Kernel && !is_rung(cfg.kernel) &&
-                     cfg.kernel != Kernel::Wgmma)) {
+  if (p.softmax && !(split > 1 && cfg.reduce == SplitReduce::Kernel && !is_rung(cfg.kernel))) {
     // No second kernel adds splits here: the product goes into the split scratch (one plane) first. Where C
     // is not read (beta == 0) and its rows are contiguous, with the epilogue, then the softmax kernel takes
     // it into C (the cost of the unfused pair); else raw, and the reduce kernel runs the epilogue and the

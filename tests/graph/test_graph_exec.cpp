@@ -10,6 +10,7 @@
 #include "minitensor/graph/detail/internal.h"
 #include "minitensor/graph/graph.h"
 #include "minitensor/ops/ops.h"
+#include "minitensor/runtime/launch.h"
 #include "random_graph.h"
 #include "tests/common/gpu.h"
 
@@ -448,6 +449,31 @@ TEST(GraphCuda, PackWeightsSnapshotsDeviceParameters) {
   const Tensor after = e_off.run({{"x", x}}).at("y").clone();
   EXPECT_GT(max_diff(after, before), 0.1);
   EXPECT_LT(max_diff(after, matmul(x, w, MathMode::TF32x3)), 1e-5);
+}
+
+// 3xTF32 on Hopper: each wgmma GEMM is launched to overlap the kernel before it (its A pack), and the captured
+// graph keeps those edges programmatic. The first product (128 rows, a (3072, 768) weight) splits K past a
+// cluster, its splits added by the reduce kernel. Replays equal plain runs and follow new data.
+TEST(GraphCuda, TF32x3GemmsOverlapTheKernelBefore) {
+  MT_REQUIRE_SM90();
+  Graph g;
+  auto x = g.input("x", {128, 3072});
+  auto h = g.matmul(x, g.parameter("w1", uniform({3072, 768}, 31, -0.05, 0.05)));
+  g.output("y", g.matmul(g.tanh(h), g.parameter("w2", uniform({768, 256}, 32, -0.05, 0.05))));
+  ExecOptions o = gpu_options(), plain = gpu_options();
+  o.compile.math = plain.compile.math = MathMode::TF32x3;
+  plain.run.cuda_graph = false;
+  Executor eg(g, o), ep(g, plain);
+  Tensor x_dev = uniform({128, 3072}, 33).cuda();
+  for (int rep = 0; rep < 4; ++rep) {
+    const Tensor xh = uniform({128, 3072}, 300 + rep);
+    x_dev.copy_(xh);
+    const Tensor yg = eg.run({{"x", x_dev}}).at("y").clone();
+    EXPECT_EQ(max_diff(yg, ep.run({{"x", x_dev}}).at("y")), 0.0) << "rep " << rep;
+    EXPECT_LT(max_diff(yg, run_cpu(g, {{"x", xh}}).at("y")), 1e-5) << "rep " << rep;
+  }
+  EXPECT_GT(eg.stats().n_replays, 0);
+  if (programmatic_launch()) EXPECT_GT(eg.stats().n_programmatic_edges, 0);
 }
 
 TEST(GraphCuda, CheckMatchesNanPositions) {

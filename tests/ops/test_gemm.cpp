@@ -450,8 +450,9 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
   for (Kernel k : tensor_kernels())
     for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) {
       configs.push_back({k, 1, m});
-      // The wgmma kernel reduces split K in a cluster, the mma.sync kernels with the second kernel.
-      configs.push_back({k, 2, m, k == Kernel::Wgmma ? SplitReduce::Cluster : SplitReduce::Kernel});
+      // The mma.sync kernels reduce split K with the second kernel, the wgmma kernel that way or in a cluster.
+      configs.push_back({k, 2, m, SplitReduce::Kernel});
+      if (k == Kernel::Wgmma) configs.push_back({k, 3, m, SplitReduce::Cluster});
     }
   // Both operands contiguous along k or along m / n, 16-byte aligned or at offset 1 (the register-staged
   // loaders' vector and scalar paths, transposing or not).
@@ -1830,8 +1831,11 @@ TEST(Gemm, Softmax_EveryKernel) {
   }
   for (Kernel k : tensor_kernels()) {
     configs.push_back({k, 1, MathMode::TF32x3});
-    configs.push_back(
-        {k, 2, MathMode::TF32x3, k == Kernel::Wgmma ? SplitReduce::Cluster : SplitReduce::Kernel});
+    configs.push_back({k, 2, MathMode::TF32x3, SplitReduce::Kernel});
+    if (k == Kernel::Wgmma) {  // both reductions at split 3: bit-identical below
+      configs.push_back({k, 3, MathMode::TF32x3, SplitReduce::Kernel});
+      configs.push_back({k, 3, MathMode::TF32x3, SplitReduce::Cluster});
+    }
   }
   const Device d = Device::cuda(0);
   const std::int64_t m = 130, n = 260, k = 264;
@@ -2162,9 +2166,10 @@ ErrorStats run_wgmma_case(const WgCase& c) {
 
 // Every built configuration of both modes, with K split over clusters of 2, 3, 6 and 8 CTAs.
 std::vector<std::pair<MathMode, detail::gemm::WgmmaConfig>> wg_configs() {
-  return {{MathMode::TF32x3, {128, 1}}, {MathMode::TF32x3, {128, 3}}, {MathMode::TF32x3, {128, 8}},
-          {MathMode::TF32, {128, 1}},   {MathMode::TF32, {256, 1}},   {MathMode::TF32, {128, 2}},
-          {MathMode::TF32, {128, 6}}};
+  // Split K in a cluster ({128, s}) and added by the reduce kernel ({128, s, true}).
+  return {{MathMode::TF32x3, {128, 1}}, {MathMode::TF32x3, {128, 3}},       {MathMode::TF32x3, {128, 8}},
+          {MathMode::TF32, {128, 1}},   {MathMode::TF32, {256, 1}},         {MathMode::TF32, {128, 2}},
+          {MathMode::TF32, {128, 6}},   {MathMode::TF32x3, {128, 16, true}}, {MathMode::TF32, {128, 5, true}}};
 }
 
 TEST(Gemm, Wgmma_OddShapes_EveryConfig) {

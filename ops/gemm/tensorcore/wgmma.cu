@@ -74,10 +74,16 @@ constexpr int kPackRows = 64;       // rows per pack block
 constexpr int kProducerRegs = 40;   // setmaxnreg: the producer needs few registers...
 constexpr int kConsumerRegs = 232;  // ...so the consumers get 232 (128*40 + 256*232 <= 64K registers)
 constexpr int kMinSplitKTiles = 2;  // the dispatcher splits K only into shares of at least this many k tiles
+// k tiles of a B packed ahead of time that a CTA asks L2 for while the kernel before it still runs: the ring's
+// first fills, not the whole range (a wave of CTAs each fetching all of theirs would overflow L2).
+constexpr int kPrefetchKTiles = 8;
 // The wave model of 3xTF32 grids over a wave: a CTA's fixed cost (pipeline fill, epilogue, cluster reduction)
 // in elements of K, and the gain a split must promise over the unsplit grid (bench/gemm/DESIGN.md, wgmma).
 constexpr double kWaveFixedK = 300;
 constexpr double kWaveSplitMinGain = 1.03;
+// Under a wave, 3xTF32 weighs splits past a cluster's 8 added by the reduce kernel: that kernel's cost in the
+// same elements of K (bench/gemm/DESIGN.md, wgmma).
+constexpr double kReduceKernelFixedK = 80;
 
 // Tiling parameters of gemm_wgmma:
 //   BN      CTA tile N (the wgmma N); BM = 128, BK = 32 are fixed (kBM, kBK)
@@ -105,6 +111,10 @@ struct WgArgs {
   int tiles_m = 0, tiles_n = 0, k_tiles = 0;
   int k_tiles_per_split = 0;  // split K (gridDim.z > 1): split z runs k tiles [z, z + 1) * this
   bool c_vec4 = false;        // C rows contiguous along n, 16-byte aligned: float4 loads and stores
+  bool b_packed_ahead = false;  // b_pack is a WgmmaPackedB, not written by the kernel before this one
+  // Split K added by the second kernel: split z stores its raw tile into plane (z * batch + b) of this
+  // [split][batch][m][n] workspace (launch_splitk_reduce's layout). Null: the splits are one cluster.
+  float* ws = nullptr;
 };
 
 #if defined(MT_WGMMA_DEVICE)
@@ -243,6 +253,8 @@ struct PackOperand {
 template <int PARTS>
 __global__ void __launch_bounds__(256) wgmma_pack(PackOperand a, PackOperand b, int n_k, int k_tiles) {
 #if defined(MT_WGMMA_DEVICE)
+  pdl_launch_dependents();  // the GEMM after it may start its blocks; they wait for this grid's writes
+  pdl_wait();               // launched to overlap the kernel before it (launch_pack): its writes first
   __shared__ float tile[kPackRows][kBK + 1];
   const bool is_a = static_cast<int>(blockIdx.x) < a.blocks;
   const PackOperand& op = is_a ? a : b;
@@ -327,14 +339,23 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
   float* stage = reinterpret_cast<float*>(smem_raw + (s_base - smem_u32(smem_raw)));
   float* cb = p.c + batch * p.c_sb;
 
+  // Launched to overlap the kernel before it (run_wgmma): the next kernel may start its blocks now (they wait
+  // for this grid's writes); this one sets up, fetches the first k tiles of a B packed ahead of time into L2
+  // (the operand that kernel cannot be writing), and waits for that kernel's writes before reading anything.
+  pdl_launch_dependents();
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
       mbar_init(empty + 8 * s, 2 * 4);  // one arrival per consumer warp
     }
     fence_mbar_init();
+    if (args.b_packed_ahead && k_tiles > 0)
+      bulk_prefetch_l2(args.b_pack + batch * args.b_batch_bytes +
+                           (static_cast<std::int64_t>(tile_n) * args.k_tiles + kt0) * S::kBBytes,
+                       static_cast<std::uint32_t>(min(k_tiles, kPrefetchKTiles)) * S::kBBytes);
   }
   __syncthreads();
+  pdl_wait();
 
   if (wg == 0) {
     // ------------------------------------------------ producer
@@ -356,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
       }
     }
     __syncwarp();
-    if (gridDim.z > 1) {  // the split-K reduction's two cluster barriers (consumers below)
+    if (gridDim.z > 1 && args.ws == nullptr) {  // the cluster reduction's two barriers (consumers below)
       cluster_sync();
       cluster_sync();
     }
@@ -465,7 +486,26 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
           *reinterpret_cast<float2*>(frag + 8 * h * kLd + 8 * j) =
               make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
-    if (gridDim.z > 1) {
+    if (args.ws != nullptr) {
+      // Split K added by the second kernel: the raw tile into this split's plane of the workspace.
+      consumer_sync();
+      float* w = args.ws + (static_cast<std::int64_t>(blockIdx.z) * gridDim.y + batch) * p.m * p.n;
+      const bool vec = p.n % 4 == 0;
+#pragma unroll 2
+      for (int q = threadIdx.x - 128; q < kBM * BN / 4; q += 256) {
+        const int r = q / (BN / 4), c = (q % (BN / 4)) * 4;
+        const int row = tile_m * kBM + r, col = tile_n * BN + c;
+        if (row >= p.m || col >= p.n) continue;
+        const float4 v = *reinterpret_cast<const float4*>(stage + r * kLd + c);
+        float* dst = w + static_cast<std::int64_t>(row) * p.n + col;
+        if (vec) {
+          *reinterpret_cast<float4*>(dst) = v;
+        } else {
+          const float vals[4] = {v.x, v.y, v.z, v.w};
+          for (int e = 0; e < 4 && col + e < p.n; ++e) dst[e] = vals[e];
+        }
+      }
+    } else if (gridDim.z > 1) {
       // Split K: the cluster's CTAs add their staged tiles. The producers take part in both barriers (in
       // their own branch: code shared by both warpgroups would be held to the producer's 40 registers).
       cluster_sync();
@@ -524,12 +564,13 @@ template <int PARTS>
 void launch_pack(const PackOperand& a, const PackOperand& b, int n_k, int k_tiles, cudaStream_t stream) {
   const dim3 grid(a.blocks + b.blocks, std::min(k_tiles, 65535),
                   std::min(std::max(a.batches, b.batches), 65535));
-  wgmma_pack<PARTS><<<grid, 256, 0, stream>>>(a, b, n_k, k_tiles);
-  MT_CUDA_CHECK_LAUNCH();
+  LaunchConfig launch(grid, dim3(256, 1, 1), 0, stream);
+  launch.overlap_previous_kernel();
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, wgmma_pack<PARTS>, a, b, n_k, k_tiles));
 }
 
 template <int BN, bool X3, int STAGES>
-void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
+void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream) {
   using S = WgShape<BN, X3, STAGES>;
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
@@ -557,6 +598,7 @@ void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
   args.b_pack = b_ready ? static_cast<const char*>(pb->storage.data()) : base + a_bytes * batches_a;
   args.a_batch_bytes = batches_a > 1 ? a_bytes : 0;
   args.b_batch_bytes = batches_b > 1 ? b_bytes : 0;
+  args.b_packed_ahead = b_ready;
   const std::uintptr_t c_addr = reinterpret_cast<std::uintptr_t>(p.c);
   args.c_vec4 = p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && c_addr % 16 == 0;
 
@@ -569,22 +611,28 @@ void run_wgmma(const Problem& p, int split, cudaStream_t stream) {
                                           batches_b, reinterpret_cast<float*>(base + a_bytes * batches_a)),
         p.k, args.k_tiles, stream);
 
-  const LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, split), dim3(kThreads, 1, 1),
-                            S::kSmemBytes, stream, dim3(1, 1, split));
+  by_kernel = by_kernel && split > 1;
+  if (by_kernel)
+    args.ws = split_scratch(sizeof(float) * static_cast<std::size_t>(split) * p.batch * p.m * p.n, stream);
+  LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, split), dim3(kThreads, 1, 1), S::kSmemBytes,
+                      stream, dim3(1, 1, by_kernel ? 1 : split));
+  launch.overlap_previous_kernel();
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, args));
+  if (by_kernel) launch_splitk_reduce(p, args.ws, split, stream, /*overlap=*/true);
 }
 
 // The built configurations.
 bool built(const WgmmaConfig& c, MathMode math) {
-  if (c.split < 1 || c.split > kMaxClusterSplit || (c.split > 1 && c.bn != 128)) return false;
+  if (c.split < 1 || c.split > (c.by_kernel ? kMaxKernelSplit : kMaxClusterSplit) || (c.split > 1 && c.bn != 128))
+    return false;
   if (math == MathMode::TF32x3) return c.bn == 128;
   return math == MathMode::TF32 && (c.bn == 128 || c.bn == 256);
 }
 
 void launch_chunk(const Problem& p, MathMode math, const WgmmaConfig& c, cudaStream_t stream) {
-  if (math == MathMode::TF32x3) return run_wgmma<128, true, 3>(p, c.split, stream);
-  if (c.bn == 256) return run_wgmma<256, false, 4>(p, 1, stream);
-  return run_wgmma<128, false, 6>(p, c.split, stream);
+  if (math == MathMode::TF32x3) return run_wgmma<128, true, 3>(p, c.split, c.by_kernel, stream);
+  if (c.bn == 256) return run_wgmma<256, false, 4>(p, 1, false, stream);
+  return run_wgmma<128, false, 6>(p, c.split, c.by_kernel, stream);
 }
 
 }  // namespace
@@ -616,7 +664,9 @@ bool wgmma_can_implement(const Problem& p, MathMode math) {
 // least kMinSplitKTiles k tiles each. Over a wave, 3xTF32 weighs splits of 2 and 3 on a wave model: a split
 // of s costs its waves (ctas * s over the slots of s-CTA clusters, rounded up) times K / s + kWaveFixedK, so
 // a thin last wave (1024 x 2304: 144 tiles on 132 SMs) is traded for more, shorter CTAs where that pays by
-// kWaveSplitMinGain. See bench/gemm/DESIGN.md (wgmma).
+// kWaveSplitMinGain. Under a wave of tiles whose clusters of 8 leave SMs idle, 3xTF32 weighs splits of 12-32
+// added by the reduce kernel, costed as K / s + kWaveFixedK + kReduceKernelFixedK, against the cluster split
+// (128 x 768 x 3072: 6 tiles, split 16 by the kernel). See bench/gemm/DESIGN.md (wgmma).
 WgmmaConfig wgmma_choose(const Problem& p, MathMode math, const DeviceModel& model) {
   WgmmaConfig c{128, 1};
   const std::int64_t sms = model.sm_count;
@@ -632,6 +682,16 @@ WgmmaConfig wgmma_choose(const Problem& p, MathMode math, const DeviceModel& mod
     // A CTA takes a whole SM (its ring), so clusters of s resident at once are the slots of size s over s.
     for (int s : {2, 3, 4, 6, 8})
       if (ctas * s <= sms && k_tiles / s >= kMinSplitKTiles && ctas <= model.slots(s) / s) c.split = s;
+    if (math == MathMode::TF32x3 && ctas * 8 < sms) {
+      // Fewer tiles than a cluster split fills the card with (the projections of 128 tokens): K split over
+      // more CTAs, added by the reduce kernel, where the shorter k range pays for that kernel.
+      double best = (static_cast<double>(p.k) / c.split + kWaveFixedK) * kWaveSplitMinGain;
+      for (int s : {12, 16, 24, 32}) {
+        const double cost = static_cast<double>(p.k) / s + kWaveFixedK + kReduceKernelFixedK;
+        if (s <= kMaxKernelSplit && ctas * s <= sms && k_tiles / s >= kMinSplitKTiles && cost < best)
+          best = cost, c.split = s, c.by_kernel = true;
+      }
+    }
     if (math == MathMode::TF32x3 && ctas > sms) {
       const auto cost = [&](int s) {
         const std::int64_t slots = model.slots(s);
@@ -654,7 +714,8 @@ WgmmaConfig wgmma_choose(const Problem& p, MathMode math) {
 
 std::string wgmma_config_name(const WgmmaConfig& c, MathMode math) {
   return "wgmma_128x" + std::to_string(c.bn) + "x32" +
-         (c.split > 1 ? "_splitk" + std::to_string(c.split) + "_dsmem" : "") + "_" + math_mode_name(math);
+         (c.split > 1 ? "_splitk" + std::to_string(c.split) + (c.by_kernel ? "" : "_dsmem") : "") + "_" +
+         math_mode_name(math);
 }
 
 void launch_wgmma(const Problem& p, MathMode math, cudaStream_t stream) {
@@ -668,7 +729,10 @@ void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cu
   WgmmaConfig c = config;
   const WgmmaConfig chosen = wgmma_choose(p, math);
   if (c.bn == 0) c.bn = chosen.bn;
-  if (c.split == 0) c.split = c.bn == chosen.bn ? chosen.split : 1;
+  if (c.split == 0) {
+    c.split = c.bn == chosen.bn ? chosen.split : 1;
+    c.by_kernel = c.bn == chosen.bn && chosen.by_kernel;
+  }
   MT_CHECK(built(c, math), InvalidArgument, "gemm: no wgmma kernel for ", wgmma_config_name(c, math));
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
   for_each_batch_chunk(p, [&](const Problem& q) { launch_chunk(q, math, c, stream); });
@@ -678,6 +742,7 @@ void launch_wgmma_kernel(const Problem& p, const Config& cfg, cudaStream_t strea
   // Split K only as chosen by dispatch (cluster reduction); the tile is wgmma_choose's for split 1.
   WgmmaConfig wc;
   wc.split = cfg.split_k;
+  wc.by_kernel = cfg.split_k > 1 && cfg.reduce == SplitReduce::Kernel;
   if (cfg.split_k > 1) wc.bn = 128;
   launch_wgmma(p, cfg.math, wc, stream);
 }

@@ -18,12 +18,17 @@
 namespace mt::detail::gemm {
 
 // Tile configuration. 0 fields are chosen from the shape (launch_wgmma without a config does that). Split K
-// is reduced inside the launch: the splits of a tile form one cluster and add their tiles through
-// distributed shared memory in split order (deterministic), then run the epilogue.
+// is reduced in split order either way (deterministic): inside the launch, the splits of a tile forming one
+// cluster that adds their tiles through distributed shared memory and runs the epilogue, or by the split-K
+// reduce kernel launched after it.
 struct WgmmaConfig {
   int bn = 0;     // CTA tile N: 128 or 256 (256: TF32 only; 3xTF32 holds three accumulator sets)
-  int split = 0;  // K split over a cluster of this many CTAs per tile (1-8; only with bn 128)
+  int split = 0;  // K split over a cluster of this many CTAs per tile (1-8; only with bn 128)...
+  // ...or over this many CTAs that store raw partials for the split-K reduce kernel to add (up to
+  // kMaxKernelSplit): more CTAs than a cluster allows, for the few tiles of a short M.
+  bool by_kernel = false;
 };
+inline constexpr int kMaxKernelSplit = 32;
 
 // B packed ahead of time (a weight used by many launches): a snapshot of B in the layout the kernel reads,
 // for one tile width and mode. A launch uses it where its B is the same (pointer, strides, n, k) and its

@@ -402,13 +402,22 @@ TEST_P(GemmDispatchHopper, F32_SmallM_SkinnyN_ShortKBatched) {
     EXPECT_EQ(few.split_k, 8);
     EXPECT_EQ(few.reduce, SplitReduce::Kernel);
   }
-  // The mma.sync kernels add their splits with the second kernel only, the wgmma kernel in a cluster only.
+  // The mma.sync kernels add their splits with the second kernel only; the wgmma kernel in a cluster of up to
+  // 8 or with the second kernel, up to kMaxKernelSplit.
   EXPECT_TRUE(can_implement(dense(256, 1024, 1024, 1),
                             Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Kernel}, m));
   EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
                              Config{Kernel::Tensor64x64, 2, MathMode::TF32, SplitReduce::Cluster}, m));
+  if (m.wgmma_kernels) {
+    EXPECT_TRUE(can_implement(dense(256, 1024, 1024, 1),
+                              Config{Kernel::Wgmma, 2, MathMode::TF32, SplitReduce::Kernel}, m));
+    EXPECT_TRUE(can_implement(dense(256, 1024, 1024, 1),
+                              Config{Kernel::Wgmma, kMaxKernelSplit, MathMode::TF32x3, SplitReduce::Kernel}, m));
+  }
   EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
-                             Config{Kernel::Wgmma, 2, MathMode::TF32, SplitReduce::Kernel}, m));
+                             Config{Kernel::Wgmma, 2 * kMaxKernelSplit, MathMode::TF32, SplitReduce::Kernel}, m));
+  EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
+                             Config{Kernel::Wgmma, 12, MathMode::TF32, SplitReduce::Cluster}, m));
   // (3/4 of a wave of 128-row tiles + 1 row) x 40 x 520: 128x64 tiles, split 2, TMA-fed, the splits added by
   // the second kernel.
   const std::int64_t tall_m = 128 * ((3 * sms + 3) / 4) + 1;
@@ -544,6 +553,26 @@ TEST_P(GemmDispatchHopper, Wgmma_TF32x3ThinLastWavesSplit) {
   for (const Problem& level : {dense_rows(1024, 4096, 1024), dense_rows(1536, 2304, 768),
                                dense_rows(2048, 3072, 768), dense_rows(4096, 4096, 4096)})
     EXPECT_EQ(pick(level, MathMode::TF32x3).split_k, 1);
+}
+
+// 3xTF32 over fewer 128x128 tiles than a cluster split of 8 fills the card with: a long K is split 16 ways
+// and added by the reduce kernel (the MLP's down projection of 128 tokens), a short one keeps the cluster.
+// TF32 keeps the cluster.
+TEST_P(GemmDispatchHopper, Wgmma_TF32x3FewTilesSplitByTheReduceKernel) {
+  for (const Problem& deep : {dense_rows(128, 768, 3072), dense_rows(128, 1024, 4096)}) {
+    SCOPED_TRACE(std::to_string(deep.n) + "x" + std::to_string(deep.k));
+    expect_config(pick(deep, MathMode::TF32x3), Kernel::Wgmma, 16, SplitReduce::Kernel);
+    expect_config(pick(deep, MathMode::TF32), Kernel::Wgmma, 8, SplitReduce::Cluster);
+  }
+  expect_config(pick(dense_rows(128, 768, 768), MathMode::TF32x3), Kernel::Wgmma, 8, SplitReduce::Cluster);
+  expect_config(pick(dense_rows(128, 1024, 1024), MathMode::TF32x3), Kernel::Wgmma, 8, SplitReduce::Cluster);
+  // Tiles enough for clusters of 2-4 to fill most of the card keep them.
+  for (const Problem& wide : {dense_rows(128, 2304, 768), dense_rows(128, 3072, 768),
+                              dense_rows(128, 4096, 1024), dense_rows(256, 768, 3072)}) {
+    const Config c = pick(wide, MathMode::TF32x3);
+    EXPECT_EQ(c.kernel, Kernel::Wgmma);
+    EXPECT_EQ(c.reduce, SplitReduce::Cluster) << config_name(c);
+  }
 }
 
 // A short K over a large C in fp32 whose rows do not take float4 stores (odd N, an offset view): the rows
