@@ -9,14 +9,18 @@
 #include "minitensor/ops/norm.h"
 #include "minitensor/runtime/detail/device_primitives.cuh"
 #include "minitensor/runtime/error.h"
+#include "minitensor/runtime/launch.h"
 
 namespace mt::detail {
 
 namespace {
 
 // Rows of up to T * PER * VEC elements. T is 32 (a warp per row, 256 / 32 rows per block) or a multiple of 32
-// up to 1024 (a block per row).
-template <int T, int PER, int VEC, RowNorm KIND>
+// up to 1024 (a block per row). PRELOAD: the row's weight and bias are loaded with the row, so that their
+// latency overlaps the reductions' rather than following them; for grids under a wave, which wait on
+// latency (the two copies' registers cost the occupancy that many rows need for bandwidth), and not at 1024
+// threads a row, whose 64-register limit they would spill.
+template <int T, int PER, int VEC, RowNorm KIND, bool PRELOAD>
 __global__ void __launch_bounds__(T < 256 ? 256 : T)
     row_norm(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
              float* __restrict__ y, std::int64_t rows, int d, float eps) {
@@ -47,6 +51,30 @@ __global__ void __launch_bounds__(T < 256 ? 256 : T)
     }
 #pragma unroll
     for (int c = 0; c < VEC; ++c) sum += v[q][c];
+  }
+  constexpr bool kPreload = PRELOAD && T < 1024;
+  float wv[kPreload ? PER : 1][VEC], bv[kPreload ? PER : 1][VEC];
+  if constexpr (kPreload) {
+#pragma unroll
+    for (int q = 0; q < PER; ++q) {
+      const int e = (q * T + lane) * VEC;
+#pragma unroll
+      for (int c = 0; c < VEC; ++c) wv[q][c] = bv[q][c] = 0.f;
+      if (!live || e >= d) continue;
+      if constexpr (VEC == 4) {
+        if (w) {
+          const float4 t = __ldg(reinterpret_cast<const float4*>(w + e));
+          wv[q][0] = t.x, wv[q][1] = t.y, wv[q][2] = t.z, wv[q][3] = t.w;
+        }
+        if (KIND == RowNorm::Layer && b) {
+          const float4 t = __ldg(reinterpret_cast<const float4*>(b + e));
+          bv[q][0] = t.x, bv[q][1] = t.y, bv[q][2] = t.z, bv[q][3] = t.w;
+        }
+      } else {
+        if (w) wv[q][0] = __ldg(w + e);
+        if (KIND == RowNorm::Layer && b) bv[q][0] = __ldg(b + e);
+      }
+    }
   }
   // The sum over the row's T threads (all of them get it).
   auto row_sum = [&](float s) {
@@ -85,8 +113,13 @@ __global__ void __launch_bounds__(T < 256 ? 256 : T)
 #pragma unroll
     for (int c = 0; c < VEC; ++c) {
       o[c] = (v[q][c] - mean) * rstd;
-      if (w) o[c] *= __ldg(w + e + c);
-      if (KIND == RowNorm::Layer && b) o[c] += __ldg(b + e + c);
+      if constexpr (kPreload) {
+        if (w) o[c] *= wv[q][c];
+        if (KIND == RowNorm::Layer && b) o[c] += bv[q][c];
+      } else {
+        if (w) o[c] *= __ldg(w + e + c);
+        if (KIND == RowNorm::Layer && b) o[c] += __ldg(b + e + c);
+      }
     }
     if constexpr (VEC == 4)
       __stcs(reinterpret_cast<float4*>(yr + e), make_float4(o[0], o[1], o[2], o[3]));
@@ -100,8 +133,9 @@ void run(const float* x, const float* w, const float* b, float* y, std::int64_t 
          cudaStream_t stream) {
   constexpr int kThreads = T < 256 ? 256 : T, kRowsPerBlock = T < 256 ? 256 / T : 1;
   const std::int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  row_norm<T, PER, VEC, KIND>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, w, b, y, rows, d, eps);
+  const auto kernel =
+      blocks < current_sm_count() ? row_norm<T, PER, VEC, KIND, true> : row_norm<T, PER, VEC, KIND, false>;
+  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, w, b, y, rows, d, eps);
   MT_CUDA_CHECK_LAUNCH();
 }
 
