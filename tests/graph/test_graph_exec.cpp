@@ -451,9 +451,9 @@ TEST(GraphCuda, PackWeightsSnapshotsDeviceParameters) {
   EXPECT_LT(max_diff(after, matmul(x, w, MathMode::TF32x3)), 1e-5);
 }
 
-// 3xTF32 on Hopper: each wgmma GEMM is launched to overlap the kernel before it (its A pack), and the captured
-// graph keeps those edges programmatic. The first product (128 rows, a (3072, 768) weight) splits K past a
-// cluster, its splits added by the reduce kernel. Replays equal plain runs and follow new data.
+// 3xTF32 on Hopper: each wgmma GEMM is launched to overlap the kernel before it (its A pack), and the
+// captured graph keeps those edges programmatic. The first product (128 rows, a (3072, 768) weight) splits K
+// past a cluster, its splits added by the reduce kernel. Replays equal plain runs and follow new data.
 TEST(GraphCuda, TF32x3GemmsOverlapTheKernelBefore) {
   MT_REQUIRE_SM90();
   Graph g;

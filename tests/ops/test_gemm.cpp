@@ -450,7 +450,8 @@ TEST(Gemm, F32_EveryKernel_EveryLayout) {
   for (Kernel k : tensor_kernels())
     for (MathMode m : {MathMode::TF32, MathMode::TF32x3}) {
       configs.push_back({k, 1, m});
-      // The mma.sync kernels reduce split K with the second kernel, the wgmma kernel that way or in a cluster.
+      // The mma.sync kernels reduce split K with the second kernel, the wgmma kernel that way or in a
+      // cluster.
       configs.push_back({k, 2, m, SplitReduce::Kernel});
       if (k == Kernel::Wgmma) configs.push_back({k, 3, m, SplitReduce::Cluster});
     }
@@ -2167,9 +2168,9 @@ ErrorStats run_wgmma_case(const WgCase& c) {
 // Every built configuration of both modes, with K split over clusters of 2, 3, 6 and 8 CTAs.
 std::vector<std::pair<MathMode, detail::gemm::WgmmaConfig>> wg_configs() {
   // Split K in a cluster ({128, s}) and added by the reduce kernel ({128, s, true}).
-  return {{MathMode::TF32x3, {128, 1}}, {MathMode::TF32x3, {128, 3}},       {MathMode::TF32x3, {128, 8}},
-          {MathMode::TF32, {128, 1}},   {MathMode::TF32, {256, 1}},         {MathMode::TF32, {128, 2}},
-          {MathMode::TF32, {128, 6}},   {MathMode::TF32x3, {128, 16, true}}, {MathMode::TF32, {128, 5, true}}};
+  return {{MathMode::TF32x3, {128, 1}},       {MathMode::TF32x3, {128, 3}}, {MathMode::TF32x3, {128, 8}},
+          {MathMode::TF32x3, {128, 16, true}}, {MathMode::TF32, {128, 1}},   {MathMode::TF32, {256, 1}},
+          {MathMode::TF32, {128, 2}},         {MathMode::TF32, {128, 6}},   {MathMode::TF32, {128, 5, true}}};
 }
 
 TEST(Gemm, Wgmma_OddShapes_EveryConfig) {

@@ -38,9 +38,9 @@ TEST(Norm, Rows_AllPaths_Layouts) {
   // 7, 33, 768, 1000: a warp per row; 1023, 3001: 256 threads, scalar; 8192: 256 threads, float4; 20000: 1024
   // threads; 40000: composed from eager ops. Grids under a wave load the weight and bias with the row, wider
   // ones after the reductions: (2000, 768) and (300, 3001) take a block per SM or more.
-  const std::vector<Shape> shapes = {{1},         {7},       {5, 33},    {64, 768},  {2000, 768},
-                                     {3, 1000},   {2, 1023}, {4, 3001},  {300, 3001}, {3, 8192},
-                                     {2, 20000},  {2, 40000}, {2, 3, 4, 129}};
+  const std::vector<Shape> shapes = {{1},        {7},        {5, 33},       {64, 768},   {2000, 768},
+                                     {3, 1000},  {2, 1023},  {4, 3001},     {300, 3001}, {3, 8192},
+                                     {2, 20000}, {2, 40000}, {2, 3, 4, 129}};
   for (bool rms : {false, true})
     for (const Shape& s : shapes)
       for (Layout layout :

@@ -74,8 +74,8 @@ constexpr int kPackRows = 64;       // rows per pack block
 constexpr int kProducerRegs = 40;   // setmaxnreg: the producer needs few registers...
 constexpr int kConsumerRegs = 232;  // ...so the consumers get 232 (128*40 + 256*232 <= 64K registers)
 constexpr int kMinSplitKTiles = 2;  // the dispatcher splits K only into shares of at least this many k tiles
-// k tiles of a B packed ahead of time that a CTA asks L2 for while the kernel before it still runs: the ring's
-// first fills, not the whole range (a wave of CTAs each fetching all of theirs would overflow L2).
+// k tiles of a B packed ahead of time that a CTA asks L2 for while the kernel before it still runs: the
+// ring's first fills, not the whole range (a wave of CTAs each fetching all of theirs would overflow L2).
 constexpr int kPrefetchKTiles = 8;
 // The wave model of 3xTF32 grids over a wave: a CTA's fixed cost (pipeline fill, epilogue, cluster reduction)
 // in elements of K, and the gain a split must promise over the unsplit grid (bench/gemm/DESIGN.md, wgmma).
@@ -109,8 +109,8 @@ struct WgArgs {
   const char* b_pack = nullptr;                       // packed B: [batch][tiles_n][k_tiles][part][BN][128 B]
   std::int64_t a_batch_bytes = 0, b_batch_bytes = 0;  // 0: the operand is broadcast over the batch
   int tiles_m = 0, tiles_n = 0, k_tiles = 0;
-  int k_tiles_per_split = 0;  // split K (gridDim.z > 1): split z runs k tiles [z, z + 1) * this
-  bool c_vec4 = false;        // C rows contiguous along n, 16-byte aligned: float4 loads and stores
+  int k_tiles_per_split = 0;    // split K (gridDim.z > 1): split z runs k tiles [z, z + 1) * this
+  bool c_vec4 = false;          // C rows contiguous along n, 16-byte aligned: float4 loads and stores
   bool b_packed_ahead = false;  // b_pack is a WgmmaPackedB, not written by the kernel before this one
   // Split K added by the second kernel: split z stores its raw tile into plane (z * batch + b) of this
   // [split][batch][m][n] workspace (launch_splitk_reduce's layout). Null: the splits are one cluster.
@@ -623,7 +623,8 @@ void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream)
 
 // The built configurations.
 bool built(const WgmmaConfig& c, MathMode math) {
-  if (c.split < 1 || c.split > (c.by_kernel ? kMaxKernelSplit : kMaxClusterSplit) || (c.split > 1 && c.bn != 128))
+  if (c.split < 1 || c.split > (c.by_kernel ? kMaxKernelSplit : kMaxClusterSplit) ||
+      (c.split > 1 && c.bn != 128))
     return false;
   if (math == MathMode::TF32x3) return c.bn == 128;
   return math == MathMode::TF32 && (c.bn == 128 || c.bn == 256);
@@ -739,7 +740,8 @@ void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cu
 }
 
 void launch_wgmma_kernel(const Problem& p, const Config& cfg, cudaStream_t stream) {
-  // Split K only as chosen by dispatch (cluster reduction); the tile is wgmma_choose's for split 1.
+  // Split K only as chosen by dispatch (in a cluster, or by the reduce kernel); the tile is wgmma_choose's
+  // for split 1.
   WgmmaConfig wc;
   wc.split = cfg.split_k;
   wc.by_kernel = cfg.split_k > 1 && cfg.reduce == SplitReduce::Kernel;

@@ -412,10 +412,12 @@ TEST_P(GemmDispatchHopper, F32_SmallM_SkinnyN_ShortKBatched) {
     EXPECT_TRUE(can_implement(dense(256, 1024, 1024, 1),
                               Config{Kernel::Wgmma, 2, MathMode::TF32, SplitReduce::Kernel}, m));
     EXPECT_TRUE(can_implement(dense(256, 1024, 1024, 1),
-                              Config{Kernel::Wgmma, kMaxKernelSplit, MathMode::TF32x3, SplitReduce::Kernel}, m));
+                              Config{Kernel::Wgmma, kMaxKernelSplit, MathMode::TF32x3, SplitReduce::Kernel},
+                              m));
   }
   EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
-                             Config{Kernel::Wgmma, 2 * kMaxKernelSplit, MathMode::TF32, SplitReduce::Kernel}, m));
+                             Config{Kernel::Wgmma, 2 * kMaxKernelSplit, MathMode::TF32, SplitReduce::Kernel},
+                             m));
   EXPECT_FALSE(can_implement(dense(256, 1024, 1024, 1),
                              Config{Kernel::Wgmma, 12, MathMode::TF32, SplitReduce::Cluster}, m));
   // (3/4 of a wave of 128-row tiles + 1 row) x 40 x 520: 128x64 tiles, split 2, TMA-fed, the splits added by
