@@ -108,7 +108,7 @@ bool can_implement(const Problem& p, const Config& cfg, const DeviceModel& model
   if (is_rung(cfg.kernel)) return cfg.split_k == 1 && cfg.math == MathMode::FP32;
   if (is_tensor(cfg.kernel) != (cfg.math != MathMode::FP32)) return false;
   if (cfg.kernel == Kernel::Wgmma)
-    return (cfg.split_k == 1 || cfg.reduce == SplitReduce::Cluster || cfg.split_k <= kMaxKernelSplit) &&
+    return (cfg.reduce == SplitReduce::Cluster || cfg.split_k <= kMaxKernelSplit) &&
            wgmma_can_implement(p, cfg.math, model);
   // The TMA kernels have no other staging, and no other kernel has it.
   if (info.is_tma != (cfg.staging == Staging::Tma)) return false;

@@ -490,20 +490,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
       // Split K added by the second kernel: the raw tile into this split's plane of the workspace.
       consumer_sync();
       float* w = args.ws + (static_cast<std::int64_t>(blockIdx.z) * gridDim.y + batch) * p.m * p.n;
-      const bool vec = p.n % 4 == 0;
 #pragma unroll 2
       for (int q = threadIdx.x - 128; q < kBM * BN / 4; q += 256) {
         const int r = q / (BN / 4), c = (q % (BN / 4)) * 4;
-        const int row = tile_m * kBM + r, col = tile_n * BN + c;
-        if (row >= p.m || col >= p.n) continue;
         const float4 v = *reinterpret_cast<const float4*>(stage + r * kLd + c);
-        float* dst = w + static_cast<std::int64_t>(row) * p.n + col;
-        if (vec) {
-          *reinterpret_cast<float4*>(dst) = v;
-        } else {
-          const float vals[4] = {v.x, v.y, v.z, v.w};
-          for (int e = 0; e < 4 && col + e < p.n; ++e) dst[e] = vals[e];
-        }
+        const float vals[4] = {v.x, v.y, v.z, v.w};
+        store_partial<4>(w, p.m, p.n, tile_m * kBM + r, tile_n * BN + c, vals);
       }
     } else if (gridDim.z > 1) {
       // Split K: the cluster's CTAs add their staged tiles. The producers take part in both barriers (in
