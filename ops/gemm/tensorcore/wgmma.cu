@@ -1,18 +1,12 @@
 // Hopper tensor-core SGEMM for MathMode::TF32 and MathMode::TF32x3: wgmma (sm_90a), then its launchers.
 //
-// Two kernels per GEMM, or one:
+// Two kernels per GEMM:
 //   wgmma_pack  reads A and B through their strides (transposed / strided views, any batch stride) and writes
 //               both K-major, rounded to TF32 (round to nearest) as big = tf32(x) and, for 3xTF32, small =
 //               tf32(x - big), zero-padded to whole tiles, tile by tile in exactly the shared-memory image
 //               that wgmma reads with the 128-byte swizzle. One pipeline stage of one operand is then one
 //               contiguous chunk of global memory, fetched by a single 1-D bulk copy (cp.async.bulk, no
-//               tensor map), and the main loop has no bounds checks at all. It is skipped for a B packed
-//               ahead of time (WgmmaPackedB) and for an A contiguous along k in 16-byte aligned rows
-//               (tma_a_ok): the GEMM fetches that A itself, raw, with a TMA descriptor whose 128-byte
-//               swizzle lays it out as the pack would, and each consumer warpgroup rounds its 64 rows in
-//               shared memory (big in place, small beside it) while the tensor cores run the previous k
-//               tile. Same rounding, same layout, so both ways give bit-identical results; the row-major
-//               activations of a model's linears then cost no launch and no round trip through memory.
+//               tensor map), and the main loop has no bounds checks at all.
 //   gemm_wgmma  warp-specialised: warpgroup 0 is the producer (one thread issues the bulk copies into a ring
 //               of STAGES stages guarded by full/empty mbarriers), warpgroups 1 and 2 are consumers, each
 //               computing 64 x BN of the 128 x BN CTA tile with wgmma.m64nBNk8.f32.tf32.tf32 from shared
@@ -59,7 +53,6 @@
 #include "minitensor/ops/gemm/detail/dispatch.h"
 #include "minitensor/ops/gemm/detail/launch.h"
 #include "minitensor/ops/gemm/detail/launchers.h"
-#include "minitensor/ops/gemm/detail/tensor_map.h"
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "minitensor/runtime/device.h"
 #include "minitensor/runtime/error.h"
@@ -112,8 +105,7 @@ struct WgShape {
 };
 
 struct WgArgs {
-  const char* a_pack = nullptr;  // packed A: [batch][tiles_m][k_tiles][part][128][128 B] (A_TMA: unused)
-  int a_map_batch = 0;           // A_TMA: the batch coordinate of entry b is b * this (0: A is broadcast)
+  const char* a_pack = nullptr;                       // packed A: [batch][tiles_m][k_tiles][part][128][128 B]
   const char* b_pack = nullptr;                       // packed B: [batch][tiles_n][k_tiles][part][BN][128 B]
   std::int64_t a_batch_bytes = 0, b_batch_bytes = 0;  // 0: the operand is broadcast over the batch
   int tiles_m = 0, tiles_n = 0, k_tiles = 0;
@@ -237,33 +229,6 @@ __device__ __forceinline__ void store16(float* dst, const float (&v)[4]) {
                : "memory");
 }
 
-// Barrier 2 + cw over the 128 threads of consumer warpgroup cw (1 or 0).
-__device__ __forceinline__ void warpgroup_sync(int cw) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");
-}
-
-__device__ __forceinline__ void lds16(std::uint32_t addr, float (&v)[4]) {
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void sts16(std::uint32_t addr, const float (&v)[4]) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v[0]), "f"(v[1]), "f"(v[2]),
-               "f"(v[3])
-               : "memory");
-}
-
-// The pack's rounding of four values: big = tf32(x) and, with small, tf32(x - big). x - big is exact in
-// FP32; an infinite big keeps small at 0 so that inf * finite stays inf.
-__device__ __forceinline__ void split_tf32(const float (&v)[4], float (&big)[4], float (&small)[4]) {
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    big[e] = to_tf32(v[e]);
-    small[e] = isfinite(big[e]) ? to_tf32(v[e] - big[e]) : 0.f;
-  }
-}
-
 #endif  // MT_WGMMA_DEVICE
 
 // ---------------------------------------------------------------- pack
@@ -332,13 +297,17 @@ __global__ void __launch_bounds__(256) wgmma_pack(PackOperand a, PackOperand b, 
         const int c = t + 256 * i;
         const int row = c / 8, ch = c % 8;
         const int rr = (r0 + row) % tile_rows;
-        const float v[4] = {tile[row][4 * ch], tile[row][4 * ch + 1], tile[row][4 * ch + 2],
-                            tile[row][4 * ch + 3]};
-        float big[4], small[4];
-        split_tf32(v, big, small);
+        const float* v = &tile[row][4 * ch];
+        const float big[4] = {to_tf32(v[0]), to_tf32(v[1]), to_tf32(v[2]), to_tf32(v[3])};
         float* out = tile_base + rr * kBK + ((ch ^ (rr % 8)) * 4);
         store16(out, big);
-        if constexpr (PARTS == 2) store16(out + tile_rows * kBK, small);
+        if constexpr (PARTS == 2) {
+          // x - big is exact in FP32; an infinite big keeps small at 0 so that inf * finite stays inf.
+          float small[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) small[e] = isfinite(big[e]) ? to_tf32(v[e] - big[e]) : 0.f;
+          store16(out + tile_rows * kBK, small);
+        }
       }
       __syncthreads();
     }
@@ -348,11 +317,8 @@ __global__ void __launch_bounds__(256) wgmma_pack(PackOperand a, PackOperand b, 
 
 // ---------------------------------------------------------------- the GEMM
 
-// A_TMA: A fetched raw through `map_a` (box 32 k x 128 rows, 128-byte swizzle) and rounded by the consumers;
-// otherwise packed by wgmma_pack and `map_a` unused.
-template <int BN, bool X3, int STAGES, bool A_TMA>
-__global__ void __launch_bounds__(kThreads, 1)
-    gemm_wgmma(const __grid_constant__ CUtensorMap map_a, Problem p, WgArgs args) {
+template <int BN, bool X3, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args) {
 #if defined(MT_WGMMA_DEVICE)
   using S = WgShape<BN, X3, STAGES>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -399,19 +365,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                           (static_cast<std::int64_t>(tile_m) * args.k_tiles + kt0) * S::kABytes;
       const char* b_src = args.b_pack + batch * args.b_batch_bytes +
                           (static_cast<std::int64_t>(tile_n) * args.k_tiles + kt0) * S::kBBytes;
-      // A fetched raw lands as one part (the consumers write the small part).
-      constexpr std::uint32_t kLanded = A_TMA ? kBM * kRowBytes + S::kBBytes : S::kStageBytes;
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % STAGES;
         const std::uint32_t parity = (kt / STAGES) & 1;
         mbar_wait(empty + 8 * s, parity ^ 1);  // a fresh barrier counts its previous phase as complete
-        mbar_expect_tx(full + 8 * s, kLanded);
-        if constexpr (A_TMA)
-          tma_load_3d(s_a + s * S::kABytes, &map_a, (kt0 + kt) * kBK, tile_m * kBM, batch * args.a_map_batch,
-                      full + 8 * s);
-        else
-          bulk_load(s_a + s * S::kABytes, a_src + static_cast<std::int64_t>(kt) * S::kABytes, S::kABytes,
-                    full + 8 * s);
+        mbar_expect_tx(full + 8 * s, S::kStageBytes);
+        bulk_load(s_a + s * S::kABytes, a_src + static_cast<std::int64_t>(kt) * S::kABytes, S::kABytes,
+                  full + 8 * s);
         bulk_load(s_b + s * S::kBBytes, b_src + static_cast<std::int64_t>(kt) * S::kBBytes, S::kBBytes,
                   full + 8 * s);
       }
@@ -431,26 +391,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) mbar_arrive(empty + 8 * s);
       __syncwarp();  // the warp reconverges before the next .aligned wgmma instruction
     };
-    // A fetched raw (A_TMA): the warpgroup rounds its own 64 rows of stage s as the pack would, big in place
-    // and small into the small part, 16 bytes per thread and step (the swizzle moves whole 16-byte chunks, so
-    // rounding in place keeps every value where wgmma expects it). Then the generic proxy's writes are
-    // fenced for the tensor cores' reads, and the warpgroup waits for all of its rows.
-    auto round_a = [&](int s) {
-      if constexpr (A_TMA) {
-        const std::uint32_t rows = s_a + s * S::kABytes + a_off + (threadIdx.x % 128) * 16;
-#pragma unroll
-        for (int i = 0; i < 64 * kRowBytes / (128 * 16); ++i) {
-          const std::uint32_t at = rows + i * 128 * 16;
-          float v[4], big[4], small[4];
-          lds16(at, v);
-          split_tf32(v, big, small);
-          sts16(at, big);
-          if constexpr (X3) sts16(at + kBM * kRowBytes, small);
-        }
-        fence_proxy_async();
-        warpgroup_sync(cw);
-      }
-    };
 
     float acc[S::kAcc];
 #pragma unroll
@@ -465,7 +405,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = kt % STAGES;
         mbar_wait(full + 8 * s, (kt / STAGES) & 1);
         __syncwarp();
-        round_a(s);
         const std::uint32_t a_big = s_a + s * S::kABytes + a_off, a_small = a_big + kBM * kRowBytes;
         const std::uint32_t b_big = s_b + s * S::kBBytes, b_small = b_big + BN * kRowBytes;
         const std::uint64_t dab = smem_desc(a_big), das = smem_desc(a_small);
@@ -517,7 +456,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = kt % STAGES;
         mbar_wait(full + 8 * s, (kt / STAGES) & 1);
         __syncwarp();
-        round_a(s);
         const std::uint64_t da = smem_desc(s_a + s * S::kABytes + a_off),
                             db = smem_desc(s_b + s * S::kBBytes);
         wg_fence();
@@ -623,18 +561,12 @@ void launch_pack(const PackOperand& a, const PackOperand& b, int n_k, int k_tile
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, wgmma_pack<PARTS>, a, b, n_k, k_tiles));
 }
 
-// Whether the GEMM fetches `p`'s A itself (A_TMA) instead of packing it.
-bool a_fetched_raw(const Problem& p) {
-  return tma_a_ok(p) && tensor_map_encoder_reachable();
-}
-
 template <int BN, bool X3, int STAGES>
 void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream) {
   using S = WgShape<BN, X3, STAGES>;
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
-  const bool a_raw = a_fetched_raw(p);
-  auto kernel = a_raw ? gemm_wgmma<BN, X3, STAGES, true> : gemm_wgmma<BN, X3, STAGES, false>;
+  auto kernel = gemm_wgmma<BN, X3, STAGES>;
   allow_smem_once(kernel, S::kSmemBytes, device);
 
   WgArgs args;
@@ -646,17 +578,14 @@ void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream)
   args.k_tiles_per_split = (args.k_tiles + split - 1) / split;
   split = args.k_tiles > 0 ? (args.k_tiles + args.k_tiles_per_split - 1) / args.k_tiles_per_split : 1;
   const int batches_a = p.a_sb == 0 ? 1 : p.batch, batches_b = p.b_sb == 0 ? 1 : p.batch;
-  const std::int64_t a_bytes =
-      a_raw ? 0 : static_cast<std::int64_t>(args.tiles_m) * args.k_tiles * S::kABytes;
+  const std::int64_t a_bytes = static_cast<std::int64_t>(args.tiles_m) * args.k_tiles * S::kABytes;
   const std::int64_t b_bytes = static_cast<std::int64_t>(args.tiles_n) * args.k_tiles * S::kBBytes;
   const WgmmaPackedB* pb = p.b_packed;
   const bool b_ready = pb != nullptr && pb->b == p.b && pb->b_sk == p.b_sk && pb->b_sn == p.b_sn &&
                        pb->n == p.n && pb->k == p.k && pb->bn == BN && pb->x3 == X3 && batches_b == 1;
   // The stream's pack scratch (kept per stream, and apart for launches being captured into a CUDA graph).
-  // Nothing to pack (A fetched raw, B packed ahead): no scratch either.
-  const std::size_t pack_bytes =
-      static_cast<std::size_t>(a_bytes * batches_a + (b_ready ? 0 : b_bytes * batches_b));
-  char* base = pack_bytes > 0 ? reinterpret_cast<char*>(pack_scratch(pack_bytes, stream)) : nullptr;
+  char* base = reinterpret_cast<char*>(pack_scratch(
+      static_cast<std::size_t>(a_bytes * batches_a + (b_ready ? 0 : b_bytes * batches_b)), stream));
   args.a_pack = base;
   args.b_pack = b_ready ? static_cast<const char*>(pb->storage.data()) : base + a_bytes * batches_a;
   args.a_batch_bytes = batches_a > 1 ? a_bytes : 0;
@@ -665,17 +594,10 @@ void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream)
   const std::uintptr_t c_addr = reinterpret_cast<std::uintptr_t>(p.c);
   args.c_vec4 = p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && c_addr % 16 == 0;
 
-  CUtensorMap map_a{};
-  if (a_raw) {
-    map_a = tensor_map(p.a, p.m, p.k, tma_lda(p), p.batch, p.a_sb, kBM, kBK, CU_TENSOR_MAP_SWIZZLE_128B);
-    args.a_map_batch = p.batch > 1 && p.a_sb != 0 ? 1 : 0;
-  }
-
-  if (args.k_tiles > 0 && !(a_raw && b_ready))
+  if (args.k_tiles > 0)
     launch_pack<S::kParts>(
-        a_raw ? PackOperand{}
-              : pack_operand<S::kParts>(p.a, p.a_sm, p.a_sk, p.a_sb, p.m, args.tiles_m, kBM, args.k_tiles,
-                                        batches_a, reinterpret_cast<float*>(base)),
+        pack_operand<S::kParts>(p.a, p.a_sm, p.a_sk, p.a_sb, p.m, args.tiles_m, kBM, args.k_tiles, batches_a,
+                                reinterpret_cast<float*>(base)),
         b_ready ? PackOperand{}
                 : pack_operand<S::kParts>(p.b, p.b_sn, p.b_sk, p.b_sb, p.n, args.tiles_n, BN, args.k_tiles,
                                           batches_b, reinterpret_cast<float*>(base + a_bytes * batches_a)),
@@ -687,7 +609,7 @@ void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream)
   LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, split), dim3(kThreads, 1, 1), S::kSmemBytes,
                       stream, dim3(1, 1, by_kernel ? 1 : split));
   launch.overlap_previous_kernel();
-  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, map_a, p, args));
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, args));
   if (by_kernel) launch_splitk_reduce(p, args.ws, split, stream, /*overlap=*/true);
 }
 
@@ -712,7 +634,7 @@ bool wgmma_kernels_usable() {
   // The sm_90a image must be in the binary (and loadable on this device).
   static const bool loadable = [] {
     cudaFuncAttributes attr;
-    const bool ok = cudaFuncGetAttributes(&attr, gemm_wgmma<128, true, 3, false>) == cudaSuccess;
+    const bool ok = cudaFuncGetAttributes(&attr, gemm_wgmma<128, true, 3>) == cudaSuccess;
     if (!ok) (void)cudaGetLastError();
     return ok;
   }();
