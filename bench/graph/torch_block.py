@@ -14,6 +14,7 @@ minitensor faster).
 import argparse
 import json
 import os
+import statistics
 import sys
 
 import numpy as np
@@ -68,10 +69,16 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     mt = {}
     if args.mt_json:
+        # The median over repetitions (--benchmark_repetitions): the runs' own rows, not the aggregates
+        # (mean, median, stddev, cv) that Google Benchmark appends under the same name.
+        runs = {}
         for r in json.load(open(args.mt_json))["benchmarks"]:
-            if r["name"].startswith("Block/"):
+            if r["name"].startswith("Block/") and r.get("run_type", "iteration") == "iteration":
                 key = r["name"].split("/iterations")[0]
-                mt[key] = (r["real_time"], r.get("launches"), r.get("kernels"))
+                runs.setdefault(key, []).append(r)
+        for key, rs in runs.items():
+            mt[key] = (statistics.median(r["real_time"] for r in rs), rs[-1].get("launches"),
+                       rs[-1].get("kernels"))
     print(f"{'block':22s} {'eager':>8s} {'graph':>8s} {'compile':>8s} {'mt fp32':>8s} {'mt 3xtf32':>9s} "
           f"{'graph/mt':>9s} {'3x/graph':>8s} {'launches':>8s} {'kernels':>8s} {'max diff':>9s} "
           f"{'diff x3':>9s}")
