@@ -2219,6 +2219,92 @@ TEST(Gemm, Wgmma_Batched_Broadcast) {
   }
 }
 
+// TF32 fetches an A contiguous along k in 16-byte aligned rows raw (a TMA descriptor) and rounds it on its
+// way into registers; any other A is packed first. Both round alike (to nearest) from the same layout, so the
+// same values give bit-identical C: every configuration of both modes (3xTF32 always packs), edge tiles in M
+// and K (k padded to whole 16-byte rows), one row, batched and broadcast A, an infinity and a NaN, bias and
+// beta.
+TEST(Gemm, Wgmma_AFetchedRawEqualsAPacked) {
+  MT_REQUIRE_SM90();
+  using namespace detail::gemm;
+  const Device dev = Device::cuda(0);
+  struct Case {
+    std::int64_t batch, m, n, k;
+    bool broadcast_a, nonfinite;
+  };
+  const Case cases[] = {{1, 1, 7, 3, false, false},        {1, 129, 257, 33, false, true},
+                        {1, 257, 130, 1000, false, false}, {1, 300, 40, 2049, false, false},
+                        {1, 128, 768, 3072, false, false}, {1, 200, 300, 36, false, false},
+                        {3, 130, 67, 100, false, true},    {3, 130, 67, 101, true, false}};
+  for (const auto& [math, cfg] : wg_configs())
+    for (const Case& cs : cases) {
+      SCOPED_TRACE(std::to_string(cs.batch) + "x(" + std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" +
+                   std::to_string(cs.k) + ") broadcast_a=" + std::to_string(cs.broadcast_a) + " " +
+                   wgmma_config_name(cfg, math));
+      const std::int64_t ab = cs.broadcast_a ? 1 : cs.batch, ld = (cs.k + 3) / 4 * 4;
+      // Rows of ld floats (16-byte steps: fetched raw) and rows of ld + 1 one float in (packed), holding the
+      // same values.
+      Tensor a_raw = test::make_input(InputSpec{Shape{ab, cs.m, ld}}, 31, dev).narrow(2, 0, cs.k);
+      if (cs.nonfinite) {
+        a_raw.narrow(1, cs.m - 1, 1).narrow(2, 1, 1).fill_(std::numeric_limits<double>::infinity());
+        a_raw.narrow(1, 0, 1).narrow(2, cs.k - 1, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+      }
+      Tensor a_packed = empty({ab, cs.m, ld + 1}, DType::F32, dev).narrow(2, 1, cs.k);
+      a_packed.copy_(a_raw);
+      const Tensor b = test::make_input(InputSpec{Shape{cs.batch, cs.k, cs.n}}, 32, dev);
+      const Tensor bias = test::make_input(InputSpec{Shape{cs.n}}, 33, dev);
+      const Tensor c0 = test::make_input(InputSpec{Shape{cs.batch, cs.m, cs.n}}, 34, dev);
+      std::vector<float> results[2];
+      for (int packed = 0; packed < 2; ++packed) {
+        const Tensor& a = packed ? a_packed : a_raw;
+        Tensor c = c0.clone();
+        Problem p;
+        p.m = static_cast<int>(cs.m), p.n = static_cast<int>(cs.n), p.k = static_cast<int>(cs.k);
+        p.batch = static_cast<int>(cs.batch);
+        p.a = a.data<float>(), p.a_sm = a.stride(1), p.a_sk = a.stride(2), p.a_sb = ab > 1 ? a.stride(0) : 0;
+        p.b = b.data<float>(), p.b_sk = b.stride(1), p.b_sn = b.stride(2), p.b_sb = b.stride(0);
+        p.c = c.data<float>(), p.c_sm = c.stride(1), p.c_sn = c.stride(2), p.c_sb = c.stride(0);
+        p.bias = bias.data<float>(), p.beta = -0.5f;
+        EXPECT_EQ(tma_a_ok(p), packed == 0);
+        launch_wgmma(p, math, cfg, detail::stream_for(dev));
+        results[packed] = c.to_vector<float>();
+      }
+      EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), sizeof(float) * results[0].size()), 0);
+    }
+}
+
+// Which A the wgmma kernels fetch raw in TF32 mode (tma_a_ok), on any machine: contiguous along k, rows in
+// 16-byte steps at least k long (any stride for one row), a 16-byte aligned start, batch entries in 16-byte
+// steps that do not overlap (or a broadcast A).
+TEST(Gemm, Wgmma_AFetchedRawOnlyInWholeRows) {
+  using namespace detail::gemm;
+  alignas(16) static float buf[4];
+  Problem p;
+  p.m = 130, p.n = 64, p.k = 96, p.a = buf, p.a_sm = 96, p.a_sk = 1;
+  EXPECT_TRUE(tma_a_ok(p));
+  Problem q = p;
+  q.a_sm = 98;  // rows not in 16-byte steps
+  EXPECT_FALSE(tma_a_ok(q));
+  q = p, q.a_sm = 92;  // rows overlapping
+  EXPECT_FALSE(tma_a_ok(q));
+  q = p, q.a = buf + 1;  // start not 16-byte aligned
+  EXPECT_FALSE(tma_a_ok(q));
+  q = p, q.a_sm = 1, q.a_sk = 130;  // transposed: contiguous along m
+  EXPECT_FALSE(tma_a_ok(q));
+  q = p, q.m = 1, q.a_sm = 7;  // one row: its stride is never stepped
+  EXPECT_TRUE(tma_a_ok(q));
+  q = p, q.batch = 3, q.a_sb = 0;  // broadcast
+  EXPECT_TRUE(tma_a_ok(q));
+  q.a_sb = 130 * 96 + 4;  // entries in 16-byte steps
+  EXPECT_TRUE(tma_a_ok(q));
+  q.a_sb = 130 * 96 + 1;  // not
+  EXPECT_FALSE(tma_a_ok(q));
+  q.a_sb = 96;  // overlapping
+  EXPECT_FALSE(tma_a_ok(q));
+  q = p, q.k = 0;  // nothing to fetch
+  EXPECT_FALSE(tma_a_ok(q));
+}
+
 TEST(Gemm, Wgmma_AlphaBeta_NaNFilledC) {
   MT_REQUIRE_SM90();
   for (MathMode math : {MathMode::TF32, MathMode::TF32x3})

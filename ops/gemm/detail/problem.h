@@ -161,23 +161,28 @@ inline std::int64_t tma_lda(const Problem& p) {
 inline std::int64_t tma_ldb(const Problem& p) {
   return p.k == 1 ? ((p.n + 3) / 4) * 4 : p.b_sk;
 }
-// The layouts the TMA kernels can fetch (Staging::Tma): A contiguous along k and B along n, each in 16-byte
-// aligned rows at least as long as the matrix's (any stride for a single row), batch entries 16-byte aligned
-// and not overlapping (or an operand broadcast). Whether the device and binary have the kernels is the
-// DeviceModel's part (tma_ready).
+// Rows of `cols` elements that the TMA descriptors fetch: 16-byte aligned steps at least a row long, or a
+// single row.
+inline bool tma_rows_ok(std::int64_t ld, std::int64_t cols, int rows) {
+  return (ld % 4 == 0 && ld >= cols) || rows == 1;
+}
+// Batch entries in whole 16-byte steps that do not overlap, within the descriptor's range; or 0, a broadcast
+// operand.
+inline bool tma_batch_ok(const Problem& p, std::int64_t sb, std::int64_t matrix) {
+  return p.batch == 1 || sb == 0 || (sb % 4 == 0 && sb >= matrix && sb < (std::int64_t{1} << 37));
+}
+// A as a TMA descriptor fetches it: contiguous along k in 16-byte aligned rows (tma_rows_ok, tma_batch_ok).
+// The wgmma kernels fetch such an A directly in TF32 mode instead of packing it.
+inline bool tma_a_ok(const Problem& p) {
+  return p.m >= 1 && p.k >= 1 && tma_batch_ok(p, p.a_sb, p.m * tma_lda(p)) && p.a_sk == 1 &&
+         tma_rows_ok(p.a_sm, p.k, p.m) && aligned16(p.a);
+}
+// The layouts the TMA kernels can fetch (Staging::Tma): A as tma_a_ok, B contiguous along n in the same
+// kind of rows and batches. Whether the device and binary have the kernels is the DeviceModel's part
+// (tma_ready).
 inline bool tma_layout_ok(const Problem& p) {
-  const auto rows_ok = [](std::int64_t ld, std::int64_t cols, int rows) {
-    return (ld % 4 == 0 && ld >= cols) || rows == 1;
-  };
-  if (p.m < 1 || p.n < 1 || p.k < 1) return false;
-  // Batch entries in whole 16-byte steps that do not overlap, within the descriptor's range; or 0, a
-  // broadcast operand.
-  const auto batch_ok = [&](std::int64_t sb, std::int64_t matrix) {
-    return p.batch == 1 || sb == 0 || (sb % 4 == 0 && sb >= matrix && sb < (std::int64_t{1} << 37));
-  };
-  if (!batch_ok(p.a_sb, p.m * tma_lda(p)) || !batch_ok(p.b_sb, p.k * tma_ldb(p))) return false;
-  if (!(p.a_sk == 1 && rows_ok(p.a_sm, p.k, p.m) && aligned16(p.a))) return false;
-  return p.b_sn == 1 && rows_ok(p.b_sk, p.n, p.k) && aligned16(p.b);
+  if (p.n < 1 || !tma_a_ok(p) || !tma_batch_ok(p, p.b_sb, p.k * tma_ldb(p))) return false;
+  return p.b_sn == 1 && tma_rows_ok(p.b_sk, p.n, p.k) && aligned16(p.b);
 }
 
 // CPU reference (ops/cpu/gemm.cpp): float64 accumulation, then the same float epilogue as the kernels.

@@ -1,12 +1,20 @@
 // Hopper tensor-core SGEMM for MathMode::TF32 and MathMode::TF32x3: wgmma (sm_90a), then its launchers.
 //
-// Two kernels per GEMM:
+// Two kernels per GEMM, or one:
 //   wgmma_pack  reads A and B through their strides (transposed / strided views, any batch stride) and writes
 //               both K-major, rounded to TF32 (round to nearest) as big = tf32(x) and, for 3xTF32, small =
 //               tf32(x - big), zero-padded to whole tiles, tile by tile in exactly the shared-memory image
 //               that wgmma reads with the 128-byte swizzle. One pipeline stage of one operand is then one
 //               contiguous chunk of global memory, fetched by a single 1-D bulk copy (cp.async.bulk, no
 //               tensor map), and the main loop has no bounds checks at all.
+//               TF32 does not pack an A contiguous along k in 16-byte aligned rows (tma_a_ok, a row-major
+//               activation): the GEMM fetches it raw through a TMA descriptor whose 128-byte swizzle lays it
+//               out as the pack would (zeros outside the matrix), and each consumer thread loads its wgmma
+//               A fragments from the stage into registers, rounding them as the pack does (cvt.rna), so
+//               results are bit-identical to the packed path's. The rounding is needed: the tensor cores
+//               truncate an fp32 operand to TF32, which measured 2.6x the error of cuBLAS's TF32. 3xTF32
+//               packs A too (its big and small fragments would not fit beside its three accumulator sets);
+//               splitting A in shared memory measured slower than the pack (bench/gemm/TRIED.md).
 //   gemm_wgmma  warp-specialised: warpgroup 0 is the producer (one thread issues the bulk copies into a ring
 //               of STAGES stages guarded by full/empty mbarriers), warpgroups 1 and 2 are consumers, each
 //               computing 64 x BN of the 128 x BN CTA tile with wgmma.m64nBNk8.f32.tf32.tf32 from shared
@@ -53,6 +61,7 @@
 #include "minitensor/ops/gemm/detail/dispatch.h"
 #include "minitensor/ops/gemm/detail/launch.h"
 #include "minitensor/ops/gemm/detail/launchers.h"
+#include "minitensor/ops/gemm/detail/tensor_map.h"
 #include "minitensor/ops/gemm/tensorcore/wgmma.h"
 #include "minitensor/runtime/device.h"
 #include "minitensor/runtime/error.h"
@@ -107,6 +116,9 @@ struct WgShape {
 struct WgArgs {
   const char* a_pack = nullptr;                       // packed A: [batch][tiles_m][k_tiles][part][128][128 B]
   const char* b_pack = nullptr;                       // packed B: [batch][tiles_n][k_tiles][part][BN][128 B]
+  // A fetched raw (the kernel's A_RAW): the tensor map's batch coordinate of entry b is b * this (0: A is
+  // broadcast).
+  int a_map_batch = 0;
   std::int64_t a_batch_bytes = 0, b_batch_bytes = 0;  // 0: the operand is broadcast over the batch
   int tiles_m = 0, tiles_n = 0, k_tiles = 0;
   int k_tiles_per_split = 0;    // split K (gridDim.z > 1): split z runs k tiles [z, z + 1) * this
@@ -217,6 +229,75 @@ __device__ __forceinline__ void wgmma_tf32<256>(float (&d)[128], std::uint64_t d
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// d += A * B for a 64 x BN x 8 step, A from registers (the m16n8k8 tf32 fragment of each warp's 16 rows:
+// a0..a3 at (r, c), (r + 8, c), (r, c + 4), (r + 8, c + 4)), B from its shared-memory descriptor.
+template <int BN>
+__device__ __forceinline__ void wgmma_tf32_ra(float (&d)[BN / 2], const std::uint32_t (&a)[4],
+                                              std::uint64_t db);
+
+template <>
+__device__ __forceinline__ void wgmma_tf32_ra<128>(float (&d)[64], const std::uint32_t (&a)[4],
+                                                   std::uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_tf32_ra<256>(float (&d)[128], const std::uint32_t (&a)[4],
+                                                   std::uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "
+      "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, "
+      "%99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "
+      "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, "
+      "%129, %130, %131}, %132, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+        "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
+        "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
+        "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+        "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+        "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+        "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ float lds_f32(std::uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ float to_tf32(float x) {
   return __uint_as_float(tf32_bits(x));
 }
@@ -317,9 +398,13 @@ __global__ void __launch_bounds__(256) wgmma_pack(PackOperand a, PackOperand b, 
 
 // ---------------------------------------------------------------- the GEMM
 
-template <int BN, bool X3, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args) {
+// A_RAW (TF32 only): A fetched raw through `map_a` (boxes of 32 k x 128 rows, 128-byte swizzle) and
+// rounded on its way into registers; otherwise packed by wgmma_pack and `map_a` unused.
+template <int BN, bool X3, int STAGES, bool A_RAW>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_wgmma(const __grid_constant__ CUtensorMap map_a, Problem p, WgArgs args) {
 #if defined(MT_WGMMA_DEVICE)
+  static_assert(!(X3 && A_RAW), "3xTF32 reads both operands from shared memory");
   using S = WgShape<BN, X3, STAGES>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const std::uint32_t s_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -361,18 +446,24 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
     // ------------------------------------------------ producer
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
-      const char* a_src = args.a_pack + batch * args.a_batch_bytes +
-                          (static_cast<std::int64_t>(tile_m) * args.k_tiles + kt0) * S::kABytes;
-      const char* b_src = args.b_pack + batch * args.b_batch_bytes +
-                          (static_cast<std::int64_t>(tile_n) * args.k_tiles + kt0) * S::kBBytes;
+      // A fetched raw lands as whole boxes (zeros outside the matrix): the same byte count.
+      [[maybe_unused]] const std::int64_t a_at =
+          (static_cast<std::int64_t>(tile_m) * args.k_tiles + kt0) * S::kABytes;
+      const std::int64_t b_at = (static_cast<std::int64_t>(tile_n) * args.k_tiles + kt0) * S::kBBytes;
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % STAGES;
         const std::uint32_t parity = (kt / STAGES) & 1;
         mbar_wait(empty + 8 * s, parity ^ 1);  // a fresh barrier counts its previous phase as complete
         mbar_expect_tx(full + 8 * s, S::kStageBytes);
-        bulk_load(s_a + s * S::kABytes, a_src + static_cast<std::int64_t>(kt) * S::kABytes, S::kABytes,
-                  full + 8 * s);
-        bulk_load(s_b + s * S::kBBytes, b_src + static_cast<std::int64_t>(kt) * S::kBBytes, S::kBBytes,
+        if constexpr (A_RAW)
+          tma_load_3d(s_a + s * S::kABytes, &map_a, (kt0 + kt) * kBK, tile_m * kBM, batch * args.a_map_batch,
+                      full + 8 * s);
+        else
+          bulk_load(s_a + s * S::kABytes,
+                    args.a_pack + batch * args.a_batch_bytes + a_at + std::int64_t{kt} * S::kABytes,
+                    S::kABytes, full + 8 * s);
+        bulk_load(s_b + s * S::kBBytes,
+                  args.b_pack + batch * args.b_batch_bytes + b_at + std::int64_t{kt} * S::kBBytes, S::kBBytes,
                   full + 8 * s);
       }
     }
@@ -451,6 +542,46 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma(Problem p, WgArgs args
           for (int i = 0; i < S::kAcc; ++i) acc[i] += t0[i];
         }
       }
+    } else if constexpr (A_RAW) {
+      // A's fragments from registers: thread (warp w, lane l) holds rows 16w + l/4 (+ 8) and k columns l%4
+      // (+ 4) of each k8 step (a0..a3: (r, c), (r + 8, c), (r, c + 4), (r + 8, c + 4)), read from the raw
+      // stage through the swizzle (row r's chunk j sits at j ^ (r % 8), and r % 8 = l/4) and rounded. The
+      // eight rows a warp reads at once land in eight distinct chunks: no bank conflicts. A wgmma reads its
+      // A registers until it completes and one tile stays in flight, so two fragment sets alternate.
+      const std::uint32_t row0 = s_a + a_off + (warp * 16 + lane / 4) * kRowBytes + (lane % 4) * 4;
+      const int sw = lane / 4;
+      std::uint32_t f0[kBK / 8][4], f1[kBK / 8][4];
+      auto issue = [&](int kt, std::uint32_t(&f)[kBK / 8][4]) {
+        const int s = kt % STAGES;
+        mbar_wait(full + 8 * s, (kt / STAGES) & 1);
+        __syncwarp();
+        const std::uint32_t r0 = row0 + s * S::kABytes, r8 = r0 + 8 * kRowBytes;
+#pragma unroll
+        for (int ks = 0; ks < kBK / 8; ++ks) {
+          const std::uint32_t c0 = ((2 * ks) ^ sw) * 16, c4 = ((2 * ks + 1) ^ sw) * 16;
+          f[ks][0] = tf32_bits(lds_f32(r0 + c0));
+          f[ks][1] = tf32_bits(lds_f32(r8 + c0));
+          f[ks][2] = tf32_bits(lds_f32(r0 + c4));
+          f[ks][3] = tf32_bits(lds_f32(r8 + c4));
+        }
+        const std::uint64_t db = smem_desc(s_b + s * S::kBBytes);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < kBK / 8; ++ks) wgmma_tf32_ra<BN>(acc, f[ks], db + 2 * ks);
+        wg_commit();
+        if (kt > 0) {
+          wg_wait<1>();
+          release((kt - 1) % STAGES);
+        }
+      };
+      int kt = 0;
+      for (; kt + 1 < k_tiles; kt += 2) {
+        issue(kt, f0);
+        issue(kt + 1, f1);
+      }
+      if (kt < k_tiles) issue(kt, f0);
+      wg_wait<0>();
+      fence_regs(acc);
     } else {
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % STAGES;
@@ -561,12 +692,19 @@ void launch_pack(const PackOperand& a, const PackOperand& b, int n_k, int k_tile
   MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, wgmma_pack<PARTS>, a, b, n_k, k_tiles));
 }
 
+// Whether a launch fetches A raw (the kernel's A_RAW) instead of packing it: TF32, an A contiguous along k
+// in 16-byte aligned rows, and the driver's descriptor encoder reachable.
+bool a_fetched_raw(const Problem& p, bool x3) {
+  return !x3 && tma_a_ok(p) && tensor_map_encoder_reachable();
+}
+
 template <int BN, bool X3, int STAGES>
 void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream) {
   using S = WgShape<BN, X3, STAGES>;
   int device = 0;
   MT_CUDA_CHECK(cudaGetDevice(&device));
-  auto kernel = gemm_wgmma<BN, X3, STAGES>;
+  const bool a_raw = a_fetched_raw(p, X3);
+  auto kernel = a_raw ? gemm_wgmma<BN, X3, STAGES, !X3> : gemm_wgmma<BN, X3, STAGES, false>;
   allow_smem_once(kernel, S::kSmemBytes, device);
 
   WgArgs args;
@@ -578,14 +716,16 @@ void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream)
   args.k_tiles_per_split = (args.k_tiles + split - 1) / split;
   split = args.k_tiles > 0 ? (args.k_tiles + args.k_tiles_per_split - 1) / args.k_tiles_per_split : 1;
   const int batches_a = p.a_sb == 0 ? 1 : p.batch, batches_b = p.b_sb == 0 ? 1 : p.batch;
-  const std::int64_t a_bytes = static_cast<std::int64_t>(args.tiles_m) * args.k_tiles * S::kABytes;
-  const std::int64_t b_bytes = static_cast<std::int64_t>(args.tiles_n) * args.k_tiles * S::kBBytes;
   const WgmmaPackedB* pb = p.b_packed;
   const bool b_ready = pb != nullptr && pb->b == p.b && pb->b_sk == p.b_sk && pb->b_sn == p.b_sn &&
                        pb->n == p.n && pb->k == p.k && pb->bn == BN && pb->x3 == X3 && batches_b == 1;
+  // Bytes of the operands packed now (none for an A fetched raw or a B packed ahead).
+  const std::int64_t a_bytes = a_raw ? 0 : std::int64_t{args.tiles_m} * args.k_tiles * S::kABytes;
+  const std::int64_t b_bytes = std::int64_t{args.tiles_n} * args.k_tiles * S::kBBytes;
   // The stream's pack scratch (kept per stream, and apart for launches being captured into a CUDA graph).
-  char* base = reinterpret_cast<char*>(pack_scratch(
-      static_cast<std::size_t>(a_bytes * batches_a + (b_ready ? 0 : b_bytes * batches_b)), stream));
+  const std::size_t pack_bytes =
+      static_cast<std::size_t>(a_bytes * batches_a + (b_ready ? 0 : b_bytes * batches_b));
+  char* base = pack_bytes > 0 ? reinterpret_cast<char*>(pack_scratch(pack_bytes, stream)) : nullptr;
   args.a_pack = base;
   args.b_pack = b_ready ? static_cast<const char*>(pb->storage.data()) : base + a_bytes * batches_a;
   args.a_batch_bytes = batches_a > 1 ? a_bytes : 0;
@@ -594,10 +734,17 @@ void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream)
   const std::uintptr_t c_addr = reinterpret_cast<std::uintptr_t>(p.c);
   args.c_vec4 = p.c_sn == 1 && p.c_sm % 4 == 0 && (p.c_sb % 4 == 0 || p.batch == 1) && c_addr % 16 == 0;
 
-  if (args.k_tiles > 0)
+  CUtensorMap map_a{};
+  if (a_raw) {
+    map_a = tensor_map(p.a, p.m, p.k, tma_lda(p), p.batch, p.a_sb, kBM, kBK, CU_TENSOR_MAP_SWIZZLE_128B);
+    args.a_map_batch = p.batch > 1 && p.a_sb != 0 ? 1 : 0;
+  }
+
+  if (args.k_tiles > 0 && pack_bytes > 0)
     launch_pack<S::kParts>(
-        pack_operand<S::kParts>(p.a, p.a_sm, p.a_sk, p.a_sb, p.m, args.tiles_m, kBM, args.k_tiles, batches_a,
-                                reinterpret_cast<float*>(base)),
+        a_raw ? PackOperand{}
+              : pack_operand<S::kParts>(p.a, p.a_sm, p.a_sk, p.a_sb, p.m, args.tiles_m, kBM, args.k_tiles,
+                                        batches_a, reinterpret_cast<float*>(base)),
         b_ready ? PackOperand{}
                 : pack_operand<S::kParts>(p.b, p.b_sn, p.b_sk, p.b_sb, p.n, args.tiles_n, BN, args.k_tiles,
                                           batches_b, reinterpret_cast<float*>(base + a_bytes * batches_a)),
@@ -609,7 +756,7 @@ void run_wgmma(const Problem& p, int split, bool by_kernel, cudaStream_t stream)
   LaunchConfig launch(dim3(args.tiles_m * args.tiles_n, p.batch, split), dim3(kThreads, 1, 1), S::kSmemBytes,
                       stream, dim3(1, 1, by_kernel ? 1 : split));
   launch.overlap_previous_kernel();
-  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p, args));
+  MT_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, map_a, p, args));
   if (by_kernel) launch_splitk_reduce(p, args.ws, split, stream, /*overlap=*/true);
 }
 
@@ -634,7 +781,7 @@ bool wgmma_kernels_usable() {
   // The sm_90a image must be in the binary (and loadable on this device).
   static const bool loadable = [] {
     cudaFuncAttributes attr;
-    const bool ok = cudaFuncGetAttributes(&attr, gemm_wgmma<128, true, 3>) == cudaSuccess;
+    const bool ok = cudaFuncGetAttributes(&attr, gemm_wgmma<128, true, 3, false>) == cudaSuccess;
     if (!ok) (void)cudaGetLastError();
     return ok;
   }();

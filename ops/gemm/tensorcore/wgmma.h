@@ -1,7 +1,7 @@
-// Hopper (sm_90a) tensor-core SGEMM for MathMode::TF32 and MathMode::TF32x3: a pack pass and a
-// warp-specialised wgmma kernel (ops/gemm/tensorcore/wgmma.cu). Same Problem contract as the other launchers
-// (ops/gemm/detail/problem.h): any strides for A, B and C, batch strides (0 broadcasts),
-// alpha/beta/bias/activation epilogue, beta == 0 never reads C.
+// Hopper (sm_90a) tensor-core SGEMM for MathMode::TF32 and MathMode::TF32x3: a pack pass (for the operands
+// the kernel does not fetch itself) and a warp-specialised wgmma kernel (ops/gemm/tensorcore/wgmma.cu). Same
+// Problem contract as the other launchers (ops/gemm/detail/problem.h): any strides for A, B and C, batch
+// strides (0 broadcasts), alpha/beta/bias/activation epilogue, beta == 0 never reads C.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,7 +32,8 @@ inline constexpr int kMaxKernelSplit = 32;
 
 // B packed ahead of time (a weight used by many launches): a snapshot of B in the layout the kernel reads,
 // for one tile width and mode. A launch uses it where its B is the same (pointer, strides, n, k) and its
-// configuration has the same tile width and mode, and then packs only A.
+// configuration has the same tile width and mode, and then packs only A (in TF32 mode not even A where it
+// is contiguous along k in 16-byte aligned rows: tma_a_ok).
 struct WgmmaPackedB {
   Allocation storage;
   const float* b = nullptr;  // the operand it was made from
@@ -54,8 +55,9 @@ WgmmaConfig wgmma_choose(const Problem& p, MathMode math);
 std::string wgmma_config_name(const WgmmaConfig& c, MathMode math);
 
 // Runs `p` on `stream` (of the current device): packs A and B into a stream-ordered workspace of the
-// caching allocator, then runs the GEMM. InvalidArgument when !wgmma_can_implement(p, math) or the config
-// is not one of the built ones.
+// caching allocator (in TF32 mode not an A contiguous along k in 16-byte aligned rows, which the kernel
+// fetches itself: tma_a_ok), then runs the GEMM. InvalidArgument when
+// !wgmma_can_implement(p, math) or the config is not one of the built ones.
 void launch_wgmma(const Problem& p, MathMode math, cudaStream_t stream);
 void launch_wgmma(const Problem& p, MathMode math, const WgmmaConfig& config, cudaStream_t stream);
 
