@@ -13,8 +13,9 @@
 //               A fragments from the stage into registers, rounding them as the pack does (cvt.rna), so
 //               results are bit-identical to the packed path's. The rounding is needed: the tensor cores
 //               truncate an fp32 operand to TF32, which measured 2.6x the error of cuBLAS's TF32. 3xTF32
-//               packs A too (its big and small fragments would not fit beside its three accumulator sets);
-//               splitting A in shared memory measured slower than the pack (bench/gemm/TRIED.md).
+//               packs A too: its big and small fragments do not fit beside its three accumulator sets, and
+//               splitting A in registers with one tile accumulator, or in shared memory, measured slower
+//               than the pack (bench/gemm/TRIED.md).
 //   gemm_wgmma  warp-specialised: warpgroup 0 is the producer (one thread issues the bulk copies into a ring
 //               of STAGES stages guarded by full/empty mbarriers), warpgroups 1 and 2 are consumers, each
 //               computing 64 x BN of the 128 x BN CTA tile with wgmma.m64nBNk8.f32.tf32.tf32 from shared
