@@ -388,6 +388,9 @@ void sweep(const GemmShape& s, MathMode math, const std::regex& only) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The space's dispatch picks on a device model need no GPU.
+  for (int i = 1; i < argc; ++i)
+    if (!std::strncmp(argv[i], "--picks=", 8)) return gemm_bench::run_space(argc, argv);
   if (!mt::cuda_available()) {
     std::printf("bench_gemm: no CUDA device (%s)\n", mt::cuda_unavailable_reason().c_str());
     return 0;

@@ -2,10 +2,14 @@
 // then timed interleaved with cuBLAS, summarised as the distribution of the ratios (cuBLAS time over ours,
 // > 1: minitensor faster).
 //
-//   bench_gemm --space[=N] [--seed=S] [--math=fp32|tf32|tf32x3] [--json=PATH] [--tune]
+//   bench_gemm --space[=N] [--seed=S] [--math=fp32|tf32|tf32x3] [--json=PATH] [--tune] [--part=P]
+//   bench_gemm --space[=N] [--seed=S] [--math=...] --picks=h100|h200
 //
 // --tune adds a column: the autotuner's choice (detail/tune.h; its cache file as MT_GEMM_TUNE_FILE says),
-// tuned before the timing, validated and timed in the same interleaved samples.
+// tuned before the timing, validated and timed in the same interleaved samples. --part times only the shapes
+// of one part (random, transformer or batched) of the same sample. --picks prints each shape's dispatcher
+// pick on that device model and times nothing (no GPU needed): diffing two builds' lists shows which picks a
+// dispatch change moves, so that only those need timing.
 //
 // The sample (N shapes, 300 by default; the seed is printed and reproduces the set):
 //   random       M, N, K log-uniform in [1, 16384] with M*N*K <= 2^37; two thirds rounded to multiples of 16,
@@ -21,6 +25,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -133,6 +138,20 @@ struct SpaceOperands {
   }
 };
 
+// The shape's problem with its layout and 16-byte aligned stand-in pointers, for the dispatcher alone.
+Problem layout_of(const SpaceShape& s) {
+  float* const stand_in = reinterpret_cast<float*>(std::uintptr_t{1} << 20);
+  Problem p;
+  p.m = s.m, p.n = s.n, p.k = s.k, p.batch = s.batch;
+  p.a = stand_in;
+  p.a_sm = s.ta ? 1 : s.k, p.a_sk = s.ta ? s.m : 1, p.a_sb = std::int64_t(s.m) * s.k;
+  p.b = stand_in;
+  p.b_sk = s.tb ? 1 : s.n, p.b_sn = s.tb ? s.k : 1, p.b_sb = std::int64_t(s.k) * s.n;
+  p.c = stand_in;
+  p.c_sm = s.n, p.c_sn = 1, p.c_sb = std::int64_t(s.m) * s.n;
+  return p;
+}
+
 struct Result {
   SpaceShape s;
   std::string config, tuned_config;
@@ -181,9 +200,12 @@ int run_space(int argc, char** argv) {
   MathMode math = MathMode::FP32;
   std::string json;
   bool tune = false;
+  std::string part, picks;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     if (!std::strcmp(a, "--tune")) tune = true;
+    if (!std::strncmp(a, "--part=", 7)) part = a + 7;
+    if (!std::strncmp(a, "--picks=", 8)) picks = a + 8;
     if (!std::strncmp(a, "--space=", 8)) count = std::atoi(a + 8);
     if (!std::strncmp(a, "--seed=", 7)) seed = std::strtoull(a + 7, nullptr, 10);
     if (!std::strncmp(a, "--json=", 7)) json = a + 7;
@@ -200,6 +222,24 @@ int run_space(int argc, char** argv) {
     std::fprintf(stderr, "bench_gemm: --space wants a positive count of shapes\n");
     return 2;
   }
+  if (!part.empty() && part != "random" && part != "transformer" && part != "batched") {
+    std::fprintf(stderr, "bench_gemm: --part wants random, transformer or batched, got '%s'\n", part.c_str());
+    return 2;
+  }
+  if (!picks.empty()) {
+    if (picks != "h100" && picks != "h200") {
+      std::fprintf(stderr, "bench_gemm: --picks wants h100 or h200, got '%s'\n", picks.c_str());
+      return 2;
+    }
+    const DeviceModel model = picks == "h100" ? DeviceModel::h100() : DeviceModel::h200();
+    std::printf("space picks: %d shapes, seed %llu, math %s, model %s\n", count,
+                static_cast<unsigned long long>(seed), math_mode_name(math), picks.c_str());
+    for (const SpaceShape& s : draw(count, seed))
+      if (part.empty() || s.part == part)
+        std::printf("%-11s %-26s %s\n", s.part.c_str(), s.name().c_str(),
+                    config_name(choose(layout_of(s), math, model)).c_str());
+    return 0;
+  }
   if (json.empty()) json = "gemm_space_" + std::to_string(seed) + "_" + math_mode_name(math) + ".json";
   const double tol = math == MathMode::TF32 ? 1e-2 : 1e-4;
   cublasHandle_t baseline = math == MathMode::FP32 ? handles().pedantic : handles().tf32;
@@ -209,7 +249,11 @@ int run_space(int argc, char** argv) {
   std::fflush(stdout);
 
   std::vector<Result> results;
-  const std::vector<SpaceShape> shapes = draw(count, seed);
+  std::vector<SpaceShape> shapes = draw(count, seed);
+  if (!part.empty())
+    shapes.erase(
+        std::remove_if(shapes.begin(), shapes.end(), [&](const SpaceShape& s) { return s.part != part; }),
+        shapes.end());
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const SpaceShape& s = shapes[i];
     Result r;
