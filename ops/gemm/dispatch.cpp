@@ -414,6 +414,19 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   const bool runs16 = a_reg_stageable(p) && b_reg_stageable(p) && a_runs16(p) && b_runs16(p);
   // Whether 256x128 tiles leave edge tiles (partly outside C).
   const bool edges256 = p.m % 256 != 0 || p.n % 128 != 0;
+  // Both operands along k (x W^T under kBAlongNMinRows rows, B not copied along n): the register-staged
+  // tiles store both to shared memory transposed.
+  const bool both_along_k = p.a_sk == 1 && p.a_sm != 1 && p.b_sk == 1 && p.b_sn != 1;
+  // The 256x128 tile for K split `s` ways. Split, with both operands along k, the 16-deep tile (where the
+  // big rule would take it unsplit): the split kernels that transpose both operands turn to the next tile
+  // late (the early turn would spill there), and the 16-deep tile turns half as often (H200, 512x12288x4096
+  // NT split 2: 0.904-0.922x cuBLAS against 0.890-0.910x 8 deep; 512x2048x8192 NT split 4: 0.944x against
+  // 0.926x).
+  auto big_tile_split = [&](int s) {
+    return s > 1 && both_along_k && c_vectorisable(p) && !(edges256 && p.k <= 1024) && p.k >= 512
+               ? Kernel::Simt256x128k16
+               : Kernel::Simt256x128;
+  };
   // A batch of small products (each at most 512 on every side) over at least a wave of 64x64 tiles, or
   // over half a wave with K under kSmallBatchShortK: the batched rule below, before the few-tiles rule (whose
   // split to four blocks per SM leaves under 48 of K a block there: 8x(245x225x134) 0.63x cuBLAS split 4 in
@@ -450,13 +463,18 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   // The one-block tiles' constants are fitted to H100 sweeps, the two-per-SM tiles' to H200 sweeps of the
   // transformer block's products and of two-wave grids (bench/gemm/DESIGN.md, the wave model;
   // scripts/fit_dispatch.py).
+  // The 16-deep 128x128 tile's rate in the wave models; with both operands along k and K of 2048 or more
+  // (where the main loop outweighs the fixed costs), kBAlongKTile128Rate of that (512x2048x8192 NT: split 2
+  // in a cluster 0.87-0.91x cuBLAS, the 256x128 tile split 4 0.94x; at K of 768-1024 the 128x128 tile split
+  // 4 stays ahead: 512x3072x1024 NT 0.96x against 0.86x).
+  const double tile128_rate = kTile128Rate * (both_along_k && p.k >= 2048 ? kBAlongKTile128Rate : 1.0);
   auto aligned_wave_model = [&](bool two_waves) {
     constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
     std::int64_t slots[std::size(kSplits)];
     for (std::size_t i = 0; i < std::size(kSplits); ++i) slots[i] = model.slots(kSplits[i]);
     double best = 0;
     for (const TileOption o :
-         {TileOption{Kernel::Simt256x128, 1.0}, TileOption{Kernel::Simt128x128k16, kTile128Rate}}) {
+         {TileOption{Kernel::Simt256x128, 1.0}, TileOption{Kernel::Simt128x128k16, tile128_rate}}) {
       const TileInfo t = tile_of(o.kernel);
       const std::int64_t b = blocks(t.bm, t.bn);
       const double in = inside(t.bm, t.bn);
@@ -464,16 +482,17 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
         const int s = kSplits[i];
         const double ks = double(p.k) / s;
         if (ks < 128) break;
+        const Kernel kernel = o.kernel == Kernel::Simt256x128 ? big_tile_split(s) : o.kernel;
         const double busy = double(b * s) / double(waves(b * s, slots[i]) * sms);
         const double rate = o.rate * in * busy * ks / (ks + kBlockFixedK);
         const bool clustered = s > 1 && o.kernel == Kernel::Simt256x128 && two_waves;
         if (rate > best && !clustered)
-          best = rate, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Cluster;
+          best = rate, c.kernel = kernel, c.split_k = s, reduce = SplitReduce::Cluster;
         if (s == 1) continue;
         const double by_kernel =
             o.rate * in * fill(b * s, 1) * p.k / (p.k + kBlockFixedK) * kernel_split_rate(s);
         if (by_kernel > best)
-          best = by_kernel, c.kernel = o.kernel, c.split_k = s, reduce = SplitReduce::Kernel;
+          best = by_kernel, c.kernel = kernel, c.split_k = s, reduce = SplitReduce::Kernel;
       }
     }
     // Not on B along k: the tile's transposing stores were not measured in this model.
@@ -645,8 +664,12 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     // 16 deep, but 8 deep where C is not in float4 runs, where a K of at most 1024 leaves edge tiles, or
     // where K is under 512. Where a quarter of their area or more lies outside C (M of 128, say) the wave
     // model below weighs that waste (128x15056x13680: 0.49x cuBLAS on 256x128 tiles, 0.85x on 128x128).
-    c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) && p.k >= 512 ? Kernel::Simt256x128k16
-                                                                             : Kernel::Simt256x128;
+    // With both operands along k, unsplit, the 8-deep tile: its loop then turns early as the 16-deep one's
+    // does, and ran 6 % faster at every shape measured (H200: 1024x4096x4096 NT 1.020x cuBLAS against 0.957x,
+    // 896x12032x3296 NT 0.955x against 0.878x, 1424x5120x4880 NT 0.944x against 0.887x).
+    c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) && p.k >= 512 && !both_along_k
+                   ? Kernel::Simt256x128k16
+                   : Kernel::Simt256x128;
     const std::int64_t tiles = blocks(256, 128);
     auto filled = [&](int s) { return fill(tiles * s, 1); };
     if (p.k >= 512 && filled(1) < 0.9 && tiles <= 2 * sms && p.b_sn == 1) {
@@ -659,19 +682,30 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
       if (c.kernel == Kernel::Simt256x128 && c.split_k == 1) c.kernel = unsplit;
     } else if (filled(1) < 0.9) {
       // A last wave that leaves SMs idle (under 90 % of the waves' slots filled): K split in 2 or 3 where
-      // that fills enough more of them, the 8-deep tile, the splits added by the second kernel. A split runs
-      // at kernel_split_rate of the unsplit rate against the slots it fills (a fit; see bench/gemm/DESIGN.md
-      // (dispatch)), and must promise kSplitMinGain to be taken.
+      // that fills enough more of them (big_tile_split's tile), reduced in a cluster or by the second kernel.
+      // Either way a split runs at kernel_split_rate of the unsplit rate (a fit; see bench/gemm/DESIGN.md
+      // (dispatch); the cluster's splits measured 0.949 - 35 / ks for ks of K a split, the same curve),
+      // against the slots it fills: one block per SM for the second kernel, whole clusters for a cluster. A
+      // cluster is taken where it fills as many (it saves the second kernel's pass over C: 512x12288x4096 NT
+      // split 2 0.925x cuBLAS in a cluster, 0.904x by the second kernel), and the second kernel never where
+      // C does not take float4 runs (3071x3073x1023 packed, split 2: 0.89x in a cluster, 0.77x by the
+      // kernel). A split must promise kSplitMinGain to be taken.
       int best = 1;
+      SplitReduce best_reduce = SplitReduce::Kernel;
       double best_rate = kSplitMinGain * filled(1);
       for (int s : {2, 3}) {
-        const double rate = filled(s) * kernel_split_rate(s);
-        if (p.k / s >= 256 && tiles * s <= 16 * sms && rate > best_rate) best = s, best_rate = rate;
+        if (p.k / s < 256 || tiles * s > 16 * sms) continue;
+        const double in_cluster =
+            double(tiles * s) / double(waves(tiles * s, model.slots(s)) * sms) * kernel_split_rate(s);
+        if (c_vectorisable(p) && filled(s) * kernel_split_rate(s) > best_rate)
+          best = s, best_rate = filled(s) * kernel_split_rate(s), best_reduce = SplitReduce::Kernel;
+        if (model.has_clusters() && in_cluster >= best_rate)
+          best = s, best_rate = in_cluster, best_reduce = SplitReduce::Cluster;
       }
-      const Config split{Kernel::Simt256x128, best, MathMode::FP32, SplitReduce::Kernel};
+      const Config split{big_tile_split(best), best, MathMode::FP32, best_reduce};
       if (best > 1 && can_implement(p, split, model)) {
         c.kernel = split.kernel, c.split_k = best;
-        reduce = SplitReduce::Kernel;
+        reduce = best_reduce;
       }
     }
   } else if (runs16 && p.k >= 512) {

@@ -1656,6 +1656,16 @@ TEST(Gemm, F32_Dispatch_TwoWaveGridsOnTheWaveModel) {
                        {2048, 2304, 768, true}});
 }
 
+// Both operands along k (x W^T under 2048 rows, B not copied along n; dispatch.cpp, both_along_k): the
+// 256x128 tile 16 deep split 4 by the second kernel (512x2048x2048) and split 2 in a cluster
+// (512x4096x1024), 8 deep unsplit (1024x4096x1024), and 8 deep split 3 in a cluster where C's rows do not
+// take float4 stores (767x6145x1024).
+TEST(Gemm, F32_Dispatch_BothOperandsAlongK) {
+  MT_REQUIRE_GPU();
+  run_bias_gelu_cases(
+      {{512, 2048, 2048, true}, {512, 4096, 1024, true}, {1024, 4096, 1024, true}, {767, 6145, 1024, true}});
+}
+
 TEST(Gemm, WholeRunTile_RefusesUnalignedOperands) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;

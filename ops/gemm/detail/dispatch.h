@@ -68,7 +68,10 @@ constexpr int kSmallBatchShortK = 192;
 //   left with one of its blocks at kTmaLoneBlockRate of the two-block throughput, its unsplit runs at
 //   kTmaUnsplitRate (over several waves the unsplit tile runs behind split 2 at the same fill);
 // - the aligned wave model's two-per-SM 128x128 tile at kTile128x2Rate of the 256x128 tile, an SM left with
-//   one of its blocks at kTile128x2LoneRate (with 16-byte runs one block keeps an SM nearly as busy as two).
+//   one of its blocks at kTile128x2LoneRate (with 16-byte runs one block keeps an SM nearly as busy as two);
+// - with both operands along k (both stored to shared memory transposed) and K of 2048 or more, the 16-deep
+//   128x128 tile at a further kBAlongKTile128Rate: that costs the 128x128 tiles more than the 16-deep
+//   256x128 tile split, which runs such products at its rate on B along n (H200 sweeps).
 constexpr double kSplitRateBase = 0.945;
 constexpr double kSplitRateSlope = 33.0;
 constexpr double kBlockFixedK = 32.0;
@@ -82,6 +85,7 @@ constexpr double kTmaLoneBlockRate = 0.5;
 constexpr double kTmaUnsplitRate = 0.925;
 constexpr double kTile128x2Rate = 0.97;
 constexpr double kTile128x2LoneRate = 0.95;
+constexpr double kBAlongKTile128Rate = 0.93;
 // B along k is copied along n (Config::b_along_n) where each of its elements feeds this many FMAs or more.
 constexpr double kBAlongNMinRows = 2048;
 

@@ -241,17 +241,58 @@ TEST_P(GemmDispatchHopper, F32_TwoWaveGridsTakeTheWaveModel) {
   EXPECT_FALSE(split.kernel == Kernel::Simt256x128 && split.reduce == SplitReduce::Cluster)
       << config_name(split);
   // B along k under 2048 rows (not copied): the big rule's split, which the wave model's one-block picks did
-  // not pass there.
+  // not pass there; with both operands along k the 16-deep tile, in a cluster (as full as one block per SM).
   Problem nt = dense_rows(512, 12288, 4096);
   nt.b_sk = 1, nt.b_sn = 4096;
   const Config along_k = pick(nt);
   EXPECT_FALSE(along_k.b_along_n) << config_name(along_k);
-  expect_config(along_k, Kernel::Simt256x128, 2, SplitReduce::Kernel);
+  expect_config(along_k, Kernel::Simt256x128k16, 2, SplitReduce::Cluster);
   // 288 tiles of 256x128 (73 % of three waves): the big rule, 256x128 split by the second kernel.
   const Config over = pick(dense_rows(3072, 3072, 1024));
   EXPECT_EQ(over.kernel, Kernel::Simt256x128) << config_name(over);
   EXPECT_GT(over.split_k, 1) << config_name(over);
   EXPECT_EQ(over.reduce, SplitReduce::Kernel) << config_name(over);
+}
+
+// Both operands along k (x W^T under 2048 rows, B not copied along n): the register-staged tiles store both
+// transposed. Unsplit the 256x128 tile runs 8 deep; split, 16 deep; at K of 2048 or more the 256x128 tile
+// split by the second kernel passes the 128x128 tile; at K of 768-1024 the 128x128 tile keeps its split
+// (H200 sweeps, bench/gemm/DESIGN.md section 3).
+TEST_P(GemmDispatchHopper, F32_BothOperandsAlongK) {
+  auto nt = [](int m, int n, int k) {
+    Problem p = dense_rows(m, n, k);
+    p.b_sk = 1, p.b_sn = k;
+    return p;
+  };
+  expect_config(pick(nt(1024, 4096, 4096)), Kernel::Simt256x128, 1, SplitReduce::Kernel);
+  expect_config(pick(nt(896, 12032, 3296)), Kernel::Simt256x128, 1, SplitReduce::Kernel);
+  expect_config(pick(nt(512, 2048, 8192)), Kernel::Simt256x128k16, 4, SplitReduce::Kernel);
+  expect_config(pick(nt(512, 4096, 4096)), Kernel::Simt256x128k16, 2, SplitReduce::Cluster);
+  expect_config(pick(nt(512, 3072, 1024)), Kernel::Simt128x128k16, 4, SplitReduce::Kernel);
+  // The shapes of Gemm.F32_Dispatch_BothOperandsAlongK (GPU): the 8-deep tile unsplit, and split in a
+  // cluster where C's rows (6145 floats) take no float4 stores.
+  expect_config(pick(nt(1024, 4096, 1024)), Kernel::Simt256x128, 1, SplitReduce::Kernel);
+  expect_config(pick(nt(512, 2048, 2048)), Kernel::Simt256x128k16, 4, SplitReduce::Kernel);
+  expect_config(pick(nt(512, 4096, 1024)), Kernel::Simt256x128k16, 2, SplitReduce::Cluster);
+  expect_config(pick(nt(767, 6145, 1024)), Kernel::Simt256x128, 3, SplitReduce::Cluster);
+  // B along n (NN): the unsplit tile stays 16 deep.
+  expect_config(pick(dense_rows(1024, 8192, 4096)), Kernel::Simt256x128k16, 1, SplitReduce::Kernel);
+  // From 2048 rows B is copied along n, and the copied problem keeps the NN rules: 8192x2304x768 unsplit
+  // (split 2 in a cluster measured 0.955x cuBLAS against 1.002x).
+  const Config copied = pick(nt(8192, 2304, 768));
+  EXPECT_TRUE(copied.b_along_n) << config_name(copied);
+  expect_config(copied, Kernel::Simt256x128k16, 1, SplitReduce::Kernel);
+}
+
+// The big rule's last-wave split: in a cluster where clusters fill as many slots as one block per SM (split
+// 2), never by the second kernel where C does not take float4 runs (3071x3073x1023, packed: 0.89x cuBLAS
+// split 2 in a cluster, 0.77x by the second kernel); 3000^3 keeps split 3 by the second kernel (clusters of
+// 3 leave 15 SMs idle).
+TEST_P(GemmDispatchHopper, F32_LastWaveSplitReduction) {
+  const Config odd = pick(rows(3071, 3073, 1023, 1023, 3073));
+  EXPECT_TRUE(odd.pack) << config_name(odd);
+  expect_config(odd, Kernel::Simt256x128, 2, SplitReduce::Cluster);
+  expect_config(pick(dense_rows(3000, 3000, 3000)), Kernel::Simt256x128, 3, SplitReduce::Kernel);
 }
 
 // The wave model adds the splits with the second kernel where cluster sizes leave SMs out of every wave and
@@ -270,7 +311,8 @@ TEST_P(GemmDispatchHopper, F32_WaveModelFillsClusterGapsWithTheReduceKernel) {
            // 48 tiles of 256x128, split 8: 384 blocks, three waves of 132 (97 %); in clusters of 8, four
            // waves of 120 (73 %).
            Case{2048, 768, 3072, false, true, Kernel::Simt256x128, 8},
-           Case{512, 5120, 20480, false, true, Kernel::Simt256x128, 8},
+           // Both operands along k: the split 256x128 tile 16 deep.
+           Case{512, 5120, 20480, false, true, Kernel::Simt256x128k16, 8},
            // 96 tiles of 128x128, split 4: 384 blocks, 97 % of three waves against 73 % of four in clusters.
            Case{512, 3072, 1024, false, true, Kernel::Simt128x128k16, 4},
            Case{2048, 768, 768, false, true, Kernel::Simt128x128k16, 4},
