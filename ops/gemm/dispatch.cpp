@@ -665,7 +665,7 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     // where K is under 512. Where a quarter of their area or more lies outside C (M of 128, say) the wave
     // model below weighs that waste (128x15056x13680: 0.49x cuBLAS on 256x128 tiles, 0.85x on 128x128).
     // With both operands along k, unsplit, the 8-deep tile: its loop then turns early as the 16-deep one's
-    // does, and ran 6 % faster at every shape measured (H200: 1024x4096x4096 NT 1.020x cuBLAS against 0.957x,
+    // does, and ran 6-9 % faster at every shape measured (H200: 1024x4096x4096 NT 1.020x cuBLAS against 0.957x,
     // 896x12032x3296 NT 0.955x against 0.878x, 1424x5120x4880 NT 0.944x against 0.887x).
     c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) && p.k >= 512 && !both_along_k
                    ? Kernel::Simt256x128k16
