@@ -163,6 +163,9 @@ Problem pack_shape(const Problem& p);
 bool can_implement(const Problem& p, const Config& config, const DeviceModel& model);
 bool can_implement(const Problem& p, const Config& config);  // on DeviceModel::current()
 
+// The current device's model, for choose and candidates, which need its SMs: CudaError where there is none.
+DeviceModel current_device_model();
+
 // The dispatcher's choice for `p` in `math` mode on `model` (rules measured on H100/H200; see
 // bench/gemm/DESIGN.md (dispatch)).
 Config choose(const Problem& p, MathMode math, const DeviceModel& model);
