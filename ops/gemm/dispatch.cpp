@@ -527,10 +527,11 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
       double best_rate = kSplitMinGain * filled(1);
       for (int s : {2, 3}) {
         if (p.k / s < 256 || tiles * s > 16 * sms) continue;
+        const double by_kernel = filled(s) * kernel_split_rate(s);
         const double in_cluster =
             double(tiles * s) / double(waves(tiles * s, model.slots(s)) * sms) * kernel_split_rate(s);
-        if (c_vectorisable(p) && filled(s) * kernel_split_rate(s) > best_rate)
-          best = s, best_rate = filled(s) * kernel_split_rate(s), best_reduce = SplitReduce::Kernel;
+        if (c_vectorisable(p) && by_kernel > best_rate)
+          best = s, best_rate = by_kernel, best_reduce = SplitReduce::Kernel;
         if (model.has_clusters() && in_cluster >= best_rate)
           best = s, best_rate = in_cluster, best_reduce = SplitReduce::Cluster;
       }
