@@ -362,12 +362,11 @@ void sweep(const GemmShape& s, MathMode math, const std::regex& only) {
     return std::string(line);
   };
   std::vector<R> rs;
-  // The dispatcher's pick is always timed (also where it lies outside the candidates' splits), beside those
-  // --only selects.
+  // The dispatcher's pick is always timed, and first (a sweep cut short still compares against it), also
+  // where it lies outside the candidates' splits; then those --only selects.
   std::vector<Config> configs = candidates(p0, math);
-  if (std::none_of(configs.begin(), configs.end(),
-                   [&](const Config& c) { return config_name(c) == config_name(chosen); }))
-    configs.insert(configs.begin(), chosen);
+  std::erase_if(configs, [&](const Config& c) { return config_name(c) == config_name(chosen); });
+  configs.insert(configs.begin(), chosen);
   for (const Config& c : configs) {
     if (!std::regex_search(config_name(c), only) && config_name(c) != config_name(chosen)) continue;
     auto fn = [&](const Problem& p) { launch(p, c, handles().stream); };
