@@ -51,7 +51,7 @@ std::optional<Config> short_k_tiles(const Problem& p, MathMode math, const Devic
   if (std::ceil(p.m / 64.0) * std::ceil(p.n / 64.0) < model.sm_count) return {};
   const bool b16 = b_runs16(p) && b_reg_stageable(p) && a_reg_stageable(p);
   // N of 64 or less: the ring only, where B's rows would otherwise be packed for the skinny-N rules' TMA
-  // tiles (16128x7x64: 0.38x cuBLAS packed, 1.38x on 64x64 tiles in place).
+  // tiles (the pack costs more than such a product).
   if (p.n <= 64 && b16) return {};
   Config c{Kernel::Simt64x64, 1, math};
   if (b16) {
@@ -112,9 +112,9 @@ std::optional<Config> skinny_n_swap(const Problem& p, MathMode math, const Devic
 // A C of a few 32x64 tiles (one side at most kTinyCMaxSide) over a long K: its blocks are K's splits, so K
 // splits past the other rules' cap of 32, up to kTinyCMaxSplit, to about two blocks per SM with at least
 // kNarrowMinSplitK of K each; on the 16-byte ring where A runs along k and B along n in aligned rows, else
-// the 4-byte ring, the splits added by the second kernel (H200, cuBLAS 1.0, on the 4-byte ring: 11x80x14832
-// TN 0.60 at split 32, 0.89 at 64; 51x27x11677 0.69, 1.00; 96x40x12000 0.81 on 64x64 tiles split 32, 1.15).
-// nullopt where the split would stay at 32 or less: the other rules' picks hold there.
+// the 4-byte ring, the splits added by the second kernel (at split 32 such a C's blocks leave SMs idle;
+// bench/gemm/DESIGN.md, section 3c). nullopt where the split would stay at 32 or less: the other rules' picks
+// hold there.
 std::optional<Config> tiny_c_long_k(const Problem& p, MathMode math, const DeviceModel& model) {
   if (math != MathMode::FP32 || p.batch != 1 || std::min(p.m, p.n) > kTinyCMaxSide) return {};
   const std::int64_t tiles = std::int64_t{(p.m + 31) / 32} * ((p.n + 63) / 64);
@@ -177,7 +177,7 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
       if (c.kernel == lanes.kernel && c.split_k == 1 && lanes_ready(p) && can_implement(p, lanes, model))
         return lanes;
       // So does the 4-byte cp.async ring, at any alignment: where the packed problem's pick is on it, the
-      // copy buys nothing (a batch of 254 316x158x356 products: 0.80x cuBLAS in place, 0.74x packed).
+      // copy buys nothing.
       if (c.staging == Staging::CpAsync && can_implement(p, c, model)) return c;
       c.pack = true;
       if (can_implement(p, c, model)) return c;
@@ -251,9 +251,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   const bool both_along_k = p.a_sk == 1 && p.a_sm != 1 && p.b_sk == 1 && p.b_sn != 1;
   // The 256x128 tile for K split `s` ways. Split, with both operands along k, the 16-deep tile (where the
   // big rule would take it unsplit): the split kernels that transpose both operands turn to the next tile
-  // late (the early turn would spill there), and the 16-deep tile turns half as often (H200, 512x12288x4096
-  // NT split 2: 0.904-0.922x cuBLAS against 0.890-0.910x 8 deep; 512x2048x8192 NT split 4: 0.944x against
-  // 0.926x).
+  // late (the early turn would spill there), and the 16-deep tile turns half as often (bench/gemm/DESIGN.md,
+  // section 3).
   auto big_tile_split = [&](int s) {
     return s > 1 && both_along_k && c_vectorisable(p) && !(edges256 && p.k <= 1024) && p.k >= 512
                ? Kernel::Simt256x128k16
@@ -261,9 +260,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   };
   // A batch of small products (each at most 512 on every side) over at least a wave of 64x64 tiles, or
   // over half a wave with K under kSmallBatchShortK: the batched rule below, before the few-tiles rule (whose
-  // split to four blocks per SM leaves under 48 of K a block there: 8x(245x225x134) 0.63x cuBLAS split 4 in
-  // a cluster, 0.98x unsplit; 5x(336x129x222) 1.03x split 4, 0.88x unsplit; H200) and the skinny-N rules
-  // (whose 128-row tiles lie largely outside such products).
+  // split to four blocks per SM leaves under 48 of K a block there) and the skinny-N rules (whose 128-row
+  // tiles lie largely outside such products).
   const bool small_batch = p.batch > 1 && p.m <= 512 && p.n <= 512 && p.k <= 512 &&
                            (blocks(64, 64) >= sms || (2 * blocks(64, 64) >= sms && p.k < kSmallBatchShortK));
   Config c;
@@ -282,8 +280,7 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   //   - in a cluster: a wave is as many blocks as fit in whole clusters (DeviceModel::slots), and ks / (ks
   //     + kBlockFixedK) for ks of K per split: each block's fixed cost and its share of the reduction;
   //   - by the second kernel: a wave is a block per SM, and the split runs at kernel_split_rate. Where
-  //     cluster sizes leave SMs out of every wave this fills them (H200, 2048x768x3072: 128x128 split 4
-  //     0.95x cuBLAS, 0.74x in a cluster, whose 384 blocks take four waves of 120).
+  //     cluster sizes leave SMs out of every wave this fills them.
   //   - the two-per-SM tiles' splits, added by the second kernel: waves of two blocks an SM, an SM left with
   //     one running it at kTile128x2LoneRate or kTmaLoneBlockRate (paired); ks / (ks + kBlockFixedK), and
   //     kernel_split_rate for the 128x128 tile. Under 3/4 of a wave the TMA tile is not weighed on packed
@@ -296,9 +293,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
   // transformer block's products and of two-wave grids (bench/gemm/DESIGN.md, the wave model;
   // scripts/fit_dispatch.py).
   // The 16-deep 128x128 tile's rate in the wave models; with both operands along k and K of 2048 or more
-  // (where the main loop outweighs the fixed costs), kBAlongKTile128Rate of that (512x2048x8192 NT: split 2
-  // in a cluster 0.87-0.91x cuBLAS, the 256x128 tile split 4 0.94x; at K of 768-1024 the 128x128 tile split
-  // 4 stays ahead: 512x3072x1024 NT 0.96x against 0.86x).
+  // (where the main loop outweighs the fixed costs), kBAlongKTile128Rate of that (at shorter K the 128x128
+  // tile stays ahead of the 256x128 tile's splits; bench/gemm/DESIGN.md, section 3).
   const double tile128_rate = kTile128Rate * (both_along_k && p.k >= 2048 ? kBAlongKTile128Rate : 1.0);
   auto aligned_wave_model = [&](bool two_waves) {
     constexpr int kSplits[] = {1, 2, 3, 4, 6, 8};
@@ -401,13 +397,11 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     if (p.m <= 32 && p.batch == 1 && row >= kNarrowMinTiles &&
         (row >= 32 || row_split == 1 || row * row_split >= sms)) {
       // One row of 32x128 tiles (M of 32 or less; a skinny N runs so swapped): K split to the block count
-      // nearest kNarrowBlocksPerSm per SM, the splits added by the second kernel (13x10800x384 0.50x cuBLAS
-      // at split 2, 0.84-0.91x at 4-8; 16x3952x12848 0.56x on 32x64 tiles split 4, 1.12x on 32x128 split 16;
-      // H200). A row of under 32 tiles that splits yet stays under a block per SM (a short K caps the split)
-      // takes the few-tiles rule below: 32x64 tiles, twice the blocks, reduced in a cluster (8x1536x512 NT
-      // 0.95x here, 1.12-1.19x there; 2x1552x576 2.2x, 3.7x). Unsplit rows keep these tiles: on the 32x64
-      // tiles a K of a few elements gets packed operands or the 16-byte ring, which lost (9x3280x6 2.7x
-      // here, 1.25x there).
+      // nearest kNarrowBlocksPerSm per SM, the splits added by the second kernel (a row of tiles needs deep
+      // splits to fill the card). A row of under 32 tiles that splits yet stays under a block per SM (a
+      // short K caps the split) takes the few-tiles rule below: 32x64 tiles, twice the blocks, reduced in a
+      // cluster. Unsplit rows keep these tiles: on the 32x64 tiles a K of a few elements gets packed
+      // operands or the 16-byte ring, which lost there (bench/gemm/DESIGN.md, section 3c).
       c = one_row(p, model);
       reduce = c.reduce;
     } else if (blocks(32, 128) < 32 || (p.n <= 64 && p.batch > 1)) {
@@ -462,8 +456,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
       if (c.split_k <= kMaxClusterSplit) reduce = SplitReduce::Cluster;
     } else if (p.m >= 256 && p.n >= 256 && p.k >= 256) {
       // The same with other layouts: 32x128 tiles on the 4-byte ring, K split to about eight blocks per SM
-      // down to 64 of K, added by the second kernel (H200: 317x855x2513 0.36x cuBLAS unsplit, 0.72x split 8;
-      // 481x309x587 1.15x split 8, 0.72x split 2 in a cluster).
+      // down to 64 of K, added by the second kernel (unsplit, such grids leave SMs idle, and split 2 in a
+      // cluster fills too few of them).
       c.kernel = Kernel::Simt32x128;
       c.split_k = split_for(blocks(32, 128), 8 * sms, 64);
       c.staging = Staging::CpAsync;
@@ -495,10 +489,9 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     // Big problems: 256x128 tiles of 16x8 threads (the fewest shared-memory reads per FMA), register-staged;
     // 16 deep, but 8 deep where C is not in float4 runs, where a K of at most 1024 leaves edge tiles, or
     // where K is under 512. Where a quarter of their area or more lies outside C (M of 128, say) the wave
-    // model below weighs that waste (128x15056x13680: 0.49x cuBLAS on 256x128 tiles, 0.85x on 128x128).
-    // With both operands along k, unsplit, the 8-deep tile: its loop then turns early as the 16-deep one's
-    // does, and ran 6-9 % faster at every shape measured (H200: 1024x4096x4096 NT 1.020x cuBLAS against 0.957x,
-    // 896x12032x3296 NT 0.955x against 0.878x, 1424x5120x4880 NT 0.944x against 0.887x).
+    // model below weighs that waste. With both operands along k, unsplit, the 8-deep tile: its loop then
+    // turns early as the 16-deep one's does, and ran faster at every shape measured (bench/gemm/DESIGN.md,
+    // section 3).
     c.kernel = c_vectorisable(p) && !(edges256 && p.k <= 1024) && p.k >= 512 && !both_along_k
                    ? Kernel::Simt256x128k16
                    : Kernel::Simt256x128;
@@ -515,13 +508,11 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     } else if (filled(1) < 0.9) {
       // A last wave that leaves SMs idle (under 90 % of the waves' slots filled): K split in 2 or 3 where
       // that fills enough more of them (big_tile_split's tile), reduced in a cluster or by the second kernel.
-      // Either way a split runs at kernel_split_rate of the unsplit rate (a fit; see bench/gemm/DESIGN.md
-      // (dispatch); the cluster's splits measured 0.949 - 35 / ks for ks of K a split, the same curve),
-      // against the slots it fills: one block per SM for the second kernel, whole clusters for a cluster. A
-      // cluster is taken where it fills as many (it saves the second kernel's pass over C: 512x12288x4096 NT
-      // split 2 0.925x cuBLAS in a cluster, 0.904x by the second kernel), and the second kernel never where
-      // C does not take float4 runs (3071x3073x1023 packed, split 2: 0.89x in a cluster, 0.77x by the
-      // kernel). A split must promise kSplitMinGain to be taken.
+      // Either way a split runs at kernel_split_rate of the unsplit rate (the cluster's splits were measured
+      // on the same curve; bench/gemm/DESIGN.md, section 3), against the slots it fills: one block per SM for
+      // the second kernel, whole clusters for a cluster. A cluster is taken where it fills as many (it saves
+      // the second kernel's pass over C), and the second kernel never where C does not take float4 runs
+      // (its pass over C then runs on scalar stores). A split must promise kSplitMinGain to be taken.
       int best = 1;
       SplitReduce best_reduce = SplitReduce::Kernel;
       double best_rate = kSplitMinGain * filled(1);
@@ -550,8 +541,7 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
     // of 65-96). The 128-wide tiles the rules below take lie largely outside such products, and their one or
     // two blocks per SM wait on a short k-loop.
     // The product runs swapped (Config::swap) where that puts kSmallBatchSwapGain more of the tiles' area
-    // inside C: a narrow N under 64-wide tiles (40x(495x87x320): 0.64x, 0.74-0.76x swapped; 254x(89x32x101)
-    // NT 0.77x, 0.87-0.90x; H200).
+    // inside C: a narrow N under 64-wide tiles (edge tiles computing mostly outside C).
     auto rows_inside = [](int m, int bm) { return double(m) / (double((m + bm - 1) / bm) * bm); };
     auto tile_for = [&](int m) {
       return m < kSmallBatchMinM && rows_inside(m, 32) >= rows_inside(m, 64) + 0.1 ? Kernel::Simt32x64
@@ -600,8 +590,8 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
       // fixed cost at ks of K a split). The two-per-SM tile's waves hold two blocks an SM, and an SM left
       // with one block runs it at kLoneBlockRate of its two-block throughput, so a last wave under one block
       // per SM costs 1 / kLoneBlockRate of a block's time, not 2; the 16-deep tile holds one block an SM at
-      // kDeepTileRate of the two-per-SM tile's rate. (Odd extents over few tiles, H200: 99x11863x5754 0.62x
-      // cuBLAS at split 2 of the two-per-SM tile, 0.81x at split 8, 0.84x on the 16-deep tile split 4.)
+      // kDeepTileRate of the two-per-SM tile's rate (odd extents over few tiles need the deep splits this
+      // weighs; bench/gemm/DESIGN.md, section 3a).
       const std::int64_t tiles = blocks(128, 128);
       double best = 0;
       for (int s : {1, 2, 3, 4, 6, 8, 12, 16}) {
