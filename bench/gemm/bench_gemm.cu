@@ -362,8 +362,8 @@ void sweep(const GemmShape& s, MathMode math, const std::regex& only) {
     return std::string(line);
   };
   std::vector<R> rs;
-  // The dispatcher's pick is always timed, and first (a sweep cut short still compares against it), also
-  // where it lies outside the candidates' splits; then those --only selects.
+  // The dispatcher's pick is timed first (so a sweep cut short still has it), whether or not it is among the
+  // candidates; then the candidates --only selects.
   std::vector<Config> configs = candidates(p0, math);
   std::erase_if(configs, [&](const Config& c) { return config_name(c) == config_name(chosen); });
   configs.insert(configs.begin(), chosen);

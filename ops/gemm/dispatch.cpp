@@ -509,7 +509,7 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
       // A last wave that leaves SMs idle (under 90 % of the waves' slots filled): K split in 2 or 3 where
       // that fills enough more of them (big_tile_split's tile), reduced in a cluster or by the second kernel.
       // Either way a split runs at kernel_split_rate of the unsplit rate (the cluster's splits were measured
-      // on the same curve; bench/gemm/DESIGN.md, section 3), against the slots it fills: one block per SM for
+      // on the same curve; bench/gemm/DESIGN.md, section 7), against the slots it fills: one block per SM for
       // the second kernel, whole clusters for a cluster. A cluster is taken where it fills as many (it saves
       // the second kernel's pass over C), and the second kernel never where C does not take float4 runs
       // (its pass over C then runs on scalar stores). A split must promise kSplitMinGain to be taken.
