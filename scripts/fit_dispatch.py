@@ -29,7 +29,7 @@ tile, unsplit or split in a cluster (not the 256x128 tile's in two waves) or by 
 two-per-SM tiles, unsplit or split by the second kernel, 128 of K a split or more:
 
     - the one-block tiles as the rule has them: rate 1 and kTile128Rate; in a cluster, waves of the
-      DeviceModel's cluster slots (the H200 table in dispatch.cpp) and ks / (ks + fixed); by the second
+      DeviceModel's cluster slots (the H200 table in can_implement.cpp) and ks / (ks + fixed); by the second
       kernel, waves of one block an SM and kernel_split_rate x K / (K + fixed);
     - the TMA tile: rate tma (kTmaTileRate), x unsplit (kTmaUnsplitRate) unsplit; waves of two blocks an SM, a
       last wave of at most one an SM taking 1 / tma_lone (kTmaLoneBlockRate) of a block's time; ks / (ks +
@@ -55,7 +55,7 @@ NAMES = {"lone": "kLoneBlockRate", "deep": "kDeepTileRate", "a": "kSplitRateBase
          "fixed": "kBlockFixedK", "tile128": "kTile128Rate", "tma": "kTmaTileRate",
          "tma_lone": "kTmaLoneBlockRate", "unsplit": "kTmaUnsplitRate", "two": "kTile128x2Rate",
          "two_lone": "kTile128x2LoneRate"}
-DISPATCH_FILE = os.path.join(os.path.dirname(HEADER_FILE), "..", "dispatch.cpp")
+MODELS_FILE = os.path.join(os.path.dirname(HEADER_FILE), "..", "can_implement.cpp")
 TWO = "simt_128x128x8_w64x32_t8x8_s4_2cta"
 DEEP = "simt_128x128x16_w64x32_t8x8_s3"
 HEADER = re.compile(r"^sweep (?:(\d+)x\()?(\d+)x(\d+)x(\d+)\)?(?: (NT|TN|TT))? (\S+): ")
@@ -156,8 +156,8 @@ TILE = {"256x128x8_w64x64_t16x8_s3": "256", "256x128x16_w64x64_t16x8_s3": "256",
         "128x128x8_w64x32_t8x8_s4_2cta": "two"}
 
 
-def h200_cluster_slots(path=DISPATCH_FILE):
-    """DeviceModel::h100()'s cluster_slots (the H200 model shares them), from dispatch.cpp."""
+def h200_cluster_slots(path=MODELS_FILE):
+    """DeviceModel::h100()'s cluster_slots (the H200 model shares them), from can_implement.cpp."""
     m = re.search(r"cluster_slots = \{([\d, ]+)\}", open(path).read())
     if not m:
         sys.exit("fit_dispatch: cluster_slots not found in %s" % path)
