@@ -259,9 +259,10 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
                : Kernel::Simt256x128;
   };
   // A batch of small products (each at most 512 on every side) over at least a wave of 64x64 tiles, or
-  // over half a wave with K under kSmallBatchShortK: the batched rule below, before the few-tiles rule (whose
-  // split to four blocks per SM leaves under 48 of K a block there) and the skinny-N rules (whose 128-row
-  // tiles lie largely outside such products).
+  // over half a wave with K under kSmallBatchShortK: the batched rule below, before the small-M rule (its
+  // rows of 32x128 tiles serve one product against a big B), the few-tiles rule (whose split to four blocks
+  // per SM leaves under 48 of K a block there) and the skinny-N rules (whose 128-row tiles lie largely
+  // outside such products).
   const bool small_batch = p.batch > 1 && p.m <= 512 && p.n <= 512 && p.k <= 512 &&
                            (blocks(64, 64) >= sms || (2 * blocks(64, 64) >= sms && p.k < kSmallBatchShortK));
   Config c;
@@ -388,9 +389,10 @@ Config choose_for(const Problem& p, MathMode math, const DeviceModel& model, boo
         if (rate > best) best = rate, c.kernel = o.kernel, c.split_k = s;
       }
     }
-  } else if (p.m <= 64) {
+  } else if (p.m <= 64 && !small_batch) {
     // Small M: the cp.async ring (its deeper prefetch hides more of a short K range's latency than register
-    // staging).
+    // staging). Not a batch of small products (small_batch above): the batched rule's 64x64 tiles ran ahead
+    // of these rows of 32x128 tiles there (bench/gemm/DESIGN.md, section 3c).
     c.staging = Staging::CpAsync;
     const std::int64_t row = blocks(32, 128);
     const int row_split = split_nearest(p, row, model);

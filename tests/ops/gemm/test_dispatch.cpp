@@ -375,6 +375,20 @@ TEST_P(GemmDispatchHopper, F32_SmallBatchOverHalfAWaveTakesTheBatchedRule) {
   EXPECT_EQ(pick(dense(336, 129, kSmallBatchShortK - 1, 5)).split_k, 1);
 }
 
+// A batch of small products with M of 64 or less takes the batched rule too, not the small-M rule's one row
+// of 32x128 tiles (made for a single product against a big B).
+TEST_P(GemmDispatchHopper, F32_SmallBatchOfFewRowsTakesTheBatchedRule) {
+  for (const Problem& p : {dense(41, 267, 105, 25), dense(48, 309, 91, 25), dense(39, 226, 45, 98),
+                           dense(56, 57, 49, 127), dense(42, 69, 50, 214)}) {
+    SCOPED_TRACE(std::to_string(p.batch) + "x(" + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
+                 std::to_string(p.k) + ")");
+    const Config c = pick(p);
+    EXPECT_EQ(c.kernel, Kernel::Simt64x64) << config_name(c);
+    EXPECT_EQ(c.staging, Staging::CpAsync) << config_name(c);
+    EXPECT_FALSE(c.swap) << config_name(c);
+  }
+}
+
 // B along k (x W^T) is copied along n where each of its elements feeds kBAlongNMinRows FMAs or more and the
 // copied problem takes a register-staged tile of 128x128 or over, or a TMA tile: that problem's pick, with
 // b_along_n.
