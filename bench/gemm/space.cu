@@ -328,10 +328,20 @@ int run_space(int argc, char** argv) {
     if (r.valid) sorted.push_back(r);
   std::sort(sorted.begin(), sorted.end(), [](const Result& a, const Result& b) { return a.ratio < b.ratio; });
   std::printf("10 worst:\n");
-  for (std::size_t i = 0; i < std::min<std::size_t>(10, sorted.size()); ++i)
+  const std::size_t worst = std::min<std::size_t>(10, sorted.size());
+  for (std::size_t i = 0; i < worst; ++i)
     std::printf("  %6.3fx  %-11s %-26s %9.4f ms (cuBLAS %9.4f)  %s\n", sorted[i].ratio,
                 sorted[i].s.part.c_str(), sorted[i].s.name().c_str(), sorted[i].mt_ms, sorted[i].cublas_ms,
                 sorted[i].config.c_str());
+  // The same shapes as --sweep arguments (M,N,K,BATCH,LAYOUT), so every candidate for them can be timed next.
+  if (worst > 0) {
+    std::printf("their sweep: bench_gemm --math=%s", math_mode_name(math));
+    for (std::size_t i = 0; i < worst; ++i) {
+      const SpaceShape& w = sorted[i].s;
+      std::printf(" --sweep=%d,%d,%d,%d,%c%c", w.m, w.n, w.k, w.batch, w.ta ? 'T' : 'N', w.tb ? 'T' : 'N');
+    }
+    std::printf("\n");
+  }
   if (tune) {
     std::sort(sorted.begin(), sorted.end(),
               [](const Result& a, const Result& b) { return a.tuned_ratio < b.tuned_ratio; });
