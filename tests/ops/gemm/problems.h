@@ -3,10 +3,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "minitensor/ops/gemm/detail/problem.h"
 
 namespace mt::detail::gemm::test {
+
+// "MxNxK", or "Bx(MxNxK)" for a batch: the problem's name in a test's trace, as bench_gemm names shapes.
+inline std::string shape_name(const Problem& p) {
+  const std::string s = std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k);
+  return p.batch > 1 ? std::to_string(p.batch) + "x(" + s + ")" : s;
+}
 
 // A row-major m x n x k problem in dense rows.
 inline Problem dense_rows(int m, int n, int k) {

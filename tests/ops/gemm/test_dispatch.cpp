@@ -24,6 +24,7 @@ namespace {
 using test::dense;
 using test::dense_rows;
 using test::rows;
+using test::shape_name;
 
 // ---------------------------------------------------------------- device models
 
@@ -380,8 +381,7 @@ TEST_P(GemmDispatchHopper, F32_SmallBatchOverHalfAWaveTakesTheBatchedRule) {
 TEST_P(GemmDispatchHopper, F32_SmallBatchOfFewRowsTakesTheBatchedRule) {
   for (const Problem& p : {dense(41, 267, 105, 25), dense(48, 309, 91, 25), dense(39, 226, 45, 98),
                            dense(56, 57, 49, 127), dense(42, 69, 50, 214)}) {
-    SCOPED_TRACE(std::to_string(p.batch) + "x(" + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
-                 std::to_string(p.k) + ")");
+    SCOPED_TRACE(shape_name(p));
     const Config c = pick(p);
     EXPECT_EQ(c.kernel, Kernel::Simt64x64) << config_name(c);
     EXPECT_EQ(c.staging, Staging::CpAsync) << config_name(c);
@@ -401,8 +401,7 @@ TEST_P(GemmDispatchHopper, F32_BAlongKUnderATallMIsCopiedAlongN) {
   };
   for (const Problem& p : {nt(8192, 4096, 4096), nt(2048, 768, 3072), nt(2048, 264, 520),
                            nt(512, 3072, 1024, 4), nt(1024, 4096, 1024, 2, true)}) {
-    SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + " batch " +
-                 std::to_string(p.batch) + (p.b_sb == 0 ? " B broadcast" : ""));
+    SCOPED_TRACE(shape_name(p) + (p.b_sb == 0 ? " B broadcast" : ""));
     const bool copies = double(p.m) * p.batch / batches_of(p.b_sb, p.batch) >= kBAlongNMinRows;
     const Config got = pick(p);
     EXPECT_EQ(got.b_along_n, copies) << config_name(got);
@@ -857,8 +856,7 @@ TEST_P(GemmDispatchHopper, F32_TinyCLongKSplitsPast32) {
   for (const Problem& p : {tn, dense_rows(51, 27, 11677), dense_rows(96, 40, 12000),
                            dense_rows(20, 100, 20000), dense_rows(3, 17, 9022), dense_rows(64, 128, 8192)}) {
     const Config c = pick(p);
-    SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + ": " +
-                 config_name(c));
+    SCOPED_TRACE(shape_name(p) + ": " + config_name(c));
     EXPECT_EQ(c.kernel, Kernel::Simt32x64);
     EXPECT_EQ(c.staging, ring16_ready(p) ? Staging::CpAsync16 : Staging::CpAsync);
     EXPECT_EQ(c.split_k, 64);
@@ -905,8 +903,7 @@ TEST(GemmDispatchA100, PicksExistOnTheArch) {
   for (const Problem& p : problems) {
     for (MathMode math : {MathMode::FP32, MathMode::TF32, MathMode::TF32x3}) {
       const Config c = choose(p, math, a);
-      SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + " " +
-                   math_mode_name(math) + ": " + config_name(c));
+      SCOPED_TRACE(shape_name(p) + " " + math_mode_name(math) + ": " + config_name(c));
       EXPECT_TRUE(can_implement(p, c, a));
       EXPECT_NE(c.kernel, Kernel::Wgmma);
       EXPECT_FALSE(is_tma_kernel(c.kernel));
@@ -1043,7 +1040,7 @@ TEST(GemmDispatch, Swap_CanImplementAndCandidates) {
   Problem tn = dense_rows(12222, 17, 789);
   tn.a_sm = 1, tn.a_sk = 12222;
   for (const Problem& p : {dense_rows(5978, 20, 15666), tn, dense_rows(300, 64, 777)}) {
-    SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k));
+    SCOPED_TRACE(shape_name(p));
     const std::vector<Config> all = swaps(p, MathMode::FP32);
     ASSERT_FALSE(all.empty());
     for (const Config& c : all) {

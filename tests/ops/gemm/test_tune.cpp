@@ -20,6 +20,7 @@ namespace mt::detail::gemm {
 namespace {
 
 using test::dense_rows;
+using test::shape_name;
 
 TuneDevice h100_device() {
   return TuneDevice{"NVIDIA H100 80GB HBM3", 132, 12040, "0.1.0"};
@@ -133,8 +134,7 @@ TEST(GemmTune, CandidatesStartWithThePickAndCanRun) {
     for (const Problem& p : {dense_rows(349, 5842, 7), dense_rows(4096, 4096, 4096), qkv, batched,
                              dense_rows(127, 129, 255), dense_rows(1, 14160, 208)})
       for (MathMode math : {MathMode::FP32, MathMode::TF32}) {
-        SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + " " +
-                     math_mode_name(math));
+        SCOPED_TRACE(shape_name(p) + " " + math_mode_name(math));
         const std::vector<Config> list = tune_candidates(p, math, model);
         ASSERT_FALSE(list.empty());
         EXPECT_LE(list.size(), 6u);
