@@ -889,17 +889,28 @@ TEST(Gemm, F32_RowsC_EveryAlignment_Batched) {
       }
 }
 
-// The 256x128 tile's lane-loader ring (Staging::CpAsync with A along k and B along n: LaneLoaderK / X) at
-// every edge it handles: K below one tile, K ending inside a tile, fewer tiles than ring slots; edge tiles
-// along m and n whose outside rows and columns read the tile before them (m0, n0 >= the tile) or the last
-// row and column (a single tile), among them one-row and one-column tiles; operands at offset 1 in odd rows;
-// C in rows with float4 runs (n % 4 == 0) or without (store_rows); a batch of 2 with B broadcast; beta 0 over
-// a NaN-filled C, or beta -1.5 with a bias and relu.
+// The tiles built with lane loaders (Staging::CpAsync unsplit: LaneLoaderK / X) and the layouts each takes
+// them in: the 256x128 and 32x128 tiles A along k and B along n only, the 64x64 and 32x64 tiles every
+// layout of operands contiguous along one dimension (A along k or m, B along n or k; lanes_layout).
+struct LaneTile {
+  detail::gemm::Kernel kernel;
+  bool every_layout;
+};
+constexpr LaneTile kLaneTiles[] = {{detail::gemm::Kernel::Simt256x128, false},
+                                   {detail::gemm::Kernel::Simt32x128, false},
+                                   {detail::gemm::Kernel::Simt64x64, true},
+                                   {detail::gemm::Kernel::Simt32x64, true}};
+
+// The lane-loader ring on every tile and layout built with it, at every edge it handles: K below one tile, K
+// ending inside a tile, fewer tiles than ring slots; edge tiles along m and n whose outside rows and columns
+// read the tile before them (m0, n0 >= the tile) or the last row and column (a single tile), among them
+// one-row and one-column tiles; operands at offset 1 in odd rows, or transposed (odd leading dimensions);
+// C in rows with float4 runs (n % 4 == 0) or without (store_rows); a batch of 2 with B broadcast; beta 0
+// over a NaN-filled C, or beta -1.5 with a bias and relu.
 TEST(Gemm, F32_LaneRing_EdgesAndKTails) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   const Device d = Device::cuda(0);
-  const Config cfg{Kernel::Simt256x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
   struct Case {
     std::int64_t m, n, k;
     Layout layout;
@@ -910,59 +921,80 @@ TEST(Gemm, F32_LaneRing_EdgesAndKTails) {
                         {300, 257, 7, Layout::Offset1, 2},     {513, 385, 23, Layout::Offset1, 1},
                         {511, 129, 17, Layout::Contiguous, 2}, {260, 132, 31, Layout::Offset1, 1},
                         {260, 132, 48, Layout::Contiguous, 1}, {767, 641, 100, Layout::Offset1, 1}};
-  for (const Case& t : cases)
-    for (float beta : {0.f, -1.5f}) {
-      SCOPED_TRACE(std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k) + " batch " +
-                   std::to_string(t.batch) + " " + test::layout_name(t.layout) + " beta " +
-                   std::to_string(beta));
-      const Tensor a = test::make_input(InputSpec{Shape{t.batch, t.m, t.k}, t.layout}, 91, d);
-      const Tensor b = test::make_input(InputSpec{Shape{t.k, t.n}, t.layout}, 92, d);
-      const Tensor bias = test::make_input(InputSpec{Shape{t.n}}, 93, d);
-      const Tensor c0 = test::make_input(InputSpec{Shape{t.batch, t.m, t.n}}, 94, d);
-      Guarded g(Shape{t.batch, t.m, t.n}, DType::F32, d);  // NaN-filled
-      if (beta != 0.f) g.view().copy_(c0);
-      Problem p = problem_2d(a.select(0, 0), b, g.view().select(0, 0));
-      p.batch = t.batch;
-      p.a_sb = a.stride(0), p.b_sb = 0, p.c_sb = g.view().stride(0);
-      p.alpha = -1.5f, p.beta = beta;
-      if (beta != 0.f) p.bias = bias.data<float>(), p.act = Activation::Relu;
-      ASSERT_TRUE(lanes_ready(p));
-      ASSERT_TRUE(can_implement(p, cfg));
-      launch(p, cfg, detail::stream_for(d));
-      EXPECT_EQ(g.check(), "");
-      const std::vector<float> bv = bias.to_vector<float>();
-      expect_entries_match(g.view(), a, b, c0, beta != 0.f ? &bv : nullptr, p);
+  for (const LaneTile& tile : kLaneTiles)
+    for (const int lanes : {0, 1, 2, 3}) {
+      if (lanes != 0 && !tile.every_layout) continue;
+      const Config cfg{tile.kernel, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
+      for (const Case& t : cases)
+        for (float beta : {0.f, -1.5f}) {
+          SCOPED_TRACE(std::string(kernel_name(tile.kernel)) + " lanes layout " + std::to_string(lanes) +
+                       " " + std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k) +
+                       " batch " + std::to_string(t.batch) + " " + test::layout_name(t.layout) + " beta " +
+                       std::to_string(beta));
+          const Layout la = lanes & 1 ? Layout::Transposed : t.layout;
+          const Layout lb = lanes & 2 ? Layout::Transposed : t.layout;
+          const Tensor a = test::make_input(InputSpec{Shape{t.batch, t.m, t.k}, la}, 91, d);
+          const Tensor b = test::make_input(InputSpec{Shape{t.k, t.n}, lb}, 92, d);
+          const Tensor bias = test::make_input(InputSpec{Shape{t.n}}, 93, d);
+          const Tensor c0 = test::make_input(InputSpec{Shape{t.batch, t.m, t.n}}, 94, d);
+          Guarded g(Shape{t.batch, t.m, t.n}, DType::F32, d);  // NaN-filled
+          if (beta != 0.f) g.view().copy_(c0);
+          Problem p = problem_2d(a.select(0, 0), b, g.view().select(0, 0));
+          p.batch = t.batch;
+          p.a_sb = a.stride(0), p.b_sb = 0, p.c_sb = g.view().stride(0);
+          p.alpha = -1.5f, p.beta = beta;
+          if (beta != 0.f) p.bias = bias.data<float>(), p.act = Activation::Relu;
+          // A one-row or one-column operand has unit strides along both dimensions and reads as the plain
+          // layout.
+          if (t.m > 1 && t.n > 1 && t.k > 1) {
+            ASSERT_EQ(lanes_layout(p), lanes);
+          }
+          ASSERT_TRUE(can_implement(p, cfg));
+          launch(p, cfg, detail::stream_for(d));
+          EXPECT_EQ(g.check(), "");
+          const std::vector<float> bv = bias.to_vector<float>();
+          expect_entries_match(g.view(), a, b, c0, beta != 0.f ? &bv : nullptr, p);
+        }
     }
 }
 
 // An Inf in A's last row and a NaN in B's last column, both read in the tile that holds the end of K, reach
-// only that row and column of C through the lane-loader ring: the rows and columns the edge tiles read from
-// inside the matrix in place of the outside ones, and the zeros past K, carry them nowhere else.
+// only that row and column of C through the lane-loader ring, on every tile and layout built with it: the
+// rows and columns the edge tiles read from inside the matrix in place of the outside ones, and the zeros
+// past K, carry them nowhere else.
 TEST(Gemm, F32_LaneRing_NonFiniteStayInTheirRowAndColumn) {
   MT_REQUIRE_GPU();
   using namespace detail::gemm;
   const Device d = Device::cuda(0);
   const std::int64_t m = 513, n = 257, k = 21;
-  const Config cfg{Kernel::Simt256x128, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
-  Tensor a = test::make_input(InputSpec{Shape{m, k}, Layout::Offset1}, 95, d);
-  Tensor b = test::make_input(InputSpec{Shape{k, n}, Layout::Offset1}, 96, d);
-  a.narrow(0, m - 1, 1).narrow(1, k - 2, 1).fill_(std::numeric_limits<double>::infinity());
-  b.narrow(0, k - 1, 1).narrow(1, n - 1, 1).fill_(std::numeric_limits<double>::quiet_NaN());
-  Guarded g(Shape{m, n}, DType::F32, d);
-  Problem p = problem_2d(a, b, g.view());
-  ASSERT_TRUE(can_implement(p, cfg));
-  launch(p, cfg, detail::stream_for(d));
-  EXPECT_EQ(g.check(), "");
-  const MatD got = to_double(g.view());
-  for (Eigen::Index j = 0; j < n; ++j) EXPECT_FALSE(std::isfinite(got(m - 1, j))) << "row " << m - 1;
-  for (Eigen::Index i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(got(i, n - 1))) << "row " << i;
-  // The rest against float64 over the finite part of the operands.
-  const MatD ad = to_double(a).topRows(m - 1), bd = to_double(b).leftCols(n - 1);
-  ErrorStats s;
-  double e2 = 0, s2 = 0;
-  accumulate_errors(MatD(got.topLeftCorner(m - 1, n - 1)), ad, bd, nullptr, nullptr, 1.f, 0.f,
-                    Activation::None, 1.0, s, e2, s2);
-  EXPECT_EQ(s.n_bad, 0) << s.str();
+  for (const LaneTile& tile : kLaneTiles)
+    for (const int lanes : {0, 1, 2, 3}) {
+      if (lanes != 0 && !tile.every_layout) continue;
+      SCOPED_TRACE(std::string(kernel_name(tile.kernel)) + " lanes layout " + std::to_string(lanes));
+      const Config cfg{tile.kernel, 1, MathMode::FP32, SplitReduce::Kernel, Staging::CpAsync};
+      Tensor a =
+          test::make_input(InputSpec{Shape{m, k}, lanes & 1 ? Layout::Transposed : Layout::Offset1}, 95, d);
+      Tensor b =
+          test::make_input(InputSpec{Shape{k, n}, lanes & 2 ? Layout::Transposed : Layout::Offset1}, 96, d);
+      a.narrow(0, m - 1, 1).narrow(1, k - 2, 1).fill_(std::numeric_limits<double>::infinity());
+      b.narrow(0, k - 1, 1).narrow(1, n - 1, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+      Guarded g(Shape{m, n}, DType::F32, d);
+      Problem p = problem_2d(a, b, g.view());
+      ASSERT_EQ(lanes_layout(p), lanes);
+      ASSERT_TRUE(can_implement(p, cfg));
+      launch(p, cfg, detail::stream_for(d));
+      EXPECT_EQ(g.check(), "");
+      const MatD got = to_double(g.view());
+      for (Eigen::Index j = 0; j < n; ++j) EXPECT_FALSE(std::isfinite(got(m - 1, j))) << "row " << m - 1;
+      for (Eigen::Index i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(got(i, n - 1))) << "row " << i;
+      // The rest against float64 over the finite part of the operands.
+      const MatD ad = to_double(a).topRows(m - 1), bd = to_double(b).leftCols(n - 1);
+      ErrorStats s;
+      double e2 = 0, s2 = 0;
+      accumulate_errors(MatD(got.topLeftCorner(m - 1, n - 1)), ad, bd, nullptr, nullptr, 1.f, 0.f,
+                        Activation::None, 1.0, s, e2, s2);
+      EXPECT_EQ(s.n_bad, 0) << s.str();
+    }
 }
 
 // The 16-byte cp.async ring (Staging::CpAsync16) on every tile built with it: K odd inside 16-byte aligned

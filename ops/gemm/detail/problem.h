@@ -147,10 +147,17 @@ inline bool ring16_ready(const Problem& p) {
   return p.a_sk == 1 && (p.a_sm % 4 == 0 || p.m == 1) && (p.a_sb % 4 == 0 || p.batch == 1) &&
          aligned16(p.a) && b_vectorisable(p);
 }
-// The problems the lane loaders take (the 256x128 tile's Staging::CpAsync, unsplit: A contiguous along k and
-// B along n, any leading dimension and alignment).
+// The layout the lane loaders (Staging::CpAsync, unsplit, on the tiles built with them) read `p` in, at any
+// leading dimension and alignment: bit 0 A contiguous along m (else along k), bit 1 B contiguous along k
+// (else along n); -1 where an operand is contiguous along neither of its dimensions.
+inline int lanes_layout(const Problem& p) {
+  const int a = p.a_sk == 1 ? 0 : p.a_sm == 1 ? 1 : -1;
+  const int b = p.b_sn == 1 ? 0 : p.b_sk == 1 ? 2 : -1;
+  return a < 0 || b < 0 ? -1 : a + b;
+}
+// The layout every tile with lane loaders takes them in (the 256x128 tile's only): A along k, B along n.
 inline bool lanes_ready(const Problem& p) {
-  return p.a_sk == 1 && p.b_sn == 1;
+  return lanes_layout(p) == 0;
 }
 
 // The row strides the TMA descriptors take: a single row of A (or of B) may have any stride, and counts as a

@@ -50,13 +50,14 @@ void allow_smem(Kern* kernel, std::size_t bytes) {
 //                 on k. Runs are one 16-byte load each (vector_runs), or with kScalarRuns 4 scalar loads.
 // Shared memory per block: STAGES (2 for kLoadRegs) * BK * (BM + BN + 2 * kPad) * 4 bytes, with A's stage
 // BM * (BK + kPad) for kLoadKMajorA.
-//   kLoadLanes    the ring of 4-byte copies for A contiguous along k and B along n, any leading dimension and
-//                 alignment (LaneLoaderK / LaneLoaderX: the lanes along each operand's contiguous dimension,
-//                 no predicate inside K), turned early like the register-staged loop: tile t + 1's wait and
-//                 barrier come once tile t's last k-row's fragments are loaded, and tile t's first k-rows
-//                 issue tile t + STAGES - 1 into tile t - 1's slot. Unsplit only.
-constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadLanes = 3, kLoadRegs = 4,
-              kScalarRuns = 4;
+//   kLoadLanes + lanes_layout (bit 0: A contiguous along m, bit 1: B contiguous along k)
+//                 the ring of 4-byte copies for operands each contiguous along one dimension, any leading
+//                 dimension and alignment (LaneLoaderK / LaneLoaderX: the lanes along each operand's
+//                 contiguous dimension, no predicate inside K), turned early like the register-staged loop:
+//                 tile t + 1's wait and barrier come once tile t's last k-row's fragments are loaded, and
+//                 tile t's first k-rows issue tile t + STAGES - 1 into tile t - 1's slot. Unsplit only.
+constexpr int kLoadScalarB = 0, kLoadVecB = 1, kLoadKMajorA = 2, kLoadRegs = 4, kScalarRuns = 4,
+              kLoadLanes = 12;
 // Rows of BM + 4 floats: 4 k-rows of a transposing store land on distinct banks. k-major A rows of BK + 4
 // (12 or 20 floats, an odd number of float4s): the 8 consecutive rows a warp reads at once (trow) sit in
 // distinct bank quads.
@@ -73,8 +74,11 @@ constexpr int kSimtPad = 4;
 //   ring16       the ring of 16-byte copies with A k-major (Staging::CpAsync16, for ring16_ready(p) problems)
 //   rows_c       the unsplit register-staged kernels for C in unaligned contiguous rows (gemm_simt's ROWS_C),
 //                taken for such a C; without them that C gets scalar stores
-//   lanes        the unsplit 4-byte ring takes the lane loaders (kLoadLanes) for A contiguous along k and B
-//                along n
+//   lanes        bit l: the unsplit 4-byte ring takes the lane loaders (kLoadLanes + l) where
+//                lanes_layout(p) == l (kLanesNN: A along k and B along n only; kLanesAny: every layout), each
+//                with its ROWS_C kernel: small tiles over C in unaligned rows are mostly edge tiles, whose
+//                scalar stores write each 32-byte sector in pieces
+constexpr int kLanesNN = 1, kLanesAny = 15;  // SimtShape::lanes
 struct SimtShape {
   int BM, BN, BK;      // block tile of C; k-depth of one pipeline stage
   int WM, WN;          // warp tile
@@ -85,7 +89,7 @@ struct SimtShape {
   bool scalar_runs = true;
   bool ring16 = false;
   bool rows_c = false;
-  bool lanes = false;
+  int lanes = 0;
 
   constexpr SimtShape with_min_blocks(int blocks) const {
     SimtShape s = *this;
@@ -136,7 +140,7 @@ struct SimtGeometry {
   static_assert(S.stages >= 2, "the pipeline needs at least one tile in flight while one is computed");
   static_assert(kThreads <= 1024, "too many threads per block");
   static_assert(S.min_blocks >= 1, "the launch bounds ask for at least one block per SM");
-  static_assert(!S.lanes || S.ring, "the lane loaders are a variant of the 4-byte ring");
+  static_assert(S.lanes == 0 || S.ring, "the lane loaders are a variant of the 4-byte ring");
 };
 
 // SPLIT: K is split over gridDim.z blocks (a separate instantiation, so the reduction does not cost the
@@ -162,10 +166,10 @@ __global__ void __launch_bounds__(CFG::value.threads(), CFG::value.min_blocks)
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   float* sA = smem;
-  constexpr bool kRegs = LOAD >= kLoadRegs;
+  constexpr bool kRegs = LOAD >= kLoadRegs && LOAD < kLoadLanes;
   constexpr bool kVecRuns = LOAD < kLoadRegs + kScalarRuns;  // kRegs: one 16-byte load per run
   constexpr bool kKMajorA = LOAD == kLoadKMajorA;
-  constexpr bool kLanes = LOAD == kLoadLanes;
+  constexpr bool kLanes = LOAD >= kLoadLanes;
   static_assert(!kLanes || !SPLIT, "the lane-loader ring is built unsplit");
   constexpr int kStageA = kKMajorA ? S::kStageAK : S::kStageA;
   float* sB = smem + (kRegs ? 2 : STAGES) * kStageA;  // register staging: two buffers
@@ -357,10 +361,11 @@ __global__ void __launch_bounds__(CFG::value.threads(), CFG::value.min_blocks)
       __syncthreads();
     }
   } else if constexpr (kLanes) {
-    LaneLoaderK<BM, BK, kSimtPad, NT> la;
-    LaneLoaderX<BN, BK, kSimtPad, NT> lb;
-    la.init(a_batch(p, b), p.a_sm, m0, p.m, k_begin, tid);
-    lb.init(b_batch(p, b), p.b_sk, n0, p.n, k_begin, tid);
+    constexpr bool kAm = ((LOAD - kLoadLanes) & 1) != 0, kBk = ((LOAD - kLoadLanes) & 2) != 0;
+    std::conditional_t<kAm, LaneLoaderX<BM, BK, kSimtPad, NT>, LaneLoaderK<BM, BK, kSimtPad, NT>> la;
+    std::conditional_t<kBk, LaneLoaderK<BN, BK, kSimtPad, NT>, LaneLoaderX<BN, BK, kSimtPad, NT>> lb;
+    la.init(a_batch(p, b), kAm ? p.a_sk : p.a_sm, m0, p.m, k_begin, tid);
+    lb.init(b_batch(p, b), kBk ? p.b_sn : p.b_sk, n0, p.n, k_begin, tid);
     const int n_whole = (k_end - k_begin) / BK;  // tiles that lie inside K
     // Tile i lives in slot i % STAGES. Tiles 0 .. STAGES - 2 go first, one group each; tile t's loop issues
     // tile t + STAGES - 1 into the slot of tile t - 1 (whose reads all came before tile t - 1's turn), and
@@ -619,9 +624,9 @@ __global__ void __launch_bounds__(CFG::value.threads(), CFG::value.min_blocks)
           store(std::integral_constant<Activation, Activation::None>{}, mode_c...);
       }
     };
-    // The 128-register cp.async ring variants keep the per-element path for edge tiles (the compact one
-    // spills 52 bytes in one of them).
-    constexpr bool kCompactEdge = kRegs || MIN_BLOCKS * NT < 512;
+    // The 128-register scalar-loader ring variants keep the per-element path for edge tiles (the compact one
+    // spills 52 bytes in one of them); the lane loaders leave the registers for it.
+    constexpr bool kCompactEdge = kRegs || kLanes || MIN_BLOCKS * NT < 512;
     static_assert(!ROWS_C || ((kRegs || kLanes) && !SPLIT),
                   "store_rows is built into unsplit register-staged and lane-ring kernels");
     const bool edge = m0 + BM > p.m || n0 + BN > p.n;
@@ -653,7 +658,8 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
   using S = SimtGeometry<SHAPE>;
   constexpr int BM = SHAPE.BM, BN = SHAPE.BN, BK = SHAPE.BK;
   constexpr bool RING = SHAPE.ring, SCALAR_RUNS = SHAPE.scalar_runs, RING16 = SHAPE.ring16;
-  constexpr bool ROWS_C = SHAPE.rows_c, LANES = SHAPE.lanes;
+  constexpr bool ROWS_C = SHAPE.rows_c;
+  constexpr int LANES = SHAPE.lanes;
   // The scalar B loader needs more registers than a 2-blocks-per-SM budget leaves (it would spill), so that
   // variant always runs one block per SM; so does the 128x128 tile's split variant with float4 B (held to
   // 128 registers it spills).
@@ -701,12 +707,22 @@ void launch_simt(const Problem& p, int split, SplitReduce reduce, Staging stagin
         {gemm_simt<CFG, kLoadVecB, false>, gemm_simt<SplitVec, kLoadVecB, true>}};
     if (staging == Staging::CpAsync) kernel = ring_kernels[b_vectorisable(p) ? 1 : 0][split > 1 ? 1 : 0];
   }
-  if constexpr (LANES) {
-    // [C in unaligned contiguous rows (store_rows)].
-    static const Kern lanes_kernels[2] = {gemm_simt<CFG, kLoadLanes, false>,
-                                          gemm_simt<CFG, kLoadLanes, false, ROWS_C>};
-    if (staging == Staging::CpAsync && split == 1 && lanes_ready(p))
-      kernel = lanes_kernels[ROWS_C && p.c_sn == 1 && !c_vectorisable(p) ? 1 : 0];
+  if constexpr (LANES != 0) {
+    // [lanes_layout(p)][C in unaligned contiguous rows (store_rows)]; null for the layouts not built.
+    auto lanes = [](auto layout) {
+      constexpr int kLayout = decltype(layout)::value;
+      if constexpr (((LANES >> kLayout) & 1) != 0)
+        return std::array<Kern, 2>{gemm_simt<CFG, kLoadLanes + kLayout, false>,
+                                   gemm_simt<CFG, kLoadLanes + kLayout, false, true>};
+      else
+        return std::array<Kern, 2>{nullptr, nullptr};
+    };
+    static const std::array<std::array<Kern, 2>, 4> lanes_kernels = {
+        lanes(integral_constant<int, 0>{}), lanes(integral_constant<int, 1>{}),
+        lanes(integral_constant<int, 2>{}), lanes(integral_constant<int, 3>{})};
+    const int layout_l = lanes_layout(p);
+    if (staging == Staging::CpAsync && split == 1 && layout_l >= 0 && lanes_kernels[layout_l][0] != nullptr)
+      kernel = lanes_kernels[layout_l][p.c_sn == 1 && !c_vectorisable(p) ? 1 : 0];
   }
   if constexpr (RING16) {
     static const Kern ring16_kernels[2] = {gemm_simt<CFG, kLoadKMajorA, false>,

@@ -12,7 +12,7 @@ struct Shape128x128k16 {
   static constexpr SimtShape value{.BM = 128, .BN = 128, .BK = 16, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 3};
 };
 struct Shape256x128 {
-  static constexpr SimtShape value{.BM = 256, .BN = 128, .BK = 8, .WM = 64, .WN = 64, .TM = 16, .TN = 8, .stages = 3, .rows_c = true, .lanes = true};
+  static constexpr SimtShape value{.BM = 256, .BN = 128, .BK = 8, .WM = 64, .WN = 64, .TM = 16, .TN = 8, .stages = 3, .rows_c = true, .lanes = kLanesNN};
 };
 struct Shape256x128k16 {
   static constexpr SimtShape value{.BM = 256, .BN = 128, .BK = 16, .WM = 64, .WN = 64, .TM = 16, .TN = 8, .stages = 3, .ring = false};

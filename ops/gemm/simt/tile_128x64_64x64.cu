@@ -11,7 +11,7 @@ struct Shape128x64 {
   static constexpr SimtShape value{.BM = 128, .BN = 64, .BK = 8, .WM = 64, .WN = 32, .TM = 8, .TN = 8, .stages = 4};
 };
 struct Shape64x64 {
-  static constexpr SimtShape value{.BM = 64, .BN = 64, .BK = 8, .WM = 32, .WN = 32, .TM = 8, .TN = 4, .stages = 4, .min_blocks = 4, .ring16 = true};
+  static constexpr SimtShape value{.BM = 64, .BN = 64, .BK = 8, .WM = 32, .WN = 32, .TM = 8, .TN = 4, .stages = 4, .min_blocks = 4, .ring16 = true, .lanes = kLanesAny};
 };
 // clang-format on
 

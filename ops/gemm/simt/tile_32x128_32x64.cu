@@ -7,10 +7,10 @@ namespace mt::detail::gemm {
 // One named configuration per line (simt/kernel.cuh documents the fields).
 // clang-format off
 struct Shape32x128 {
-  static constexpr SimtShape value{.BM = 32, .BN = 128, .BK = 8, .WM = 32, .WN = 32, .TM = 8, .TN = 4, .stages = 4, .min_blocks = 4, .ring16 = true};
+  static constexpr SimtShape value{.BM = 32, .BN = 128, .BK = 8, .WM = 32, .WN = 32, .TM = 8, .TN = 4, .stages = 4, .min_blocks = 4, .ring16 = true, .lanes = kLanesNN};
 };
 struct Shape32x64 {
-  static constexpr SimtShape value{.BM = 32, .BN = 64, .BK = 8, .WM = 32, .WN = 32, .TM = 8, .TN = 4, .stages = 4, .min_blocks = 1, .ring16 = true};
+  static constexpr SimtShape value{.BM = 32, .BN = 64, .BK = 8, .WM = 32, .WN = 32, .TM = 8, .TN = 4, .stages = 4, .min_blocks = 1, .ring16 = true, .lanes = kLanesAny};
 };
 // clang-format on
 
